@@ -1,0 +1,226 @@
+// Safetensors files: read the headers (the graph points into the files, it never copies
+// them) and write small checkpoints (the default model and the test families).
+import fs from 'node:fs';
+import path from 'node:path';
+import type { DTypeName, ExternalTensor } from '../graph/builder.js';
+
+export class CheckpointError extends Error {}
+
+const DTYPES: Record<string, { name: DTypeName; bytes: number }> = {
+  F32: { name: 'float32', bytes: 4 },
+  F16: { name: 'float16', bytes: 2 },
+  BF16: { name: 'bfloat16', bytes: 2 },
+};
+
+export interface StoredTensor extends ExternalTensor {
+  /** Real directory of the file (Hugging Face cache snapshots are symlinks into blobs/). */
+  dir: string;
+  /** The path the checkpoint names, for error messages. */
+  file: string;
+}
+
+/** Every tensor of a checkpoint directory, from `model.safetensors` or a sharded index. */
+export class SafetensorsCheckpoint {
+  readonly tensors = new Map<string, StoredTensor>();
+  /** The one real folder all weight files live in: ORT resolves `location` against it. */
+  readonly weightsDir: string;
+
+  constructor(readonly dir: string) {
+    const files = weightFiles(dir);
+    for (const file of files) this.readHeader(file);
+    const dirs = new Set([...this.tensors.values()].map((t) => t.dir));
+    if (dirs.size > 1) {
+      throw new CheckpointError(`${dir}: weight files resolve to several folders (${[...dirs].join(', ')}); ORT needs them in one`);
+    }
+    this.weightsDir = [...dirs][0] ?? dir;
+  }
+
+  private readHeader(file: string): void {
+    const real = fs.realpathSync(file);
+    const fd = fs.openSync(real, 'r');
+    try {
+      const size = fs.fstatSync(fd).size;
+      const lenBuf = Buffer.alloc(8);
+      fs.readSync(fd, lenBuf, 0, 8, 0);
+      const headerLen = Number(lenBuf.readBigUInt64LE(0));
+      if (headerLen <= 0 || 8 + headerLen > size) throw new CheckpointError(`${file}: not a safetensors file (header length ${headerLen})`);
+      const headerBuf = Buffer.alloc(headerLen);
+      fs.readSync(fd, headerBuf, 0, headerLen, 8);
+      let header: Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+      try {
+        header = JSON.parse(headerBuf.toString('utf8'));
+      } catch {
+        throw new CheckpointError(`${file}: safetensors header is not JSON`);
+      }
+      for (const [name, info] of Object.entries(header)) {
+        if (name === '__metadata__') continue;
+        const dtype = DTYPES[info.dtype];
+        if (!dtype) throw new CheckpointError(`${file}: tensor ${name} has dtype ${info.dtype}; supported: F32, F16, BF16`);
+        const [begin, end] = info.data_offsets;
+        const count = info.shape.reduce((a, b) => a * b, 1);
+        if (end - begin !== count * dtype.bytes || 8 + headerLen + end > size) {
+          throw new CheckpointError(`${file}: tensor ${name} data (${end - begin} bytes) disagrees with shape [${info.shape}] ${info.dtype}`);
+        }
+        this.tensors.set(name, {
+          dtype: dtype.name,
+          shape: info.shape,
+          location: path.basename(real),
+          offset: 8 + headerLen + begin,
+          length: end - begin,
+          dir: path.dirname(real),
+          file,
+        });
+      }
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+
+  get(name: string, expectedShape?: number[]): StoredTensor {
+    const t = this.tensors.get(name);
+    if (!t) throw new CheckpointError(`${this.dir}: tensor ${name} is missing from the checkpoint`);
+    if (expectedShape && (expectedShape.length !== t.shape.length || expectedShape.some((d, i) => d !== t.shape[i]))) {
+      throw new CheckpointError(`${t.file}: tensor ${name} has shape [${t.shape}], config says [${expectedShape}]`);
+    }
+    return t;
+  }
+
+  has(name: string): boolean {
+    return this.tensors.has(name);
+  }
+
+  /** Read one tensor's values into memory as float32 (tests and small tables only). */
+  readFloat32(name: string): Float32Array {
+    const t = this.get(name);
+    const buf = Buffer.alloc(t.length);
+    const fd = fs.openSync(path.join(t.dir, t.location), 'r');
+    try {
+      fs.readSync(fd, buf, 0, t.length, t.offset);
+    } finally {
+      fs.closeSync(fd);
+    }
+    const n = t.length / (t.dtype === 'float32' ? 4 : 2);
+    const out = new Float32Array(n);
+    for (let i = 0; i < n; i++) {
+      if (t.dtype === 'float32') out[i] = buf.readFloatLE(i * 4);
+      else if (t.dtype === 'bfloat16') out[i] = bf16ToF32(buf.readUInt16LE(i * 2));
+      else out[i] = f16ToF32(buf.readUInt16LE(i * 2));
+    }
+    return out;
+  }
+}
+
+function weightFiles(dir: string): string[] {
+  const index = path.join(dir, 'model.safetensors.index.json');
+  if (fs.existsSync(index)) {
+    const map: Record<string, string> = JSON.parse(fs.readFileSync(index, 'utf8')).weight_map ?? {};
+    const files = [...new Set(Object.values(map))];
+    if (files.length === 0) throw new CheckpointError(`${index}: empty weight_map`);
+    return files.map((f) => path.join(dir, f));
+  }
+  const single = path.join(dir, 'model.safetensors');
+  if (fs.existsSync(single)) return [single];
+  throw new CheckpointError(`${dir}: no model.safetensors or model.safetensors.index.json`);
+}
+
+// ---- number formats -------------------------------------------------------------------
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+export function bf16ToF32(bits: number): number {
+  u32[0] = bits << 16;
+  return f32[0]!;
+}
+
+/** float32 → bfloat16 bits, round to nearest even (as torch does). */
+export function f32ToBf16(value: number): number {
+  f32[0] = value;
+  const x = u32[0]!;
+  if ((x & 0x7fffffff) > 0x7f800000) return 0x7fc0; // NaN
+  return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+export function f16ToF32(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >> 10) & 0x1f;
+  const frac = h & 0x3ff;
+  if (exp === 0) return sign * 2 ** -14 * (frac / 1024);
+  if (exp === 31) return frac ? NaN : sign * Infinity;
+  return sign * 2 ** (exp - 15) * (1 + frac / 1024);
+}
+
+/** float32 → float16 bits, round to nearest even. */
+export function f32ToF16(value: number): number {
+  f32[0] = value;
+  const x = u32[0]!;
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  let e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let half = mant >>> shift;
+    const rest = mant & ((1 << shift) - 1);
+    const mid = 1 << (shift - 1);
+    if (rest > mid || (rest === mid && half & 1)) half++;
+    return sign | half;
+  }
+  let half = (e << 10) | (mant >>> 13);
+  const rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && half & 1)) half++;
+  return sign | half;
+}
+
+// ---- writing --------------------------------------------------------------------------
+
+export interface TensorData {
+  shape: number[];
+  data: Float32Array;
+}
+
+const CODES: Record<DTypeName, string> = { float32: 'F32', float16: 'F16', bfloat16: 'BF16', int64: 'I64', int32: 'I32', bool: 'BOOL' };
+
+function encodeValues(data: Float32Array, dtype: 'float32' | 'float16' | 'bfloat16'): Buffer {
+  if (dtype === 'float32') return Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  const out = Buffer.alloc(data.length * 2);
+  const conv = dtype === 'bfloat16' ? f32ToBf16 : f32ToF16;
+  for (let i = 0; i < data.length; i++) out.writeUInt16LE(conv(data[i]!), i * 2);
+  return out;
+}
+
+/** Write tensors (given as float32) to one safetensors file, stored as `dtype`. */
+export function writeSafetensors(file: string, tensors: Map<string, TensorData>, dtype: 'float32' | 'float16' | 'bfloat16' = 'float32'): void {
+  const header: Record<string, unknown> = { __metadata__: { format: 'pt' } };
+  const blobs: Buffer[] = [];
+  let offset = 0;
+  for (const [name, t] of tensors) {
+    const blob = encodeValues(t.data, dtype);
+    header[name] = { dtype: CODES[dtype], shape: t.shape, data_offsets: [offset, offset + blob.length] };
+    blobs.push(blob);
+    offset += blob.length;
+  }
+  let headerJson = JSON.stringify(header);
+  headerJson += ' '.repeat((8 - (headerJson.length % 8)) % 8);
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(Buffer.byteLength(headerJson)));
+  fs.writeFileSync(file, Buffer.concat([len, Buffer.from(headerJson), ...blobs]));
+}
+
+/** Split tensors over `shards` files with a `model.safetensors.index.json`, as HF does. */
+export function writeShardedSafetensors(dir: string, tensors: Map<string, TensorData>, shards: number, dtype: 'float32' | 'float16' | 'bfloat16' = 'float32'): void {
+  const names = [...tensors.keys()];
+  const perShard = Math.ceil(names.length / shards);
+  const weightMap: Record<string, string> = {};
+  for (let s = 0; s < shards; s++) {
+    const file = `model-${String(s + 1).padStart(5, '0')}-of-${String(shards).padStart(5, '0')}.safetensors`;
+    const part = new Map(names.slice(s * perShard, (s + 1) * perShard).map((n) => [n, tensors.get(n)!] as const));
+    for (const n of part.keys()) weightMap[n] = file;
+    writeSafetensors(path.join(dir, file), part, dtype);
+  }
+  fs.writeFileSync(path.join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: {}, weight_map: weightMap }, null, 2));
+}

@@ -1,0 +1,194 @@
+// The engine runs the scoring graph: one onnxruntime session per model. It knows rows,
+// positions and KV tensors; it knows nothing of text, requests or clients.
+import ort from 'onnxruntime-node';
+import { SafetensorsCheckpoint } from './checkpoint/safetensors.js';
+import { readModelConfig, type ModelConfig } from './model/families.js';
+import { buildDecoderGraph, kvDType, type ComputeDType } from './model/decoder.js';
+import { resolveDevice, type DeviceOptions, type ResolvedDevice } from './device.js';
+import { TextTokenizer } from './tokenizer.js';
+
+/** One row of new tokens, continuing row `pastRow` of the past KV (if any). */
+export interface Row {
+  tokens: number[];
+  /** Absolute position of tokens[0] (= the valid length of its past row). */
+  startPosition: number;
+  pastRow: number;
+}
+
+/** KV cache of a prefix pass: per layer [rows, kv_heads, P, head_dim], right-padded. */
+export interface PastKV {
+  keys: ort.Tensor[];
+  values: ort.Tensor[];
+  validLengths: number[];
+  length: number;
+}
+
+export interface ScoredPosition {
+  row: number;
+  index: number; // position within the row's new tokens whose logits are scored
+  target: number;
+}
+
+export interface ForwardRequest {
+  rows: Row[];
+  past?: PastKV;
+  scored: ScoredPosition[];
+  topK: number;
+  keepPresent: boolean;
+}
+
+export interface ForwardResult {
+  logprobs: Float32Array;
+  greedy: boolean[];
+  topkLogprobs?: Float32Array; // [scored, k]
+  topkIds?: BigInt64Array;
+  present?: PastKV;
+}
+
+export interface EngineInfo {
+  family: string;
+  modelType: string;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  hidden: number;
+  vocab: number;
+  maxLength: number;
+  device: string;
+  dtype: ComputeDType;
+  graphNodes: number;
+  sessionSeconds: number;
+}
+
+export class Engine {
+  private constructor(
+    readonly dir: string,
+    readonly config: ModelConfig,
+    readonly tokenizer: TextTokenizer,
+    private readonly session: ort.InferenceSession,
+    readonly device: ResolvedDevice,
+    readonly info: EngineInfo,
+  ) {}
+
+  static async load(dir: string, options: DeviceOptions = {}): Promise<Engine> {
+    const device = resolveDevice(options);
+    const config = readModelConfig(dir);
+    const ckpt = new SafetensorsCheckpoint(dir);
+    const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId });
+    const graph = buildDecoderGraph(config, ckpt, device.dtype);
+    const started = performance.now();
+    const session = await ort.InferenceSession.create(graph.model, {
+      ...device.sessionOptions,
+      extra: { session: { model_external_initializers_file_folder_path: graph.weightsDir } },
+    });
+    const sessionSeconds = (performance.now() - started) / 1000;
+    const info: EngineInfo = {
+      family: config.spec.family,
+      modelType: config.modelType,
+      layers: config.numLayers,
+      heads: config.numHeads,
+      kvHeads: config.numKvHeads,
+      headDim: config.headDim,
+      hidden: config.hiddenSize,
+      vocab: config.vocabSize,
+      maxLength: config.maxPositions,
+      device: device.kind === 'cuda' ? `cuda:${device.deviceId}` : 'cpu',
+      dtype: device.dtype,
+      graphNodes: graph.nodeCount,
+      sessionSeconds,
+    };
+    return new Engine(dir, config, tokenizer, session, device, info);
+  }
+
+  async release(): Promise<void> {
+    await this.session.release();
+  }
+
+  /** An empty past (P = 0) for rows that start at position 0. */
+  private emptyPast(): PastKV {
+    const c = this.config;
+    const dims = [1, c.numKvHeads, 0, c.headDim];
+    const t = () => new ort.Tensor(kvTensorType(this.device.dtype), kvTensorType(this.device.dtype) === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
+    return {
+      keys: Array.from({ length: c.numLayers }, t),
+      values: Array.from({ length: c.numLayers }, t),
+      validLengths: [0],
+      length: 0,
+    };
+  }
+
+  async forward(req: ForwardRequest): Promise<ForwardResult> {
+    const c = this.config;
+    const past = req.past ?? this.emptyPast();
+    const B = req.rows.length;
+    const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
+    const P = past.length;
+    if (req.keepPresent && P > 0) throw new Error('engine: present KV is only kept from a pass without past');
+
+    const inputIds = new BigInt64Array(B * T);
+    const positionIds = new BigInt64Array(B * T);
+    const keyPositions = new BigInt64Array(B * (P + T)).fill(-1n);
+    const pastIndex = new BigInt64Array(B);
+    req.rows.forEach((row, b) => {
+      pastIndex[b] = BigInt(row.pastRow);
+      const valid = past.validLengths[row.pastRow] ?? 0;
+      for (let j = 0; j < valid; j++) keyPositions[b * (P + T) + j] = BigInt(j);
+      row.tokens.forEach((tok, t) => {
+        inputIds[b * T + t] = BigInt(tok);
+        positionIds[b * T + t] = BigInt(row.startPosition + t);
+        keyPositions[b * (P + T) + P + t] = BigInt(row.startPosition + t);
+      });
+    });
+    const N = req.scored.length;
+    const scoreRows = new BigInt64Array(N);
+    const targetIds = new BigInt64Array(N);
+    req.scored.forEach((s, n) => {
+      scoreRows[n] = BigInt(s.row * T + s.index);
+      targetIds[n] = BigInt(s.target);
+    });
+    const k = Math.min(Math.max(1, req.topK), c.vocabSize);
+
+    const feeds: Record<string, ort.Tensor> = {
+      input_ids: new ort.Tensor('int64', inputIds, [B, T]),
+      position_ids: new ort.Tensor('int64', positionIds, [B, T]),
+      key_positions: new ort.Tensor('int64', keyPositions, [B, P + T]),
+      past_index: new ort.Tensor('int64', pastIndex, [B]),
+      score_rows: new ort.Tensor('int64', scoreRows, [N]),
+      target_ids: new ort.Tensor('int64', targetIds, [N]),
+      top_k: new ort.Tensor('int64', BigInt64Array.from([BigInt(k)]), [1]),
+    };
+    for (let i = 0; i < c.numLayers; i++) {
+      feeds[`past.${i}.key`] = past.keys[i]!;
+      feeds[`past.${i}.value`] = past.values[i]!;
+    }
+    const fetches: string[] = [];
+    if (N > 0) fetches.push('logprobs', 'greedy');
+    if (N > 0 && req.topK > 0) fetches.push('topk_logprobs', 'topk_ids');
+    if (req.keepPresent) for (let i = 0; i < c.numLayers; i++) fetches.push(`present.${i}.key`, `present.${i}.value`);
+    if (fetches.length === 0) fetches.push('logprobs');
+
+    const out = await this.session.run(feeds, fetches);
+    const result: ForwardResult = {
+      logprobs: N > 0 ? (out.logprobs!.data as Float32Array) : new Float32Array(0),
+      greedy: N > 0 ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
+    };
+    if (N > 0 && req.topK > 0) {
+      result.topkLogprobs = out.topk_logprobs!.data as Float32Array;
+      result.topkIds = out.topk_ids!.data as BigInt64Array;
+    }
+    if (req.keepPresent) {
+      result.present = {
+        keys: Array.from({ length: c.numLayers }, (_, i) => out[`present.${i}.key`]!),
+        values: Array.from({ length: c.numLayers }, (_, i) => out[`present.${i}.value`]!),
+        validLengths: req.rows.map((r) => r.tokens.length),
+        length: T,
+      };
+    }
+    return result;
+  }
+}
+
+function kvTensorType(dtype: ComputeDType): 'float32' | 'float16' {
+  return kvDType(dtype) === 'float16' ? 'float16' : 'float32';
+}

@@ -1,0 +1,56 @@
+// Tokenisation with @huggingface/tokenizers (tokenizer.json + tokenizer_config.json).
+import fs from 'node:fs';
+import path from 'node:path';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { CheckpointError } from './checkpoint/safetensors.js';
+
+export class TextTokenizer {
+  readonly bosId?: number;
+  readonly eosId?: number;
+  readonly chatTemplate?: string;
+
+  private constructor(
+    private readonly tok: Tokenizer,
+    readonly config: Record<string, any>,
+    ids: { bos?: number; eos?: number },
+  ) {
+    this.bosId = ids.bos ?? this.idOf(config.bos_token);
+    this.eosId = ids.eos ?? this.idOf(config.eos_token);
+    this.chatTemplate = typeof config.chat_template === 'string' ? config.chat_template : undefined;
+  }
+
+  /** Load from a checkpoint directory; `ids` are the model config's BOS/EOS, which win. */
+  static load(dir: string, ids: { bos?: number; eos?: number } = {}): TextTokenizer {
+    const file = path.join(dir, 'tokenizer.json');
+    if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no tokenizer.json`);
+    const json = JSON.parse(fs.readFileSync(file, 'utf8'));
+    const cfgFile = path.join(dir, 'tokenizer_config.json');
+    const cfg = fs.existsSync(cfgFile) ? JSON.parse(fs.readFileSync(cfgFile, 'utf8')) : {};
+    return new TextTokenizer(new Tokenizer(json, cfg), cfg, ids);
+  }
+
+  private idOf(token: unknown): number | undefined {
+    const content = typeof token === 'string' ? token : (token as { content?: string } | undefined)?.content;
+    return content === undefined ? undefined : this.tok.token_to_id(content);
+  }
+
+  /** Token ids of `text`; `addSpecialTokens` runs the tokenizer's post-processor (BOS). */
+  encode(text: string, addSpecialTokens = false): number[] {
+    return this.tok.encode(text, { add_special_tokens: addSpecialTokens }).ids;
+  }
+
+  decode(ids: number[]): string {
+    return this.tok.decode(ids, { skip_special_tokens: false });
+  }
+
+  tokenString(id: number): string {
+    return this.tok.id_to_token(id) ?? '';
+  }
+
+  /** The token lm-evaluation-harness puts before an empty context: BOS, else EOS. */
+  get prefixTokenId(): number {
+    const id = this.bosId ?? this.eosId;
+    if (id === undefined) throw new CheckpointError('tokenizer has neither a BOS nor an EOS token');
+    return id;
+  }
+}
