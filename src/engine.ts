@@ -140,10 +140,13 @@ export class Engine {
         keyPositions[b * (P + T) + P + t] = BigInt(row.startPosition + t);
       });
     });
+    // Reductions over an empty [0, vocab] tensor crash onnxruntime's CPU kernels
+    // (SIGFPE), so a pass that scores nothing scores one dummy position, unread.
+    const scoredOrDummy = req.scored.length > 0 ? req.scored : [{ row: 0, index: 0, target: 0 }];
     const N = req.scored.length;
-    const scoreRows = new BigInt64Array(N);
-    const targetIds = new BigInt64Array(N);
-    req.scored.forEach((s, n) => {
+    const scoreRows = new BigInt64Array(scoredOrDummy.length);
+    const targetIds = new BigInt64Array(scoredOrDummy.length);
+    scoredOrDummy.forEach((s, n) => {
       scoreRows[n] = BigInt(s.row * T + s.index);
       targetIds[n] = BigInt(s.target);
     });
@@ -154,8 +157,8 @@ export class Engine {
       position_ids: new ort.Tensor('int64', positionIds, [B, T]),
       key_positions: new ort.Tensor('int64', keyPositions, [B, P + T]),
       past_index: new ort.Tensor('int64', pastIndex, [B]),
-      score_rows: new ort.Tensor('int64', scoreRows, [N]),
-      target_ids: new ort.Tensor('int64', targetIds, [N]),
+      score_rows: new ort.Tensor('int64', scoreRows, [scoreRows.length]),
+      target_ids: new ort.Tensor('int64', targetIds, [targetIds.length]),
       top_k: new ort.Tensor('int64', BigInt64Array.from([BigInt(k)]), [1]),
     };
     for (let i = 0; i < c.numLayers; i++) {

@@ -1,0 +1,266 @@
+// Small deterministic checkpoints in Hugging Face layout, for every supported family:
+// the default model `npm start` serves on a fresh machine, the test fixtures and the
+// benchmark models. Weights are random (seeded); the tokenizer is a real byte-level BPE
+// learned from a small corpus, written as tokenizer.json.
+import fs from 'node:fs';
+import path from 'node:path';
+import { FAMILIES, type FamilySpec } from '../model/families.js';
+import { writeSafetensors, writeShardedSafetensors, type TensorData } from './safetensors.js';
+import { TOKENIZER_CORPUS } from './corpus.js';
+
+export interface SyntheticSpec {
+  family: 'llama' | 'mistral' | 'qwen2' | 'gpt2';
+  hidden: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  intermediate: number;
+  /** Tokenizer vocabulary target (bytes + specials + merges); weights may pad above it. */
+  vocab: number;
+  maxPositions: number;
+  tied?: boolean;
+  seed?: number;
+  /** Weight scale: larger than a trained model's init so tiny models have peaked outputs. */
+  scale?: number;
+  ropeTheta?: number;
+  ropeScaling?: Record<string, unknown>;
+  slidingWindow?: number;
+  headDim?: number;
+}
+
+export interface WriteOptions {
+  dtype?: 'float32' | 'float16' | 'bfloat16';
+  shards?: number;
+}
+
+/** A small seeded generator (mulberry32): the same seed gives the same checkpoint. */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export function familySpec(family: string): FamilySpec {
+  const spec = FAMILIES.find((f) => f.family === family);
+  if (!spec) throw new Error(`unknown family ${family}`);
+  return spec;
+}
+
+/** Tensors of a random model, named and laid out as its family's HF checkpoints. */
+export function syntheticTensors(s: SyntheticSpec, vocabSize: number): Map<string, TensorData> {
+  const spec = familySpec(s.family);
+  const w = spec.weights;
+  const rand = rng(s.seed ?? 1234);
+  const scale = s.scale ?? 0.25;
+  const tensors = new Map<string, TensorData>();
+  const headDim = s.headDim ?? s.hidden / s.heads;
+  const add = (name: string, shape: number[], kind: 'weight' | 'norm' | 'bias' = 'weight') => {
+    const n = shape.reduce((a, b) => a * b, 1);
+    const fanIn = shape[shape.length - 1]!;
+    const data = new Float32Array(n);
+    for (let i = 0; i < n; i++) {
+      const u = rand() * 2 - 1;
+      data[i] = kind === 'norm' ? 1 + 0.1 * u : kind === 'bias' ? 0.05 * u : (u * scale * 4) / Math.sqrt(fanIn);
+    }
+    tensors.set(name, { shape, data });
+  };
+  // torch.nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out].
+  const linear = (name: string, inF: number, outF: number, bias: boolean) => {
+    add(`${name}.weight`, spec.linearLayout === 'out_in' ? [outF, inF] : [inF, outF]);
+    if (bias) add(`${name}.bias`, [outF], 'bias');
+  };
+  const norm = (name: string) => {
+    add(`${name}.weight`, [s.hidden], 'norm');
+    if (spec.norm === 'layer') add(`${name}.bias`, [s.hidden], 'bias');
+  };
+  add(w.embed, [vocabSize, s.hidden]);
+  if (w.positionEmbed) add(w.positionEmbed, [s.maxPositions, s.hidden]);
+  for (let i = 0; i < s.layers; i++) {
+    const p = w.layer(i);
+    norm(p + w.inputNorm);
+    if ('fused' in w.qkv) linear(p + w.qkv.fused, s.hidden, 3 * s.hidden, spec.bias.qkv);
+    else {
+      linear(p + w.qkv.q, s.hidden, s.heads * headDim, spec.bias.qkv);
+      linear(p + w.qkv.k, s.hidden, s.kvHeads * headDim, spec.bias.qkv);
+      linear(p + w.qkv.v, s.hidden, s.kvHeads * headDim, spec.bias.qkv);
+    }
+    linear(p + w.o, s.heads * headDim, s.hidden, spec.bias.o);
+    norm(p + w.postAttentionNorm);
+    const m = w.mlp;
+    if ('gate' in m) {
+      linear(p + m.gate, s.hidden, s.intermediate, spec.bias.mlp);
+      linear(p + m.up, s.hidden, s.intermediate, spec.bias.mlp);
+      linear(p + m.down, s.intermediate, s.hidden, spec.bias.mlp);
+    } else {
+      linear(p + m.fc, s.hidden, s.intermediate, spec.bias.mlp);
+      linear(p + m.proj, s.intermediate, s.hidden, spec.bias.mlp);
+    }
+  }
+  norm(w.finalNorm.replace(/\.weight$/, ''));
+  if (!isTied(s)) add(w.lmHead, [vocabSize, s.hidden]);
+  return tensors;
+}
+
+function isTied(s: SyntheticSpec): boolean {
+  return s.tied ?? s.family === 'gpt2';
+}
+
+/** config.json in the family's own key names. */
+export function hfConfig(s: SyntheticSpec, vocabSize: number, ids: { bos?: number; eos: number }): Record<string, unknown> {
+  if (s.family === 'gpt2') {
+    return {
+      architectures: ['GPT2LMHeadModel'],
+      model_type: 'gpt2',
+      n_embd: s.hidden,
+      n_layer: s.layers,
+      n_head: s.heads,
+      n_inner: s.intermediate,
+      n_positions: s.maxPositions,
+      vocab_size: vocabSize,
+      activation_function: 'gelu_new',
+      layer_norm_epsilon: 1e-5,
+      bos_token_id: ids.eos,
+      eos_token_id: ids.eos,
+      tie_word_embeddings: true,
+    };
+  }
+  const arch = { llama: 'LlamaForCausalLM', mistral: 'MistralForCausalLM', qwen2: 'Qwen2ForCausalLM' }[s.family];
+  return {
+    architectures: [arch],
+    model_type: s.family,
+    hidden_size: s.hidden,
+    intermediate_size: s.intermediate,
+    num_hidden_layers: s.layers,
+    num_attention_heads: s.heads,
+    num_key_value_heads: s.kvHeads,
+    ...(s.headDim ? { head_dim: s.headDim } : {}),
+    hidden_act: 'silu',
+    max_position_embeddings: s.maxPositions,
+    rms_norm_eps: 1e-5,
+    rope_theta: s.ropeTheta ?? 10000,
+    ...(s.ropeScaling ? { rope_scaling: s.ropeScaling } : {}),
+    ...(s.family === 'mistral' ? { sliding_window: s.slidingWindow ?? null } : {}),
+    ...(s.family === 'qwen2' ? { use_sliding_window: false, sliding_window: s.maxPositions } : {}),
+    vocab_size: vocabSize,
+    bos_token_id: ids.bos ?? null,
+    eos_token_id: ids.eos,
+    tie_word_embeddings: isTied(s),
+    torch_dtype: 'float32',
+  };
+}
+
+/** Write a complete checkpoint directory: config, weights, tokenizer. Returns its tensors. */
+export function writeSyntheticCheckpoint(dir: string, s: SyntheticSpec, options: WriteOptions = {}): Map<string, TensorData> {
+  fs.mkdirSync(dir, { recursive: true });
+  const tok = byteLevelBpe(s.vocab, s.family !== 'gpt2');
+  // Real checkpoints often pad the embedding rows above the tokenizer's vocabulary.
+  const vocabSize = Math.ceil(tok.size / 8) * 8;
+  const tensors = syntheticTensors(s, vocabSize);
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(hfConfig(s, vocabSize, tok.ids), null, 2));
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok.json));
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(tok.config, null, 2));
+  for (const f of fs.readdirSync(dir)) if (f.endsWith('.safetensors') || f.endsWith('.index.json')) fs.rmSync(path.join(dir, f));
+  if ((options.shards ?? 1) > 1) writeShardedSafetensors(dir, tensors, options.shards!, options.dtype);
+  else writeSafetensors(path.join(dir, 'model.safetensors'), tensors, options.dtype);
+  return tensors;
+}
+
+// ---- a byte-level BPE tokenizer, learned from the corpus -------------------------------
+
+/** GPT-2's map from bytes to printable characters. */
+export function bytesToUnicode(): string[] {
+  const printable: number[] = [];
+  for (let b = 33; b <= 126; b++) printable.push(b);
+  for (let b = 161; b <= 172; b++) printable.push(b);
+  for (let b = 174; b <= 255; b++) printable.push(b);
+  const map: string[] = new Array(256);
+  let extra = 0;
+  for (let b = 0; b < 256; b++) map[b] = String.fromCodePoint(printable.includes(b) ? b : 256 + extra++);
+  return map;
+}
+
+const GPT2_SPLIT = /'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+/gu;
+
+function byteLevelBpe(vocabTarget: number, withBos: boolean) {
+  const byteChars = bytesToUnicode();
+  const specials = withBos ? ['<s>', '</s>'] : ['<|endoftext|>'];
+  const vocab = new Map<string, number>();
+  specials.forEach((t) => vocab.set(t, vocab.size));
+  byteChars.forEach((c) => vocab.set(c, vocab.size));
+  const enc = new TextEncoder();
+  const words = new Map<string, number>();
+  for (const m of TOKENIZER_CORPUS.match(GPT2_SPLIT) ?? []) {
+    const w = Array.from(enc.encode(m), (b) => byteChars[b]).join('\u0000');
+    words.set(w, (words.get(w) ?? 0) + 1);
+  }
+  let pieces = [...words].map(([w, count]) => ({ parts: w.split('\u0000'), count }));
+  const merges: [string, string][] = [];
+  while (vocab.size < vocabTarget) {
+    const pairs = new Map<string, number>();
+    for (const { parts, count } of pieces) {
+      for (let i = 0; i + 1 < parts.length; i++) {
+        const key = parts[i] + '\u0000' + parts[i + 1];
+        pairs.set(key, (pairs.get(key) ?? 0) + count);
+      }
+    }
+    let best: string | undefined;
+    let bestCount = 0;
+    for (const [k, c] of pairs) if (c > bestCount || (c === bestCount && best !== undefined && k < best)) [best, bestCount] = [k, c];
+    if (!best || bestCount < 2) break;
+    const [a, b] = best.split('\u0000') as [string, string];
+    merges.push([a, b]);
+    vocab.set(a + b, vocab.size);
+    pieces = pieces.map(({ parts, count }) => {
+      const out: string[] = [];
+      for (let i = 0; i < parts.length; i++) {
+        if (i + 1 < parts.length && parts[i] === a && parts[i + 1] === b) {
+          out.push(a + b);
+          i++;
+        } else out.push(parts[i]!);
+      }
+      return { parts: out, count };
+    });
+  }
+  const special = (content: string, id: number) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  const bos = withBos ? 0 : undefined;
+  const eos = withBos ? 1 : 0;
+  const postProcessor = withBos
+    ? {
+        type: 'TemplateProcessing',
+        single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+        pair: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '<s>', type_id: 1 } }, { Sequence: { id: 'B', type_id: 1 } }],
+        special_tokens: { '<s>': { id: '<s>', ids: [0], tokens: ['<s>'] } },
+      }
+    : { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true };
+  const json = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: specials.map((t, i) => special(t, i)),
+    normalizer: null,
+    pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
+    post_processor: postProcessor,
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab: Object.fromEntries(vocab),
+      merges,
+    },
+  };
+  const config = withBos
+    ? { tokenizer_class: 'PreTrainedTokenizerFast', bos_token: '<s>', eos_token: '</s>', add_bos_token: true, model_max_length: 2048 }
+    : { tokenizer_class: 'GPT2TokenizerFast', bos_token: '<|endoftext|>', eos_token: '<|endoftext|>', model_max_length: 1024 };
+  return { json, config, size: vocab.size, ids: { bos, eos } };
+}

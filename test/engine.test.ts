@@ -1,0 +1,65 @@
+// The engine's per-token log-probs, greedy flags and top-k against the float64
+// reference forward pass, for every family: single rows, padded batches, shared past.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine.js';
+import { Scorer } from '../src/scoring.js';
+import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
+import { referenceForward, referenceTokenLogprobs } from './reference.js';
+import { rng } from '../src/checkpoint/synthetic.js';
+
+function randomTokens(seed: number, n: number, vocab: number): number[] {
+  const r = rng(seed);
+  return Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3)));
+}
+
+describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
+  let fx: Fixture;
+  let engine: Engine;
+  beforeAll(async () => {
+    fx = makeFixture(FAMILY_FIXTURES[family]!);
+    engine = await Engine.load(fx.dir, { threads: 1 });
+  });
+  afterAll(async () => engine?.release());
+
+  it('matches the reference for one sequence: log-probs, greedy flags, top-k', async () => {
+    const tokens = randomTokens(1, 20, engine.config.vocabSize);
+    const ref = referenceForward(fx, tokens);
+    const scored = tokens.slice(1).map((target, i) => ({ row: 0, index: i, target }));
+    const out = await engine.forward({ rows: [{ tokens, startPosition: 0, pastRow: 0 }], scored, topK: 3, keepPresent: false });
+    scored.forEach((s, n) => {
+      const row = ref.logprobs[s.index]!;
+      expect(Math.abs(out.logprobs[n]! - row[s.target]!)).toBeLessThan(1e-4);
+      const order = Array.from(row.keys()).sort((a, b) => row[b]! - row[a]!);
+      const gap = row[order[0]!]! - row[order[1]!]!;
+      if (gap > 1e-4) expect(out.greedy[n]).toBe(order[0] === s.target);
+      for (let j = 0; j < 3; j++) expect(Math.abs(out.topkLogprobs![n * 3 + j]! - row[order[j]!]!)).toBeLessThan(1e-4);
+      if (gap > 1e-4) expect(Number(out.topkIds![n * 3])).toBe(order[0]);
+    });
+  });
+
+  it('padded batches and a shared prefix give the reference answers', async () => {
+    const vocab = engine.config.vocabSize;
+    const context = randomTokens(2, 17, vocab);
+    const requests = [
+      { context, continuations: [randomTokens(3, 4, vocab), randomTokens(4, 9, vocab), randomTokens(5, 1, vocab)] },
+      { context: randomTokens(6, 5, vocab), continuations: [randomTokens(7, 6, vocab)] },
+      { context: randomTokens(8, 30, vocab), continuations: [randomTokens(9, 3, vocab), randomTokens(10, 2, vocab)] },
+    ];
+    const shared = await new Scorer(engine, { maxBatchTokens: 64 }).loglikelihood(requests);
+    const unshared = await new Scorer(engine, { prefixSharing: false }).loglikelihood(requests);
+    requests.forEach((req, i) =>
+      req.continuations.forEach((cont, j) => {
+        const ref = referenceTokenLogprobs(fx, [...req.context, ...cont], cont.length);
+        const a = shared[i]![j]!;
+        const b = unshared[i]![j]!;
+        expect(a.numTokens).toBe(cont.length);
+        a.tokenLogprobs.forEach((lp, k) => {
+          expect(Math.abs(lp - ref.logprobs[k]!)).toBeLessThan(1e-4);
+          expect(Math.abs(lp - b.tokenLogprobs[k]!)).toBeLessThan(1e-5);
+        });
+        expect(Math.abs(a.logprob - ref.logprobs.reduce((x, y) => x + y, 0))).toBeLessThan(1e-4 * cont.length);
+        expect(a.tokenGreedy).toEqual(b.tokenGreedy);
+      }),
+    );
+  });
+});

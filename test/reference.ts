@@ -1,0 +1,213 @@
+// A plain reference forward pass in float64 loops, written from the Hugging Face model
+// code (LlamaModel / MistralModel / Qwen2Model / GPT2Model), independent of the graph
+// builder: it reads config.json keys and HF tensor names itself.
+import type { TensorData } from '../src/checkpoint/safetensors.js';
+
+type Tensors = Map<string, TensorData>;
+type Vec = Float64Array;
+
+export interface ReferenceModel {
+  config: Record<string, any>;
+  tensors: Tensors;
+}
+
+export interface ReferenceOutput {
+  /** Log-softmax rows, one per input position: logprobs[t][v] = log p(v | tokens[..t]). */
+  logprobs: Vec[];
+  /** attention[l][h][t][j]: probability from query t to key j (0 for j > t). */
+  attention: number[][][][];
+}
+
+function get(m: ReferenceModel, name: string): TensorData {
+  const t = m.tensors.get(name);
+  if (!t) throw new Error(`reference: no tensor ${name}`);
+  return t;
+}
+
+/** y = W x (+ b) with W stored [out, in] (nn.Linear) or [in, out] (GPT-2 Conv1D). */
+function linear(x: Vec, w: TensorData, b: TensorData | undefined, layout: 'out_in' | 'in_out'): Vec {
+  const [d0, d1] = w.shape as [number, number];
+  const out = layout === 'out_in' ? d0 : d1;
+  const inF = layout === 'out_in' ? d1 : d0;
+  const y = new Float64Array(out);
+  for (let o = 0; o < out; o++) {
+    let s = b ? b.data[o]! : 0;
+    for (let i = 0; i < inF; i++) s += x[i]! * (layout === 'out_in' ? w.data[o * inF + i]! : w.data[i * out + o]!);
+    y[o] = s;
+  }
+  return y;
+}
+
+function rmsNorm(x: Vec, w: TensorData, eps: number): Vec {
+  let ms = 0;
+  for (const v of x) ms += v * v;
+  const r = 1 / Math.sqrt(ms / x.length + eps);
+  return x.map((v, i) => v * r * w.data[i]!);
+}
+
+function layerNorm(x: Vec, w: TensorData, b: TensorData, eps: number): Vec {
+  const mean = x.reduce((a, v) => a + v, 0) / x.length;
+  const variance = x.reduce((a, v) => a + (v - mean) ** 2, 0) / x.length;
+  const r = 1 / Math.sqrt(variance + eps);
+  return x.map((v, i) => (v - mean) * r * w.data[i]! + b.data[i]!);
+}
+
+function logSoftmax(x: Vec): Vec {
+  const max = Math.max(...x);
+  let sum = 0;
+  for (const v of x) sum += Math.exp(v - max);
+  const lse = max + Math.log(sum);
+  return x.map((v) => v - lse);
+}
+
+function softmax(x: number[]): number[] {
+  const max = Math.max(...x);
+  const e = x.map((v) => Math.exp(v - max));
+  const s = e.reduce((a, b) => a + b, 0);
+  return e.map((v) => v / s);
+}
+
+/** inv_freq of transformers' rope init functions (default, linear, llama3). */
+export function referenceInvFreq(config: Record<string, any>, headDim: number): number[] {
+  const theta = config.rope_theta ?? 10000;
+  const inv: number[] = [];
+  for (let i = 0; i < headDim; i += 2) inv.push(Math.pow(theta, -i / headDim));
+  const rs = config.rope_scaling;
+  if (!rs) return inv;
+  const type = rs.rope_type ?? rs.type;
+  if (type === 'linear') return inv.map((f) => f / rs.factor);
+  if (type === 'llama3') {
+    return inv.map((f) => {
+      const wavelen = (2 * Math.PI) / f;
+      const lowWavelen = rs.original_max_position_embeddings / rs.low_freq_factor;
+      const highWavelen = rs.original_max_position_embeddings / rs.high_freq_factor;
+      const scaled = wavelen > lowWavelen ? f / rs.factor : f;
+      const smooth = (rs.original_max_position_embeddings / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+      const isMedium = !(wavelen < highWavelen) && !(wavelen > lowWavelen);
+      return isMedium ? (1 - smooth) * (scaled / rs.factor) + smooth * scaled : scaled;
+    });
+  }
+  throw new Error(`reference: rope type ${type}`);
+}
+
+export function referenceForward(m: ReferenceModel, tokens: number[]): ReferenceOutput {
+  const c = m.config;
+  const gpt2 = c.model_type === 'gpt2';
+  const hidden: number = gpt2 ? c.n_embd : c.hidden_size;
+  const nLayers: number = gpt2 ? c.n_layer : c.num_hidden_layers;
+  const nHeads: number = gpt2 ? c.n_head : c.num_attention_heads;
+  const nKv: number = gpt2 ? nHeads : (c.num_key_value_heads ?? nHeads);
+  const D: number = c.head_dim ?? hidden / nHeads;
+  const eps: number = gpt2 ? c.layer_norm_epsilon : c.rms_norm_eps;
+  const window: number | undefined = c.model_type === 'mistral' ? (c.sliding_window ?? undefined) : undefined;
+  const layout = gpt2 ? 'in_out' : 'out_in';
+  const T = tokens.length;
+  const embed = get(m, gpt2 ? 'transformer.wte.weight' : 'model.embed_tokens.weight');
+  const row = (t: TensorData, r: number) => Float64Array.from(t.data.subarray(r * t.shape[1]!, (r + 1) * t.shape[1]!));
+
+  let xs: Vec[] = tokens.map((tok, t) => {
+    const e = row(embed, tok);
+    if (gpt2) {
+      const p = row(get(m, 'transformer.wpe.weight'), t);
+      return e.map((v, i) => v + p[i]!);
+    }
+    return e;
+  });
+  const inv = gpt2 ? [] : referenceInvFreq(c, D);
+  const rope = (v: Vec, pos: number) => {
+    const out = new Float64Array(D);
+    for (let i = 0; i < D / 2; i++) {
+      const a = pos * inv[i]!;
+      out[i] = v[i]! * Math.cos(a) - v[i + D / 2]! * Math.sin(a);
+      out[i + D / 2] = v[i + D / 2]! * Math.cos(a) + v[i]! * Math.sin(a);
+    }
+    return out;
+  };
+  const attention: number[][][][] = [];
+  for (let l = 0; l < nLayers; l++) {
+    const p = gpt2 ? `transformer.h.${l}.` : `model.layers.${l}.`;
+    const opt = (n: string) => m.tensors.get(n);
+    const hs = xs.map((x) =>
+      gpt2 ? layerNorm(x, get(m, p + 'ln_1.weight'), get(m, p + 'ln_1.bias'), eps) : rmsNorm(x, get(m, p + 'input_layernorm.weight'), eps),
+    );
+    let qs: Vec[][], ks: Vec[][], vs: Vec[][];
+    const heads = (v: Vec, n: number) => Array.from({ length: n }, (_, h) => v.slice(h * D, (h + 1) * D));
+    if (gpt2) {
+      const qkv = hs.map((h) => linear(h, get(m, p + 'attn.c_attn.weight'), get(m, p + 'attn.c_attn.bias'), 'in_out'));
+      qs = qkv.map((v) => heads(v.slice(0, hidden), nHeads));
+      ks = qkv.map((v) => heads(v.slice(hidden, 2 * hidden), nHeads));
+      vs = qkv.map((v) => heads(v.slice(2 * hidden), nHeads));
+    } else {
+      const proj = (name: string, n: number) =>
+        hs.map((h, t) => {
+          const hd = heads(linear(h, get(m, `${p}self_attn.${name}.weight`), opt(`${p}self_attn.${name}.bias`), 'out_in'), n);
+          return name === 'v_proj' ? hd : hd.map((v) => rope(v, t));
+        });
+      qs = proj('q_proj', nHeads);
+      ks = proj('k_proj', nKv);
+      vs = proj('v_proj', nKv);
+    }
+    const layerAttn: number[][][] = [];
+    const ctx: Vec[] = Array.from({ length: T }, () => new Float64Array(nHeads * D));
+    for (let h = 0; h < nHeads; h++) {
+      const kvh = Math.floor(h / (nHeads / nKv));
+      const headAttn: number[][] = [];
+      for (let t = 0; t < T; t++) {
+        const allowed = (j: number) => j <= t && (window === undefined || t - j < window);
+        const scores = Array.from({ length: T }, (_, j) => {
+          if (!allowed(j)) return -Infinity;
+          let s = 0;
+          for (let d = 0; d < D; d++) s += qs[t]![h]![d]! * ks[j]![kvh]![d]!;
+          return s / Math.sqrt(D);
+        });
+        const probs = softmax(scores);
+        headAttn.push(probs);
+        for (let j = 0; j < T; j++) for (let d = 0; d < D; d++) ctx[t]![h * D + d]! += probs[j]! * vs[j]![kvh]![d]!;
+      }
+      layerAttn.push(headAttn);
+    }
+    attention.push(layerAttn);
+    const o = gpt2 ? 'attn.c_proj' : 'self_attn.o_proj';
+    xs = xs.map((x, t) => {
+      const a = linear(ctx[t]!, get(m, `${p}${o}.weight`), opt(`${p}${o}.bias`), layout);
+      return x.map((v, i) => v + a[i]!);
+    });
+    xs = xs.map((x) => {
+      if (gpt2) {
+        const h = layerNorm(x, get(m, p + 'ln_2.weight'), get(m, p + 'ln_2.bias'), eps);
+        const f = linear(h, get(m, p + 'mlp.c_fc.weight'), get(m, p + 'mlp.c_fc.bias'), 'in_out').map(
+          (u) => 0.5 * u * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (u + 0.044715 * u ** 3))),
+        );
+        const y = linear(f, get(m, p + 'mlp.c_proj.weight'), get(m, p + 'mlp.c_proj.bias'), 'in_out');
+        return x.map((v, i) => v + y[i]!);
+      }
+      const h = rmsNorm(x, get(m, p + 'post_attention_layernorm.weight'), eps);
+      const gate = linear(h, get(m, p + 'mlp.gate_proj.weight'), undefined, 'out_in');
+      const up = linear(h, get(m, p + 'mlp.up_proj.weight'), undefined, 'out_in');
+      const y = linear(gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!), get(m, p + 'mlp.down_proj.weight'), undefined, 'out_in');
+      return x.map((v, i) => v + y[i]!);
+    });
+  }
+  const head = c.tie_word_embeddings ? embed : get(m, 'lm_head.weight');
+  const logprobs = xs.map((x) => {
+    const h = gpt2 ? layerNorm(x, get(m, 'transformer.ln_f.weight'), get(m, 'transformer.ln_f.bias'), eps) : rmsNorm(x, get(m, 'model.norm.weight'), eps);
+    return logSoftmax(linear(h, head, undefined, 'out_in'));
+  });
+  return { logprobs, attention };
+}
+
+/** log p(tokens[i+1] | tokens[..i]) for the positions `from..tokens.length-2`. */
+export function referenceTokenLogprobs(m: ReferenceModel, tokens: number[], scoredTargets: number): { logprobs: number[]; greedy: boolean[] } {
+  const out = referenceForward(m, tokens.slice(0, -1));
+  const logprobs: number[] = [];
+  const greedy: boolean[] = [];
+  for (let i = tokens.length - 1 - scoredTargets; i < tokens.length - 1; i++) {
+    const rowLp = out.logprobs[i]!;
+    const target = tokens[i + 1]!;
+    logprobs.push(rowLp[target]!);
+    let arg = 0;
+    for (let v = 1; v < rowLp.length; v++) if (rowLp[v]! > rowLp[arg]!) arg = v;
+    greedy.push(arg === target);
+  }
+  return { logprobs, greedy };
+}
