@@ -1,0 +1,154 @@
+// lm-evaluation-harness semantics: whitespace moved, whole-vs-context encoding, empty
+// context, left truncation, add_bos, rolling windows, Min-K% — each checked against the
+// reference forward pass on the token sequence the harness would build.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine.js';
+import { Scorer, ScoringError, rollingWindows } from '../src/scoring.js';
+import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
+import { referenceTokenLogprobs } from './reference.js';
+
+let fx: Fixture;
+let engine: Engine;
+let scorer: Scorer;
+beforeAll(async () => {
+  fx = makeFixture(FAMILY_FIXTURES.llama!);
+  engine = await Engine.load(fx.dir, { threads: 1 });
+  scorer = new Scorer(engine);
+});
+afterAll(async () => engine?.release());
+
+const enc = (text: string, bos = false) => engine.tokenizer.encode(text, bos);
+function expectClose(actual: number[], expected: number[], tol = 1e-4) {
+  expect(actual.length).toBe(expected.length);
+  actual.forEach((a, i) => expect(Math.abs(a - expected[i]!)).toBeLessThan(tol));
+}
+
+describe('continuation log-likelihood', () => {
+  it('moves trailing whitespace of the context to the continuation', async () => {
+    const [[a]] = (await scorer.loglikelihood([{ context: 'Hello there ', continuations: ['world'] }])) as any;
+    const [[b]] = (await scorer.loglikelihood([{ context: 'Hello there', continuations: [' world'] }])) as any;
+    const ctx = enc('Hello there');
+    expect(a.tokenIds).toEqual(enc('Hello there world').slice(ctx.length));
+    expect(a.tokenIds).not.toEqual(enc('world'));
+    expect(a.tokenIds).toEqual(b.tokenIds);
+    expect(Math.abs(a.logprob - b.logprob)).toBeLessThan(1e-6);
+    expect(a.numChars).toBe(5); // the continuation as given, for acc_norm
+    const ref = referenceTokenLogprobs(fx, enc('Hello there world'), a.numTokens);
+    expectClose(a.tokenLogprobs, ref.logprobs);
+    expect(a.isGreedy).toBe(ref.greedy.every(Boolean));
+  });
+
+  it('takes the continuation tokens from the whole encoding when a word is split', async () => {
+    const text = 'Knowledge: The tower was built for the World';
+    // Find a split inside a word where the context's tokens are not a prefix of the whole's.
+    let split = -1;
+    for (let i = 1; i < text.length - 1 && split < 0; i++) {
+      const whole = enc(text);
+      const ctx = enc(text.slice(0, i));
+      if (text[i] !== ' ' && text[i - 1] !== ' ' && ctx.some((t, k) => whole[k] !== t)) split = i;
+    }
+    expect(split).toBeGreaterThan(0);
+    const context = text.slice(0, split);
+    const continuation = text.slice(split);
+    const [[r]] = (await scorer.loglikelihood([{ context, continuations: [continuation] }])) as any;
+    const ctx = enc(context);
+    const whole = enc(text);
+    expect(r.tokenIds).toEqual(whole.slice(ctx.length));
+    // Scored as the harness does: context tokens, then the whole's tail.
+    const ref = referenceTokenLogprobs(fx, [...ctx, ...whole.slice(ctx.length)], r.numTokens);
+    expectClose(r.tokenLogprobs, ref.logprobs);
+  });
+
+  it('scores an empty context after the prefix token (BOS)', async () => {
+    const [[r]] = (await scorer.loglikelihood([{ context: '', continuations: ['Once upon a time'] }])) as any;
+    expect(r.tokenIds).toEqual(enc('Once upon a time'));
+    const ref = referenceTokenLogprobs(fx, [engine.tokenizer.bosId!, ...r.tokenIds], r.numTokens);
+    expectClose(r.tokenLogprobs, ref.logprobs);
+  });
+
+  it('adds BOS through the tokenizer when add_bos is set', async () => {
+    const [[withBos]] = (await scorer.loglikelihood([{ context: 'The bot', continuations: [' said'], addBos: true }])) as any;
+    const ids = enc('The bot', true);
+    expect(ids[0]).toBe(engine.tokenizer.bosId);
+    const [[byIds]] = (await scorer.loglikelihood([{ context: ids, continuations: [withBos.tokenIds] }])) as any;
+    expectClose(withBos.tokenLogprobs, byIds.tokenLogprobs, 1e-6);
+  });
+
+  it('truncates from the left: (ctx + cont)[-(L+1):][:-1]', async () => {
+    const L = 12;
+    const short = new Scorer(engine, { maxLength: L });
+    const context = 'User: Can you tell me about the Eiffel Tower? Bot:';
+    const [[r]] = (await short.loglikelihood([{ context, continuations: [' The tower'] }])) as any;
+    const all = [...enc(context), ...r.tokenIds];
+    expect(r.truncatedTokens).toBe(all.length - (L + 1));
+    const ref = referenceTokenLogprobs(fx, all.slice(-(L + 1)), r.numTokens);
+    expectClose(r.tokenLogprobs, ref.logprobs);
+    await expect(short.loglikelihood([{ context, continuations: [' The tower'], truncation: 'error' }])).rejects.toThrow(
+      /items\[0\]\.continuations\[0\].*over the maximum length 12/,
+    );
+  });
+
+  it('reports character and UTF-8 byte lengths of multi-byte continuations', async () => {
+    const [[r]] = (await scorer.loglikelihood([{ context: 'She said', continuations: [' héllo 😀'] }])) as any;
+    expect(r.numChars).toBe(8);
+    expect(r.numBytes).toBe(12);
+    const ref = referenceTokenLogprobs(fx, enc('She said héllo 😀'), r.numTokens);
+    expectClose(r.tokenLogprobs, ref.logprobs);
+  });
+
+  it('refuses bad input naming the field', async () => {
+    const vocab = engine.config.vocabSize;
+    const cases: [any, RegExp][] = [
+      [{ context: 'a', continuations: [''] }, /items\[0\]\.continuations\[0\]: continuation is empty/],
+      [{ context: [1, 2], continuations: [[3, vocab]] }, /items\[0\]\.continuations\[0\]\[1\]: token id \d+ is outside/],
+      [{ context: [1, -1], continuations: [[3]] }, /items\[0\]\.context_ids\[1\]/],
+      [{ context: 'a', continuations: [[3]] }, /both be text or both be token ids/],
+      [{ context: 'a', continuations: ['b'], topK: -1 }, /items\[0\]\.top_k/],
+      [{ context: 'a', continuations: [] }, /items\[0\]\.continuations: at least one/],
+    ];
+    for (const [req, message] of cases) {
+      const err = await scorer.loglikelihood([req]).catch((e) => e);
+      expect(err).toBeInstanceOf(ScoringError);
+      expect(err.message).toMatch(message);
+    }
+  });
+});
+
+describe('rolling log-likelihood', () => {
+  it('builds the harness windows (closed form for L = 4, ten tokens)', () => {
+    const tokens = Array.from({ length: 10 }, (_, i) => i);
+    // First window predicts 0..3 after the prefix token; later windows predict disjoint
+    // spans with the L-1 tokens before them as context (made disjoint).
+    expect(rollingWindows(tokens, -1, 4)).toEqual([
+      [[-1], [0, 1, 2, 3]],
+      [[3], [4, 5, 6, 7]],
+      [[5, 6, 7], [8, 9]],
+    ]);
+    const predicted = rollingWindows(Array.from({ length: 57 }, (_, i) => i), -1, 8).flatMap(([, b]) => b);
+    expect(predicted).toEqual(Array.from({ length: 57 }, (_, i) => i));
+  });
+
+  it('sums windowed log-probs, mean loss and Min-K% against the reference', async () => {
+    const L = 8;
+    const short = new Scorer(engine, { maxLength: L });
+    const text = 'The weather today is sunny and warm, so we will walk';
+    const [r] = await short.rolling([{ text, minKPercent: 30 }]);
+    const tokens = enc(text);
+    expect(r!.numTokens).toBe(tokens.length);
+    // Independent windowing: every token t is predicted from the (up to) L tokens before
+    // it in its window; window starts at multiples of L in the token list.
+    const expected: number[] = [];
+    for (let start = 0; start < tokens.length; start += L) {
+      const span = tokens.slice(start, start + L);
+      const input = start === 0 ? [engine.tokenizer.bosId!, ...span] : [...tokens.slice(Math.max(0, start + span.length - L - 1), start), ...span];
+      expected.push(...referenceTokenLogprobs(fx, input, span.length).logprobs);
+    }
+    expectClose(r!.tokenLogprobs, expected);
+    const sum = expected.reduce((a, b) => a + b, 0);
+    expect(Math.abs(r!.logprob - sum)).toBeLessThan(1e-3);
+    expect(Math.abs(r!.meanLoss + sum / tokens.length)).toBeLessThan(1e-4);
+    const k = Math.floor(tokens.length * 0.3);
+    const lowest = [...expected].sort((a, b) => a - b).slice(0, k);
+    expect(Math.abs(r!.minKLogprob - lowest.reduce((a, b) => a + b, 0) / k)).toBeLessThan(1e-4);
+  });
+});
