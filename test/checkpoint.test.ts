@@ -1,0 +1,163 @@
+// Checkpoint loading: bf16 / f16 / sharded twins agree with their f32 single-file
+// twin, weights stay in the safetensors files, bad checkpoints fail naming file and tensor.
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine.js';
+import { SafetensorsCheckpoint, bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/checkpoint/safetensors.js';
+import { readModelConfig } from '../src/model/families.js';
+import { buildDecoderGraph } from '../src/model/decoder.js';
+import { resolveDevice, DeviceError } from '../src/device.js';
+import { writeSyntheticCheckpoint } from '../src/checkpoint/synthetic.js';
+import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+
+const engines: Engine[] = [];
+afterAll(async () => Promise.all(engines.map((e) => e.release())));
+async function load(dir: string) {
+  const e = await Engine.load(dir, { threads: 1 });
+  engines.push(e);
+  return e;
+}
+
+async function logprobsOf(e: Engine, tokens: number[]) {
+  const out = await e.forward({
+    rows: [{ tokens, startPosition: 0, pastRow: 0 }],
+    scored: tokens.slice(1).map((target, index) => ({ row: 0, index, target })),
+    topK: 0,
+    keepPresent: false,
+  });
+  return Array.from(out.logprobs);
+}
+
+describe('number formats', () => {
+  it('round-trips bf16 and f16 with round-to-nearest-even', () => {
+    for (const v of [0, 1, -2.5, 3.140625, 65504, 1e-3, -7.5e-5]) {
+      expect(f16ToF32(f32ToF16(v))).toBeCloseTo(v, Math.abs(v) < 1 ? 6 : 1);
+      expect(Math.abs(bf16ToF32(f32ToBf16(v)) - v)).toBeLessThanOrEqual(Math.abs(v) / 128);
+    }
+    expect(f32ToBf16(1 + 2 ** -8)).toBe(0x3f80); // tie → even
+    expect(f32ToBf16(1 + 3 * 2 ** -8)).toBe(0x3f82);
+    expect(f16ToF32(f32ToF16(1 + 2 ** -11))).toBe(1); // tie → even
+  });
+});
+
+describe.each(['bfloat16', 'float16'] as const)('%s checkpoint', (dtype) => {
+  it('gives the answers of its f32 twin holding the same rounded values', async () => {
+    const spec = FAMILY_FIXTURES.qwen2!;
+    const half = makeFixture(spec, { dtype });
+    // The twin: the same checkpoint in f32, holding the values the half file rounds to.
+    const ckpt = new SafetensorsCheckpoint(half.dir);
+    const twinDir = tempDir('twin');
+    writeSyntheticCheckpoint(twinDir, spec);
+    const { writeSafetensors } = await import('../src/checkpoint/safetensors.js');
+    const rounded = new Map([...half.tensors.keys()].map((n) => [n, { shape: half.tensors.get(n)!.shape, data: ckpt.readFloat32(n) }]));
+    writeSafetensors(path.join(twinDir, 'model.safetensors'), rounded);
+    const a = await load(half.dir);
+    const b = await load(twinDir);
+    const tokens = [5, 80, 123, 7, 250, 33, 99, 1, 17];
+    const la = await logprobsOf(a, tokens);
+    const lb = await logprobsOf(b, tokens);
+    la.forEach((v, i) => expect(Math.abs(v - lb[i]!)).toBeLessThan(1e-5));
+    // And the rounding really happened: the half file differs from the unrounded one.
+    const original = await load(makeFixture(spec).dir);
+    const lo = await logprobsOf(original, tokens);
+    expect(Math.max(...lo.map((v, i) => Math.abs(v - la[i]!)))).toBeGreaterThan(1e-6);
+  });
+});
+
+describe('sharded checkpoints', () => {
+  it('load through model.safetensors.index.json and agree with the single file', async () => {
+    const spec = FAMILY_FIXTURES.llama!;
+    const single = makeFixture(spec);
+    const sharded = makeFixture(spec, { shards: 3 });
+    expect(fs.existsSync(path.join(sharded.dir, 'model.safetensors.index.json'))).toBe(true);
+    expect(fs.readdirSync(sharded.dir).filter((f) => f.endsWith('.safetensors'))).toHaveLength(3);
+    const tokens = [9, 8, 7, 200, 100, 50, 25];
+    const la = await logprobsOf(await load(single.dir), tokens);
+    const lb = await logprobsOf(await load(sharded.dir), tokens);
+    la.forEach((v, i) => expect(Math.abs(v - lb[i]!)).toBeLessThan(1e-6));
+  });
+
+  it('follows Hugging Face cache symlinks to the real blobs folder', async () => {
+    const src = makeFixture(FAMILY_FIXTURES.gpt2!);
+    const snapshot = tempDir('snapshot');
+    for (const f of fs.readdirSync(src.dir)) fs.symlinkSync(path.join(src.dir, f), path.join(snapshot, f));
+    const tokens = [3, 4, 5, 6];
+    const la = await logprobsOf(await load(snapshot), tokens);
+    const lb = await logprobsOf(await load(src.dir), tokens);
+    expect(la).toEqual(lb);
+  });
+});
+
+describe('the graph references weights in place', () => {
+  it('serialises to a model far smaller than its weights', () => {
+    const fx = makeFixture({ ...FAMILY_FIXTURES.llama!, hidden: 128, intermediate: 256 });
+    const ckpt = new SafetensorsCheckpoint(fx.dir);
+    const weightBytes = fs.statSync(path.join(fx.dir, 'model.safetensors')).size;
+    const graph = buildDecoderGraph(readModelConfig(fx.dir), ckpt);
+    expect(graph.model.byteLength).toBeLessThan(weightBytes / 10);
+  });
+});
+
+describe('bad checkpoints', () => {
+  it('names an unknown model_type', () => {
+    const fx = makeFixture(FAMILY_FIXTURES.llama!);
+    const cfg = JSON.parse(fs.readFileSync(path.join(fx.dir, 'config.json'), 'utf8'));
+    fs.writeFileSync(path.join(fx.dir, 'config.json'), JSON.stringify({ ...cfg, model_type: 'mamba' }));
+    expect(() => readModelConfig(fx.dir)).toThrow(/config\.json: model_type "mamba" is not supported \(supported: llama, mistral, qwen2, gpt2\)/);
+  });
+
+  it('names a missing tensor and the folder', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.llama!);
+    const { writeSafetensors } = await import('../src/checkpoint/safetensors.js');
+    fx.tensors.delete('model.layers.1.mlp.up_proj.weight');
+    writeSafetensors(path.join(fx.dir, 'model.safetensors'), fx.tensors);
+    await expect(Engine.load(fx.dir)).rejects.toThrow(`${fx.dir}: tensor model.layers.1.mlp.up_proj.weight is missing`);
+  });
+
+  it('names a tensor whose shape disagrees with the config, and its file', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.mistral!);
+    const cfg = JSON.parse(fs.readFileSync(path.join(fx.dir, 'config.json'), 'utf8'));
+    fs.writeFileSync(path.join(fx.dir, 'config.json'), JSON.stringify({ ...cfg, intermediate_size: 41 }));
+    await expect(Engine.load(fx.dir)).rejects.toThrow(
+      /model\.safetensors: tensor model\.layers\.0\.mlp\.gate_proj\.weight has shape \[40,32\], config says \[41,32\]/,
+    );
+  });
+
+  it('refuses a truncated weights file', () => {
+    const fx = makeFixture(FAMILY_FIXTURES.gpt2!);
+    const file = path.join(fx.dir, 'model.safetensors');
+    fs.truncateSync(file, fs.statSync(file).size - 10);
+    expect(() => new SafetensorsCheckpoint(fx.dir)).toThrow(/model\.safetensors: tensor .* disagrees with shape/);
+  });
+});
+
+describe('devices', () => {
+  it('runs on cpu by default and refuses unknown devices', () => {
+    expect(resolveDevice().kind).toBe('cpu');
+    expect(() => resolveDevice({ device: 'tpu' })).toThrow(DeviceError);
+    expect(() => resolveDevice({ device: 'cpu', dtype: 'bfloat16' })).toThrow(/bfloat16 needs device cuda/);
+  });
+
+  it('says how to install the CUDA build when CUDA is asked for and absent', () => {
+    let cudaInstalled = true;
+    try {
+      resolveDevice({ device: 'cuda:0' });
+    } catch (e) {
+      cudaInstalled = false;
+      expect((e as Error).message).toMatch(/cuda:0: the CUDA build of onnxruntime-node is not installed.*ONNXRUNTIME_NODE_INSTALL=cuda12/);
+    }
+    if (cudaInstalled) expect(resolveDevice({ device: 'cuda:0' }).sessionOptions.executionProviders).toEqual([{ name: 'cuda', deviceId: 0 }]);
+  });
+
+  it('computes in float16 (the CUDA dtype) within half-precision tolerance of float32', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.llama!);
+    const f32 = await load(fx.dir);
+    const f16 = await Engine.load(fx.dir, { dtype: 'float16', threads: 1 });
+    engines.push(f16);
+    const tokens = [10, 20, 30, 40, 50, 60];
+    const a = await logprobsOf(f32, tokens);
+    const b = await logprobsOf(f16, tokens);
+    a.forEach((v, i) => expect(Math.abs(v - b[i]!)).toBeLessThan(0.05));
+  });
+});
