@@ -27,11 +27,11 @@ describe.skipIf(!present)('shared stories260K vs llama.cpp', () => {
   it('matches the teacher-forced log-probs within 1e-4, from token ids and from text', async () => {
     const expected = ref.logprobs.slice(1) as number[];
     const scorer = new Scorer(engine);
-    const [[byIds], [byText]] = await scorer.loglikelihood([
+    const results = await scorer.loglikelihood([
       { context: ref.tokens.slice(0, 1), continuations: [ref.tokens.slice(1)] },
       { context: '', continuations: [ref.text] },
     ]);
-    for (const r of [byIds!, byText!]) {
+    for (const r of results.map((item) => item[0]!)) {
       expect(r.tokenIds).toEqual(ref.tokens.slice(1));
       r.tokenLogprobs.forEach((lp, i) => expect(Math.abs(lp - expected[i]!)).toBeLessThan(1e-4));
     }
@@ -40,7 +40,7 @@ describe.skipIf(!present)('shared stories260K vs llama.cpp', () => {
   it('gives the same log-probs when the sentence is split into context and continuation', async () => {
     const scorer = new Scorer(engine);
     const cut = 12;
-    const [[r]] = await scorer.loglikelihood([{ context: ref.tokens.slice(0, cut), continuations: [ref.tokens.slice(cut), ref.tokens.slice(cut, cut + 3)] }]);
-    r!.tokenLogprobs.forEach((lp, i) => expect(Math.abs(lp - (ref.logprobs[cut + i] as number))).toBeLessThan(1e-4));
+    const results = await scorer.loglikelihood([{ context: ref.tokens.slice(0, cut), continuations: [ref.tokens.slice(cut), ref.tokens.slice(cut, cut + 3)] }]);
+    for (const r of results[0]!) r.tokenLogprobs.forEach((lp, i) => expect(Math.abs(lp - (ref.logprobs[cut + i] as number))).toBeLessThan(1e-4));
   });
 });

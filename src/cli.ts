@@ -1,0 +1,109 @@
+// ctxprobe command line: `serve` (the gRPC server) and `score` (one-off scoring as JSON).
+import path from 'node:path';
+import { Command, Option, InvalidArgumentError } from 'commander';
+import { DEFAULT_REPOSITORY, loadModel, readRepository, type LoadedModel, type ModelEntry } from './repository.js';
+import { startServer } from './server.js';
+import type { ComputeDType } from './model/decoder.js';
+
+const int = (name: string) => (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`${name} must be a whole number ≥ 0`);
+  return n;
+};
+
+const log = (line: Record<string, unknown>) => process.stderr.write(JSON.stringify({ time: new Date().toISOString(), ...line }) + '\n');
+
+interface ModelFlags {
+  model?: string;
+  device?: string;
+  dtype?: ComputeDType;
+  threads?: number;
+  maxLength?: number;
+  maxBatchTokens?: number;
+}
+
+function withModelFlags(cmd: Command): Command {
+  return cmd
+    .addOption(new Option('--model <dir>', 'a Hugging Face checkpoint folder (default: the small default model)').env('CTXPROBE_MODEL'))
+    .addOption(new Option('--device <device>', 'cpu, cuda or cuda:N').env('CTXPROBE_DEVICE'))
+    .addOption(new Option('--dtype <dtype>', 'compute dtype').choices(['float32', 'float16', 'bfloat16']).env('CTXPROBE_DTYPE'))
+    .addOption(new Option('--threads <n>', 'CPU threads (0: one per core)').argParser(int('threads')).env('CTXPROBE_THREADS'))
+    .addOption(new Option('--max-length <n>', "context length (default: the model's)").argParser(int('max-length')).env('CTXPROBE_MAX_LENGTH'))
+    .addOption(new Option('--max-batch-tokens <n>', 'padded tokens per forward pass').argParser(int('max-batch-tokens')).env('CTXPROBE_MAX_BATCH_TOKENS'));
+}
+
+/** The models to serve: one checkpoint from --model, else every config in the repository. */
+function entriesFrom(flags: ModelFlags & { models?: string; name?: string }): ModelEntry[] {
+  const overrides = {
+    ...(flags.device !== undefined && { device: flags.device }),
+    ...(flags.dtype !== undefined && { dtype: flags.dtype }),
+    ...(flags.threads !== undefined && { threads: flags.threads }),
+    ...(flags.maxLength !== undefined && { maxLength: flags.maxLength }),
+    ...(flags.maxBatchTokens !== undefined && { maxBatchTokens: flags.maxBatchTokens }),
+  };
+  if (flags.model) {
+    const dir = path.resolve(flags.model);
+    return [{ name: flags.name ?? path.basename(dir), path: dir, ...overrides }];
+  }
+  return readRepository(flags.models ?? DEFAULT_REPOSITORY).map((e) => ({ ...e, ...overrides }));
+}
+
+const program = new Command('ctxprobe').description('Log-likelihoods and attention statistics of causal LMs, served over gRPC');
+
+withModelFlags(program.command('serve').description('serve the models of a repository (or one --model) over gRPC'))
+  .addOption(new Option('--models <dir>', 'model repository: one JSON config per model').default(DEFAULT_REPOSITORY).env('CTXPROBE_MODELS'))
+  .addOption(new Option('--name <name>', 'name to serve --model under').env('CTXPROBE_MODEL_NAME'))
+  .addOption(new Option('--host <host>', 'address to bind').default('127.0.0.1').env('CTXPROBE_HOST'))
+  .addOption(new Option('--port <port>', 'gRPC port').default(50051).argParser(int('port')).env('CTXPROBE_PORT'))
+  .action(async (flags) => {
+    const models: LoadedModel[] = [];
+    for (const entry of entriesFrom(flags)) {
+      const m = await loadModel(entry);
+      log({ level: 'info', event: 'model_loaded', model: entry.name, path: entry.path, seconds: +m.loadSeconds.toFixed(3), ...m.engine.info });
+      if (entry.synthetic) log({ level: 'warn', event: 'random_weights', model: entry.name, message: 'this model has random weights; pass --model DIR for a real checkpoint' });
+      models.push(m);
+    }
+    const server = await startServer({ models, host: flags.host, port: flags.port, log: (l) => (l.level !== 'debug' || process.env.CTXPROBE_DEBUG) && log(l) });
+    log({ level: 'info', event: 'serving', address: server.address, models: models.map((m) => m.entry.name) });
+    const stop = async (signal: string) => {
+      log({ level: 'info', event: 'stopping', signal });
+      await server.shutdown();
+      await Promise.all(models.map((m) => m.engine.release()));
+      process.exit(0);
+    };
+    process.once('SIGTERM', () => void stop('SIGTERM'));
+    process.once('SIGINT', () => void stop('SIGINT'));
+  });
+
+withModelFlags(program.command('score').description('score continuations of a context (or --rolling texts) and print JSON'))
+  .option('--context <text>', 'the context', '')
+  .option('--continuation <text...>', 'one or more continuations')
+  .option('--rolling <text...>', 'texts to score with rolling log-likelihood instead')
+  .option('--min-k <percent>', 'Min-K% Prob k for --rolling', parseFloat, 20)
+  .option('--add-bos', 'add the tokenizer special tokens (BOS) to the text', false)
+  .option('--top-k <k>', 'also print the k most likely tokens per position', int('top-k'), 0)
+  .action(async (flags) => {
+    if (!flags.rolling && !flags.continuation) throw new InvalidArgumentError('give --continuation TEXT… or --rolling TEXT…');
+    const [entry] = entriesFrom(flags);
+    const m = await loadModel(entry!);
+    const tok = m.engine.tokenizer;
+    if (flags.rolling) {
+      const results = await m.scorer.rolling((flags.rolling as string[]).map((text) => ({ text, minKPercent: flags.minK })));
+      console.log(JSON.stringify({ model: entry!.name, rolling: results }, null, 2));
+    } else {
+      const [results] = await m.scorer.loglikelihood([{ context: flags.context, continuations: flags.continuation, addBos: flags.addBos, topK: flags.topK }]);
+      const pretty = results!.map((r, i) => ({
+        continuation: flags.continuation[i],
+        ...r,
+        tokens: r.tokenIds.map((id) => tok.tokenString(id)),
+        topK: r.topK?.map((t) => t.ids.map((id, k) => ({ id, token: tok.tokenString(id), logprob: t.logprobs[k] }))),
+      }));
+      console.log(JSON.stringify({ model: entry!.name, context: flags.context, results: pretty }, null, 2));
+    }
+    await m.engine.release();
+  });
+
+program.parseAsync().catch((err) => {
+  log({ level: 'error', message: (err as Error).message });
+  process.exit(1);
+});

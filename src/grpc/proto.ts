@@ -1,0 +1,23 @@
+// Loads proto/ctxprobe/v1/ctxprobe.proto with @grpc/proto-loader (no generated code).
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+
+export const PROTO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../proto');
+export const PROTO_FILE = 'ctxprobe/v1/ctxprobe.proto';
+
+export const LOADER_OPTIONS: protoLoader.Options = {
+  keepCase: false,
+  longs: Number,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+  includeDirs: [PROTO_DIR],
+};
+
+export function loadPackage() {
+  const def = protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS);
+  const pkg = grpc.loadPackageDefinition(def) as any;
+  return { def, v1: pkg.ctxprobe.v1 as { Scoring: grpc.ServiceClientConstructor } };
+}

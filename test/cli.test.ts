@@ -1,0 +1,65 @@
+// The default model and the command line, as a person on a fresh machine meets them.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { ensureCheckpoint, loadModel, readRepository } from '../src/repository.js';
+import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+describe('the default model', () => {
+  it('is a Llama checkpoint generated deterministically from its repository config', async () => {
+    const [entry] = readRepository();
+    expect(entry!.name).toBe('tiny-llama');
+    expect(entry!.synthetic?.family).toBe('llama');
+    const a = { ...entry!, path: path.join(tempDir('default-a'), 'm') };
+    const b = { ...entry!, path: path.join(tempDir('default-b'), 'm') };
+    ensureCheckpoint(a);
+    ensureCheckpoint(b);
+    for (const f of ['config.json', 'tokenizer.json', 'model.safetensors']) {
+      expect(fs.readFileSync(path.join(a.path, f)).equals(fs.readFileSync(path.join(b.path, f)))).toBe(true);
+    }
+    const m = await loadModel({ ...a, threads: 1 });
+    expect(m.engine.info.family).toBe('llama');
+    expect(m.engine.tokenizer.decode(m.engine.tokenizer.encode('Knowledge: the tower is tall.'))).toBe('Knowledge: the tower is tall.');
+    await m.engine.release();
+  });
+});
+
+describe('ctxprobe score', () => {
+  it('prints the library answer as JSON', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.qwen2!);
+    const out = execFileSync(
+      process.execPath,
+      [path.join(root, 'bin/ctxprobe.js'), 'score', '--model', fx.dir, '--threads', '1', '--context', 'User: Hi', '--continuation', ' Bot: hello', ' Bot: bye'],
+      { encoding: 'utf8' },
+    );
+    const printed = JSON.parse(out);
+    const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
+    const [direct] = await m.scorer.loglikelihood([{ context: 'User: Hi', continuations: [' Bot: hello', ' Bot: bye'] }]);
+    expect(printed.results.map((r: any) => r.continuation)).toEqual([' Bot: hello', ' Bot: bye']);
+    printed.results.forEach((r: any, i: number) => {
+      expect(r.tokenIds).toEqual(direct![i]!.tokenIds);
+      expect(Math.abs(r.logprob - direct![i]!.logprob)).toBeLessThan(1e-6);
+    });
+    const rolling = JSON.parse(
+      execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'score', '--model', fx.dir, '--rolling', 'Once upon a time', '--min-k', '50'], { encoding: 'utf8' }),
+    );
+    const [r] = await m.scorer.rolling([{ text: 'Once upon a time', minKPercent: 50 }]);
+    expect(Math.abs(rolling.rolling[0].meanLoss - r!.meanLoss)).toBeLessThan(1e-9);
+    await m.engine.release();
+  });
+
+  it('fails with a clear message for a folder that is not a checkpoint', () => {
+    const empty = tempDir('empty');
+    let stderr = '';
+    try {
+      execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'score', '--model', empty, '--continuation', 'x'], { encoding: 'utf8', stdio: 'pipe' });
+    } catch (e) {
+      stderr = (e as { stderr: string }).stderr;
+    }
+    expect(stderr).toContain(`${empty} has no config.json`);
+  });
+});
