@@ -150,7 +150,8 @@ export class Engine {
       scoreRows[n] = BigInt(s.row * T + s.index);
       targetIds[n] = BigInt(s.target);
     });
-    const k = Math.min(Math.max(1, req.topK), c.vocabSize);
+    // TopK runs whether or not its outputs are fetched: k = 0 makes it free.
+    const k = Math.min(Math.max(0, req.topK), c.vocabSize);
 
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor('int64', inputIds, [B, T]),

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
+import { Scorer } from '../src/scoring.js';
 import { SafetensorsCheckpoint, bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/checkpoint/safetensors.js';
 import { readModelConfig } from '../src/model/families.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
@@ -159,5 +160,10 @@ describe('devices', () => {
     const a = await logprobsOf(f32, tokens);
     const b = await logprobsOf(f16, tokens);
     a.forEach((v, i) => expect(Math.abs(v - b[i]!)).toBeLessThan(0.05));
+    // The float16 KV cache crosses the graph boundary when a prefix is shared.
+    const requests = [{ context: [5, 6, 7, 8, 9], continuations: [[10, 11], [12]] }];
+    const [shared] = await new Scorer(f16).loglikelihood(requests);
+    const [reference] = await new Scorer(f32, { prefixSharing: false }).loglikelihood(requests);
+    shared!.forEach((c, j) => c.tokenLogprobs.forEach((lp, k) => expect(Math.abs(lp - reference![j]!.tokenLogprobs[k]!)).toBeLessThan(0.05)));
   });
 });

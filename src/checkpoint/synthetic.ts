@@ -15,8 +15,10 @@ export interface SyntheticSpec {
   heads: number;
   kvHeads: number;
   intermediate: number;
-  /** Tokenizer vocabulary target (bytes + specials + merges); weights may pad above it. */
+  /** Tokenizer vocabulary target (bytes + specials + merges). */
   vocab: number;
+  /** Embedding rows, padded above the tokenizer's vocabulary (default: next multiple of 8). */
+  vocabSize?: number;
   maxPositions: number;
   tied?: boolean;
   seed?: number;
@@ -159,7 +161,7 @@ export function writeSyntheticCheckpoint(dir: string, s: SyntheticSpec, options:
   fs.mkdirSync(dir, { recursive: true });
   const tok = byteLevelBpe(s.vocab, s.family !== 'gpt2');
   // Real checkpoints often pad the embedding rows above the tokenizer's vocabulary.
-  const vocabSize = Math.ceil(tok.size / 8) * 8;
+  const vocabSize = Math.max(s.vocabSize ?? 0, Math.ceil(tok.size / 8) * 8);
   const tensors = syntheticTensors(s, vocabSize);
   fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(hfConfig(s, vocabSize, tok.ids), null, 2));
   fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok.json));
