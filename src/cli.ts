@@ -1,8 +1,8 @@
 // ctxprobe command line: `serve` (the gRPC server) and `score` (one-off scoring as JSON).
 import path from 'node:path';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { DEFAULT_REPOSITORY, loadModel, readRepository, type LoadedModel, type ModelEntry } from './repository.js';
-import { startServer } from './server.js';
+import { DEFAULT_REPOSITORY, loadModel, readRepository, type ModelEntry } from './repository.js';
+import { CtxprobeServer } from './server.js';
 import type { ComputeDType } from './model/decoder.js';
 
 const int = (name: string) => (value: string) => {
@@ -55,24 +55,46 @@ withModelFlags(program.command('serve').description('serve the models of a repos
   .addOption(new Option('--name <name>', 'name to serve --model under').env('CTXPROBE_MODEL_NAME'))
   .addOption(new Option('--host <host>', 'address to bind').default('127.0.0.1').env('CTXPROBE_HOST'))
   .addOption(new Option('--port <port>', 'gRPC port').default(50051).argParser(int('port')).env('CTXPROBE_PORT'))
+  .addOption(new Option('--metrics-host <host>', 'address of the Prometheus endpoint (default: --host)').env('CTXPROBE_METRICS_HOST'))
+  .addOption(new Option('--metrics-port <port>', 'Prometheus /metrics port').default(9464).argParser(int('metrics-port')).env('CTXPROBE_METRICS_PORT'))
+  .addOption(new Option('--max-queue-delay-ms <ms>', 'how long a request may wait for others to batch with').default(5).argParser(int('max-queue-delay-ms')).env('CTXPROBE_MAX_QUEUE_DELAY_MS'))
+  .addOption(new Option('--max-round-tokens <n>', 'tokens gathered per scheduling round (default: 4 × max batch tokens)').argParser(int('max-round-tokens')).env('CTXPROBE_MAX_ROUND_TOKENS'))
+  .addOption(new Option('--max-queued-tokens <n>', 'queued tokens per model before RESOURCE_EXHAUSTED').default(1 << 20).argParser(int('max-queued-tokens')).env('CTXPROBE_MAX_QUEUED_TOKENS'))
+  .addOption(new Option('--max-items <n>', 'items per Score / ScoreRolling call').default(4096).argParser(int('max-items')).env('CTXPROBE_MAX_ITEMS'))
+  .addOption(new Option('--max-message-bytes <n>', 'largest gRPC message, each way').default(64 * 1024 * 1024).argParser(int('max-message-bytes')).env('CTXPROBE_MAX_MESSAGE_BYTES'))
+  .addOption(new Option('--log-level <level>', 'debug logs one line per call').choices(['debug', 'info']).default('info').env('CTXPROBE_LOG_LEVEL'))
   .action(async (flags) => {
-    const models: LoadedModel[] = [];
-    for (const entry of entriesFrom(flags)) {
-      const m = await loadModel(entry);
-      log({ level: 'info', event: 'model_loaded', model: entry.name, path: entry.path, seconds: +m.loadSeconds.toFixed(3), ...m.engine.info });
-      if (entry.synthetic) log({ level: 'warn', event: 'random_weights', model: entry.name, message: 'this model has random weights; pass --model DIR for a real checkpoint' });
-      models.push(m);
-    }
-    const server = await startServer({ models, host: flags.host, port: flags.port, log: (l) => (l.level !== 'debug' || process.env.CTXPROBE_DEBUG) && log(l) });
-    log({ level: 'info', event: 'serving', address: server.address, models: models.map((m) => m.entry.name) });
+    const serverLog = (l: Record<string, unknown>) => (l.level !== 'debug' || flags.logLevel === 'debug') && log(l);
+    const server = await CtxprobeServer.start({
+      host: flags.host,
+      port: flags.port,
+      metricsHost: flags.metricsHost,
+      metricsPort: flags.metricsPort,
+      maxMessageBytes: flags.maxMessageBytes,
+      maxItemsPerRequest: flags.maxItems,
+      batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
+      log: serverLog,
+    });
+    log({ level: 'info', event: 'listening', address: server.address, metricsPort: server.metricsPort, health: 'NOT_SERVING' });
+    let stopping = false;
     const stop = async (signal: string) => {
-      log({ level: 'info', event: 'stopping', signal });
-      await server.shutdown();
-      await Promise.all(models.map((m) => m.engine.release()));
+      if (stopping) return;
+      stopping = true;
+      log({ level: 'info', event: 'draining', signal });
+      await server.close();
+      log({ level: 'info', event: 'stopped' });
       process.exit(0);
     };
     process.once('SIGTERM', () => void stop('SIGTERM'));
     process.once('SIGINT', () => void stop('SIGINT'));
+    for (const entry of entriesFrom(flags)) {
+      const m = await loadModel(entry);
+      log({ level: 'info', event: 'model_loaded', model: entry.name, path: entry.path, seconds: +m.loadSeconds.toFixed(3), ...m.engine.info });
+      if (entry.synthetic) log({ level: 'warn', event: 'random_weights', model: entry.name, message: 'this model has random weights; pass --model DIR for a real checkpoint' });
+      server.addModel(m);
+    }
+    server.setServing();
+    log({ level: 'info', event: 'serving', address: server.address, models: [...server.models.keys()] });
   });
 
 withModelFlags(program.command('score').description('score continuations of a context (or --rolling texts) and print JSON'))

@@ -27,6 +27,8 @@ export interface LoglikelihoodRequest {
   topK?: number;
   /** `left` (harness default): drop context tokens from the left; `error`: refuse. */
   truncation?: 'left' | 'error';
+  /** How error messages name this request (default `items[i]`). */
+  field?: string;
 }
 
 export interface TopK {
@@ -87,6 +89,15 @@ export interface Unit {
   topK: number;
 }
 
+/** Requests turned into units, and how to turn the units' scores back into answers. */
+export interface Prepared<T> {
+  units: Unit[];
+  finish(scores: UnitScore[]): T;
+}
+
+/** Tokens a unit costs to compute in full (its queue and budget weight). */
+export const unitTokens = (u: Unit) => u.prefix.length + u.tail.length;
+
 export interface UnitScore {
   logprobs: number[];
   greedy: boolean[];
@@ -101,6 +112,8 @@ export class Scorer {
   readonly maxBatchTokens: number;
   readonly prefixSharing: boolean;
   readonly maxTopK: number;
+  /** Tokens run through the model so far (a shared prefix counts once). */
+  tokensComputed = 0;
 
   constructor(
     readonly engine: Engine,
@@ -160,11 +173,18 @@ export class Scorer {
   }
 
   async loglikelihood(requests: LoglikelihoodRequest[]): Promise<ContinuationScore[][]> {
+    const prepared = this.prepareLoglikelihood(requests);
+    return prepared.finish(await this.scoreUnits(prepared.units));
+  }
+
+  /** Validate and encode requests into units (throws ScoringError before any work is
+   * queued); `finish` turns the units' scores into answers. */
+  prepareLoglikelihood(requests: LoglikelihoodRequest[]): Prepared<ContinuationScore[][]> {
     const units: Unit[] = [];
     const meta: { numChars: number; numBytes: number; truncated: number }[] = [];
     const shape: number[] = [];
     requests.forEach((req, i) => {
-      const field = `items[${i}]`;
+      const field = req.field ?? `items[${i}]`;
       const topK = req.topK ?? 0;
       if (!Number.isInteger(topK) || topK < 0 || topK > this.maxTopK) {
         throw new ScoringError(`${field}.top_k`, `must be a whole number in [0, ${this.maxTopK}] (got ${topK})`);
@@ -198,9 +218,9 @@ export class Scorer {
         meta.push({ numChars: [...text].length, numBytes: Buffer.byteLength(text, 'utf8'), truncated });
       });
     });
-    const scored = await this.scoreUnits(units);
-    let u = 0;
-    return shape.map((count) =>
+    const finish = (scored: UnitScore[]) => {
+      let u = 0;
+      return shape.map((count) =>
       Array.from({ length: count }, () => {
         const s = scored[u]!;
         const m = meta[u]!;
@@ -218,12 +238,19 @@ export class Scorer {
           truncatedTokens: m.truncated,
         };
       }),
-    );
+      );
+    };
+    return { units, finish };
   }
 
   // ---- rolling log-likelihood ----------------------------------------------------------
 
   async rolling(requests: RollingRequest[]): Promise<RollingScore[]> {
+    const prepared = this.prepareRolling(requests);
+    return prepared.finish(await this.scoreUnits(prepared.units));
+  }
+
+  prepareRolling(requests: RollingRequest[]): Prepared<RollingScore[]> {
     const units: Unit[] = [];
     const spans: { tokens: number[]; first: number; count: number; k: number }[] = [];
     requests.forEach((req, i) => {
@@ -242,8 +269,8 @@ export class Scorer {
       spans.push({ tokens, first: units.length, count: windows.length, k });
       for (const [ctx, cont] of windows) units.push(this.toUnit(ctx, cont, 0, 'left', field).unit);
     });
-    const scored = await this.scoreUnits(units);
-    return spans.map(({ tokens, first, count, k }) => {
+    const finish = (scored: UnitScore[]) =>
+      spans.map(({ tokens, first, count, k }) => {
       const logprobs = scored.slice(first, first + count).flatMap((s) => s.logprobs);
       const sum = logprobs.reduce((a, b) => a + b, 0);
       const n = logprobs.length;
@@ -260,6 +287,7 @@ export class Scorer {
         numWindows: count,
       };
     });
+    return { units, finish };
   }
 
   // ---- scheduling units onto forward passes ----------------------------------------------
@@ -297,6 +325,7 @@ export class Scorer {
     for (const groupBatch of prefixBatches) {
       const prefixRows: Row[] = groupBatch.map((g) => ({ tokens: units[g[0]!]!.prefix, startPosition: 0, pastRow: 0 }));
       const { present } = await this.engine.forward({ rows: prefixRows, scored: [], topK: 0, keepPresent: true });
+      this.tokensComputed += prefixRows.reduce((n, r) => n + r.tokens.length, 0);
       const tailRows = groupBatch.flatMap((g, groupIndex) =>
         g.map((i) => {
           const u = units[i]!;
@@ -321,6 +350,7 @@ export class Scorer {
       units[r.unit]!.targets.forEach((target, j) => scored.push({ row, index: r.scoredFrom + j, target }));
     });
     const topK = Math.max(0, ...rows.map((r) => units[r.unit]!.topK));
+    this.tokensComputed += rows.reduce((n, r) => n + r.tokens.length, 0);
     const out = await this.engine.forward({
       rows: rows.map((r) => ({ tokens: r.tokens, startPosition: r.start, pastRow: r.pastRow })),
       past,

@@ -1,41 +1,116 @@
-// The gRPC server: binds, serves the Scoring service, shuts down cleanly.
+// The server: gRPC (Scoring, grpc.health.v1, reflection) plus Prometheus /metrics.
+//
+// Lifecycle, as the health service reports it:
+//   start()       binds both ports; health NOT_SERVING
+//   addModel()    each loaded model gets its batcher
+//   setServing()  health SERVING once every model is loaded
+//   drain()       health NOT_SERVING; new work UNAVAILABLE; queued work finishes; exit
 import * as grpc from '@grpc/grpc-js';
+import { HealthImplementation } from 'grpc-health-check';
+import { ReflectionService } from '@grpc/reflection';
 import { loadPackage } from './grpc/proto.js';
-import { scoringService } from './grpc/service.js';
+import { scoringService, type ServedModel, type ServiceContext } from './grpc/service.js';
+import { Batcher, type BatcherOptions } from './batcher.js';
+import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
 
+export const SCORING_SERVICE = 'ctxprobe.v1.Scoring';
+
 export interface ServerOptions {
-  models: LoadedModel[];
   host?: string;
-  /** 0 picks a free port. */
+  /** gRPC port; 0 picks a free one. */
   port?: number;
+  /** Prometheus port; 0 picks a free one, -1 serves no metrics. */
+  metricsPort?: number;
+  metricsHost?: string;
   maxMessageBytes?: number;
+  maxItemsPerRequest?: number;
+  batcher?: BatcherOptions;
   log?: (line: Record<string, unknown>) => void;
 }
 
-export interface RunningServer {
-  port: number;
-  address: string;
-  shutdown(): Promise<void>;
-}
+export class CtxprobeServer {
+  readonly metrics = new Metrics();
+  readonly models = new Map<string, ServedModel>();
+  private readonly order: string[] = [];
+  private readonly health = new HealthImplementation({ '': 'NOT_SERVING', [SCORING_SERVICE]: 'NOT_SERVING' });
+  private readonly inFlight = { count: 0 };
+  private loading = true;
+  private draining = false;
+  private metricsServer?: { port: number; close(): Promise<void> };
+  port = 0;
 
-export async function startServer(options: ServerOptions): Promise<RunningServer> {
-  if (options.models.length === 0) throw new Error('no models to serve');
-  const maxBytes = options.maxMessageBytes ?? 64 * 1024 * 1024;
-  const server = new grpc.Server({
-    'grpc.max_receive_message_length': maxBytes,
-    'grpc.max_send_message_length': maxBytes,
-  });
-  const { v1 } = loadPackage();
-  server.addService(v1.Scoring.service, scoringService({ models: options.models, log: options.log }));
-  const host = options.host ?? '127.0.0.1';
-  const address = `${host.includes(':') ? `[${host}]` : host}:${options.port ?? 50051}`;
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound))),
-  );
-  return {
-    port,
-    address: `${host}:${port}`,
-    shutdown: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
-  };
+  private constructor(
+    private readonly grpcServer: grpc.Server,
+    private readonly options: ServerOptions,
+  ) {}
+
+  static async start(options: ServerOptions = {}): Promise<CtxprobeServer> {
+    const maxBytes = options.maxMessageBytes ?? 64 * 1024 * 1024;
+    const grpcServer = new grpc.Server({ 'grpc.max_receive_message_length': maxBytes, 'grpc.max_send_message_length': maxBytes });
+    const server = new CtxprobeServer(grpcServer, options);
+    const { def, v1 } = loadPackage();
+    const log = options.log ?? (() => {});
+    const ctx: ServiceContext = {
+      models: server.models,
+      defaultModel: () => server.models.get(server.order[0] ?? ''),
+      loading: () => server.loading,
+      draining: () => server.draining,
+      metrics: server.metrics,
+      maxItemsPerRequest: options.maxItemsPerRequest ?? 4096,
+      log,
+      inFlight: server.inFlight,
+    };
+    grpcServer.addService(v1.Scoring.service, scoringService(ctx) as grpc.UntypedServiceImplementation);
+    server.health.addToServer(grpcServer);
+    new ReflectionService(def).addToServer(grpcServer);
+    const host = options.host ?? '127.0.0.1';
+    const address = `${host.includes(':') ? `[${host}]` : host}:${options.port ?? 50051}`;
+    server.port = await new Promise<number>((resolve, reject) =>
+      grpcServer.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound))),
+    );
+    if ((options.metricsPort ?? 9464) >= 0) {
+      server.metricsServer = await server.metrics.serve(options.metricsHost ?? host, options.metricsPort ?? 9464);
+    }
+    return server;
+  }
+
+  get address(): string {
+    return `${this.options.host ?? '127.0.0.1'}:${this.port}`;
+  }
+
+  get metricsPort(): number | undefined {
+    return this.metricsServer?.port;
+  }
+
+  addModel(loaded: LoadedModel): void {
+    const name = loaded.entry.name;
+    const batcher = new Batcher(name, loaded.scorer, this.options.batcher, this.metrics);
+    this.models.set(name, { ...loaded, batcher });
+    this.order.push(name);
+    this.metrics.modelLoadSeconds.set({ model: name }, loaded.loadSeconds);
+  }
+
+  setServing(): void {
+    this.loading = false;
+    this.health.setStatus('', 'SERVING');
+    this.health.setStatus(SCORING_SERVICE, 'SERVING');
+  }
+
+  /** Stop taking work, finish what is queued and in flight, then close both ports. */
+  async drain(): Promise<void> {
+    this.draining = true;
+    this.health.setStatus('', 'NOT_SERVING');
+    this.health.setStatus(SCORING_SERVICE, 'NOT_SERVING');
+    await Promise.all([...this.models.values()].map((m) => m.batcher.idle()));
+    while (this.inFlight.count > 0) await new Promise((r) => setTimeout(r, 5));
+    await new Promise<void>((resolve) => this.grpcServer.tryShutdown(() => resolve()));
+    await this.metricsServer?.close();
+  }
+
+  /** Drain, then release the models' sessions. */
+  async close(): Promise<void> {
+    await this.drain();
+    await Promise.all([...this.models.values()].map((m) => m.engine.release()));
+  }
 }

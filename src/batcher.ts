@@ -1,0 +1,176 @@
+// The dynamic batcher: one queue per model, shared by every client.
+//
+// Requests arrive as units (scoring.ts). A scheduling round starts when the queue holds
+// a round's worth of tokens or its oldest request has waited `maxQueueDelayMs`; it takes
+// requests in arrival order up to `maxRoundTokens` and hands all their units to the
+// scorer at once, which computes each distinct prefix once (across requests and
+// clients), packs rows of similar length into passes of `maxBatchTokens`, and returns
+// every unit's answer. Cancelled or expired requests are dropped before their round.
+import type { Metrics } from './metrics.js';
+import { unitTokens, type Scorer, type Unit, type UnitScore } from './scoring.js';
+
+export interface BatcherOptions {
+  /** Tokens gathered into one scheduling round (the scorer splits it into passes). */
+  maxRoundTokens?: number;
+  /** How long the first request in the queue may wait for others to join it. */
+  maxQueueDelayMs?: number;
+  /** Tokens waiting in the queue before new requests are refused. */
+  maxQueuedTokens?: number;
+}
+
+export class QueueFullError extends Error {}
+export class CancelledError extends Error {}
+
+interface Job {
+  units: Unit[];
+  tokens: number;
+  enqueuedAt: number;
+  cancelled: boolean;
+  resolve(scores: UnitScore[]): void;
+  reject(err: unknown): void;
+}
+
+export interface Submitted {
+  result: Promise<UnitScore[]>;
+  /** Drop the request: it leaves the queue (or its answer is discarded if running). */
+  cancel(): void;
+}
+
+export class Batcher {
+  readonly maxRoundTokens: number;
+  readonly maxQueueDelayMs: number;
+  readonly maxQueuedTokens: number;
+  private readonly queue: Job[] = [];
+  private queuedTokens = 0;
+  private running = false;
+  private timer: NodeJS.Timeout | undefined;
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(
+    private readonly model: string,
+    private readonly scorer: Scorer,
+    options: BatcherOptions = {},
+    private readonly metrics?: Metrics,
+  ) {
+    this.maxRoundTokens = options.maxRoundTokens ?? 4 * scorer.maxBatchTokens;
+    this.maxQueueDelayMs = options.maxQueueDelayMs ?? 5;
+    this.maxQueuedTokens = options.maxQueuedTokens ?? 1 << 20;
+  }
+
+  get queuedItems(): number {
+    return this.queue.reduce((n, j) => n + j.units.length, 0);
+  }
+
+  submit(units: Unit[]): Submitted {
+    const tokens = units.reduce((n, u) => n + unitTokens(u), 0);
+    if (this.queuedTokens + tokens > this.maxQueuedTokens) {
+      return {
+        result: Promise.reject(new QueueFullError(`queue of model ${this.model} is full (${this.queuedTokens} tokens waiting, limit ${this.maxQueuedTokens})`)),
+        cancel: () => {},
+      };
+    }
+    let job!: Job;
+    const result = new Promise<UnitScore[]>((resolve, reject) => {
+      job = { units, tokens, enqueuedAt: performance.now(), cancelled: false, resolve, reject };
+    });
+    this.queue.push(job);
+    this.queuedTokens += tokens;
+    this.metrics?.unitsQueued.inc({ model: this.model }, units.length);
+    this.schedule();
+    return {
+      result,
+      cancel: () => {
+        if (job.cancelled) return;
+        job.cancelled = true;
+        const at = this.queue.indexOf(job);
+        if (at >= 0) {
+          this.queue.splice(at, 1);
+          this.dequeued(job);
+        }
+        job.reject(new CancelledError('cancelled'));
+      },
+    };
+  }
+
+  /** Resolves once the queue is empty and no round is running (for draining). */
+  idle(): Promise<void> {
+    if (!this.running && this.queue.length === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private dequeued(job: Job): void {
+    this.queuedTokens -= job.tokens;
+    this.metrics?.unitsQueued.dec({ model: this.model }, job.units.length);
+  }
+
+  private schedule(): void {
+    if (this.running) return;
+    if (this.queue.length === 0) {
+      this.idleWaiters.splice(0).forEach((w) => w());
+      return;
+    }
+    const waited = performance.now() - this.queue[0]!.enqueuedAt;
+    if (this.queuedTokens >= this.maxRoundTokens || waited >= this.maxQueueDelayMs) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+      void this.runRound();
+    } else if (!this.timer) {
+      this.timer = setTimeout(() => {
+        this.timer = undefined;
+        this.schedule();
+      }, this.maxQueueDelayMs - waited);
+    }
+  }
+
+  private async runRound(): Promise<void> {
+    this.running = true;
+    const jobs: Job[] = [];
+    let tokens = 0;
+    while (this.queue.length > 0 && (jobs.length === 0 || tokens + this.queue[0]!.tokens <= this.maxRoundTokens)) {
+      const job = this.queue.shift()!;
+      this.dequeued(job);
+      jobs.push(job);
+      tokens += job.tokens;
+    }
+    const now = performance.now();
+    const units = jobs.reduce((n, j) => n + j.units.length, 0);
+    for (const j of jobs) this.metrics?.queueWaitSeconds.observe({ model: this.model }, (now - j.enqueuedAt) / 1000);
+    this.metrics?.batchUnits.observe({ model: this.model }, units);
+    this.metrics?.batchTokens.observe({ model: this.model }, tokens);
+    this.metrics?.unitsInFlight.inc({ model: this.model }, units);
+    const computedBefore = this.scorer.tokensComputed;
+    try {
+      await this.score(jobs);
+    } finally {
+      this.metrics?.tokensComputed.inc({ model: this.model }, this.scorer.tokensComputed - computedBefore);
+      this.metrics?.unitsInFlight.dec({ model: this.model }, units);
+      this.metrics?.forwardSeconds.observe({ model: this.model }, (performance.now() - now) / 1000);
+      this.running = false;
+      this.schedule();
+    }
+  }
+
+  /** Score the jobs of a round together; if that fails, each alone, so one request's
+   * failure never costs another client its answer. */
+  private async score(jobs: Job[]): Promise<void> {
+    const live = jobs.filter((j) => !j.cancelled);
+    if (live.length === 0) return;
+    try {
+      const scores = await this.scorer.scoreUnits(live.flatMap((j) => j.units));
+      let at = 0;
+      for (const j of live) {
+        j.resolve(scores.slice(at, at + j.units.length));
+        at += j.units.length;
+      }
+    } catch (err) {
+      if (live.length === 1) return live[0]!.reject(err);
+      for (const j of live) {
+        try {
+          j.resolve(await this.scorer.scoreUnits(j.units));
+        } catch (e) {
+          j.reject(e);
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,101 @@
+// Prometheus metrics (prom-client), served on their own HTTP port at /metrics.
+import http from 'node:http';
+import client from 'prom-client';
+
+export class Metrics {
+  readonly registry = new client.Registry();
+  readonly requests: client.Counter<'method' | 'code'>;
+  readonly requestSeconds: client.Histogram<'method'>;
+  readonly itemsScored: client.Counter<'model'>;
+  readonly tokensScored: client.Counter<'model'>;
+  readonly tokensComputed: client.Counter<'model'>;
+  readonly batchUnits: client.Histogram<'model'>;
+  readonly batchTokens: client.Histogram<'model'>;
+  readonly queueWaitSeconds: client.Histogram<'model'>;
+  readonly forwardSeconds: client.Histogram<'model'>;
+  readonly unitsQueued: client.Gauge<'model'>;
+  readonly unitsInFlight: client.Gauge<'model'>;
+  readonly modelLoadSeconds: client.Gauge<'model'>;
+
+  constructor() {
+    const registers = [this.registry];
+    client.collectDefaultMetrics({ register: this.registry }); // process_resident_memory_bytes, nodejs_heap_*, …
+    this.requests = new client.Counter({ name: 'ctxprobe_requests_total', help: 'gRPC calls by method and status code', labelNames: ['method', 'code'], registers });
+    this.requestSeconds = new client.Histogram({
+      name: 'ctxprobe_request_duration_seconds',
+      help: 'gRPC call latency, from arrival to answer',
+      labelNames: ['method'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+    this.itemsScored = new client.Counter({ name: 'ctxprobe_items_scored_total', help: 'Continuations and rolling texts scored', labelNames: ['model'], registers });
+    this.tokensScored = new client.Counter({ name: 'ctxprobe_tokens_scored_total', help: 'Tokens whose log-prob was returned', labelNames: ['model'], registers });
+    this.tokensComputed = new client.Counter({
+      name: 'ctxprobe_tokens_computed_total',
+      help: 'Tokens run through the model (a shared prefix counts once)',
+      labelNames: ['model'],
+      registers,
+    });
+    this.batchUnits = new client.Histogram({
+      name: 'ctxprobe_batch_size',
+      help: 'Scored sequences per scheduling round',
+      labelNames: ['model'],
+      buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+      registers,
+    });
+    this.batchTokens = new client.Histogram({
+      name: 'ctxprobe_batch_tokens',
+      help: 'Tokens per scheduling round (before prefix sharing)',
+      labelNames: ['model'],
+      buckets: [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+      registers,
+    });
+    this.queueWaitSeconds = new client.Histogram({
+      name: 'ctxprobe_queue_wait_seconds',
+      help: 'Time a request waited in the model queue',
+      labelNames: ['model'],
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    this.forwardSeconds = new client.Histogram({
+      name: 'ctxprobe_forward_seconds',
+      help: 'Engine time of one scheduling round',
+      labelNames: ['model'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    this.unitsQueued = new client.Gauge({ name: 'ctxprobe_queued_items', help: 'Scored sequences waiting in the queue', labelNames: ['model'], registers });
+    this.unitsInFlight = new client.Gauge({ name: 'ctxprobe_in_flight_items', help: 'Scored sequences in the running round', labelNames: ['model'], registers });
+    this.modelLoadSeconds = new client.Gauge({ name: 'ctxprobe_model_load_seconds', help: 'Time to load each model', labelNames: ['model'], registers });
+  }
+
+  /** Serve /metrics over HTTP; resolves with the bound port. */
+  async serve(host: string, port: number): Promise<{ port: number; close(): Promise<void> }> {
+    const server = http.createServer((req, res) => {
+      if (req.method === 'GET' && req.url?.split('?')[0] === '/metrics') {
+        this.registry.metrics().then(
+          (body) => {
+            res.writeHead(200, { 'Content-Type': this.registry.contentType });
+            res.end(body);
+          },
+          (err: Error) => {
+            res.writeHead(500);
+            res.end(err.message);
+          },
+        );
+      } else {
+        res.writeHead(404);
+        res.end('not found: metrics are at /metrics\n');
+      }
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, () => resolve());
+    });
+    const address = server.address();
+    return {
+      port: typeof address === 'object' && address ? address.port : port,
+      close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    };
+  }
+}

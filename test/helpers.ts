@@ -1,0 +1,42 @@
+// Helpers for tests that talk to a real server on loopback.
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { loadPackage } from '../src/grpc/proto.js';
+
+const require = createRequire(import.meta.url);
+
+export function scoringClient(port: number): any {
+  const { v1 } = loadPackage();
+  return new v1.Scoring(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+}
+
+export function unary(client: any, method: string, req: unknown, options: grpc.CallOptions = {}): Promise<any> {
+  return new Promise((resolve, reject) => client[method](req, options, (err: grpc.ServiceError | null, res: any) => (err ? reject(err) : resolve(res))));
+}
+
+export function healthClient(port: number): any {
+  const protoPath = path.join(path.dirname(require.resolve('grpc-health-check/package.json')), 'proto/health/v1/health.proto');
+  const pkg = grpc.loadPackageDefinition(protoLoader.loadSync(protoPath, { keepCase: true, enums: String })) as any;
+  return new pkg.grpc.health.v1.Health(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+}
+
+export function reflectionClient(port: number): any {
+  const protoPath = path.join(path.dirname(require.resolve('@grpc/reflection/package.json')), 'build/proto/grpc/reflection/v1/reflection.proto');
+  const pkg = grpc.loadPackageDefinition(protoLoader.loadSync(protoPath, { keepCase: true })) as any;
+  return new pkg.grpc.reflection.v1.ServerReflection(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+}
+
+/** Parse Prometheus text format into `name{labels}` → value. */
+export async function scrape(port: number): Promise<Map<string, number>> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const values = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (\S+)$/.exec(line);
+    if (!m) throw new Error(`unparseable metrics line: ${line}`);
+    values.set(m[1]!, Number(m[2]));
+  }
+  return values;
+}
