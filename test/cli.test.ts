@@ -63,3 +63,38 @@ describe('ctxprobe score', () => {
     expect(stderr).toContain(`${empty} has no config.json`);
   });
 });
+
+describe('ctxprobe serve', () => {
+  it('binds, serves, and on SIGTERM finishes the call in flight before exiting 0', async () => {
+    const { spawn } = await import('node:child_process');
+    const { scoringClient, unary } = await import('./helpers.js');
+    const fx = makeFixture(FAMILY_FIXTURES.llama!);
+    const child = spawn(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'serve', '--model', fx.dir, '--port', '0', '--metrics-port', '0', '--threads', '1', '--max-queue-delay-ms', '300'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    const lines: any[] = [];
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    const serving = new Promise<any>((resolve) => {
+      let buf = '';
+      child.stderr!.on('data', (d) => {
+        buf += d;
+        for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+          const line = JSON.parse(buf.slice(0, nl));
+          buf = buf.slice(nl + 1);
+          lines.push(line);
+          if (line.event === 'serving') resolve(line);
+        }
+      });
+    });
+    const { address } = await serving;
+    const client = scoringClient(Number(address.split(':').pop()));
+    const pending = unary(client, 'Score', { items: [{ id: 'q', contextText: 'Hello', continuationsText: [' world'] }] });
+    await new Promise((r) => setTimeout(r, 50));
+    child.kill('SIGTERM');
+    const answer = await pending;
+    expect(answer.items[0].continuations[0].numTokens).toBeGreaterThan(0);
+    expect(await exited).toBe(0);
+    expect(lines.map((l) => l.event)).toEqual(expect.arrayContaining(['listening', 'model_loaded', 'serving', 'draining', 'stopped']));
+    client.close();
+  });
+});

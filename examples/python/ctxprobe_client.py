@@ -1,0 +1,112 @@
+"""A small Python client for ctxprobe, over the stubs generated from proto/.
+
+    examples/python/generate.sh                  # once: stubs into examples/python/generated
+    python3 examples/python/ctxprobe_client.py --context "User: Hi Bot:" --continuation " hello" " bye"
+
+As a library:
+
+    client = Client("127.0.0.1:50051")
+    scores = client.score("User: Hi Bot:", [" hello", " bye"])       # one context, several continuations
+    answers = client.score_stream(items)                              # thousands of items, answers as they come
+    best = select(scores)                                             # CHARPEval-style selection: acc and acc_norm
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.environ.get("CTXPROBE_STUBS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "generated")))
+
+import grpc  # noqa: E402
+from ctxprobe.v1 import ctxprobe_pb2 as pb  # noqa: E402
+from ctxprobe.v1 import ctxprobe_pb2_grpc as rpc  # noqa: E402
+
+
+def _continuation(c):
+    return {
+        "logprob": c.logprob,
+        "is_greedy": c.is_greedy,
+        "token_ids": list(c.token_ids),
+        "token_logprobs": list(c.token_logprobs),
+        "num_tokens": c.num_tokens,
+        "num_chars": c.num_chars,
+        "num_bytes": c.num_bytes,
+    }
+
+
+def _item(item_id, context, continuations, top_k=0, add_bos=False):
+    item = pb.ScoreItem(id=item_id, top_k=top_k, add_bos=add_bos)
+    if isinstance(context, str):
+        item.context_text = context
+        item.continuations_text.extend(continuations)
+    else:
+        item.context_ids.ids.extend(context)
+        for ids in continuations:
+            item.continuations_ids.add().ids.extend(ids)
+    return item
+
+
+class Client:
+    def __init__(self, address="127.0.0.1:50051", model=""):
+        self.channel = grpc.insecure_channel(address)
+        self.stub = rpc.ScoringStub(self.channel)
+        self.model = model
+
+    def models(self):
+        return [m.name for m in self.stub.ListModels(pb.ListModelsRequest()).models]
+
+    def score(self, context, continuations, top_k=0, add_bos=False, timeout=None):
+        """Log-likelihood of each continuation after the context (text or token ids)."""
+        req = pb.ScoreRequest(model=self.model, items=[_item("0", context, continuations, top_k, add_bos)])
+        res = self.stub.Score(req, timeout=timeout)
+        return [_continuation(c) for c in res.items[0].continuations]
+
+    def score_stream(self, items):
+        """items: iterable of (id, context, continuations). Returns {id: [scores]} or raises on a bad item."""
+        requests = (pb.StreamScoreRequest(model=self.model, item=_item(i, ctx, conts)) for i, ctx, conts in items)
+        answers = {}
+        for res in self.stub.ScoreStream(requests):
+            if res.error_code:
+                raise ValueError(f"item {res.item.id}: {res.error_message}")
+            answers[res.item.id] = [_continuation(c) for c in res.item.continuations]
+        return answers
+
+    def rolling(self, texts, min_k_percent=20.0):
+        req = pb.RollingRequest(model=self.model, items=[pb.RollingItem(id=str(i), text=t, min_k_percent=min_k_percent) for i, t in enumerate(texts)])
+        return [
+            {"logprob": r.logprob, "num_tokens": r.num_tokens, "mean_loss": r.mean_loss, "perplexity": r.perplexity, "min_k_logprob": r.min_k_logprob}
+            for r in self.stub.ScoreRolling(req).items
+        ]
+
+    def close(self):
+        self.channel.close()
+
+
+def select(scores):
+    """The chosen candidate by summed log-likelihood (acc) and per character (acc_norm)."""
+    acc = max(range(len(scores)), key=lambda i: scores[i]["logprob"])
+    acc_norm = max(range(len(scores)), key=lambda i: scores[i]["logprob"] / max(1, scores[i]["num_chars"]))
+    return {"acc": acc, "acc_norm": acc_norm}
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Score continuations with a ctxprobe server")
+    parser.add_argument("--address", default="127.0.0.1:50051")
+    parser.add_argument("--model", default="")
+    parser.add_argument("--context", default="")
+    parser.add_argument("--continuation", nargs="+", required=True)
+    parser.add_argument("--stream", action="store_true", help="send through ScoreStream, one item per continuation")
+    args = parser.parse_args()
+    client = Client(args.address, args.model)
+    if args.stream:
+        answers = client.score_stream((str(i), args.context, [c]) for i, c in enumerate(args.continuation))
+        scores = [answers[str(i)][0] for i in range(len(args.continuation))]
+    else:
+        scores = client.score(args.context, args.continuation)
+    print(json.dumps({"models": client.models(), "scores": scores, "selected": select(scores)}))
+    client.close()
+
+
+if __name__ == "__main__":
+    main()

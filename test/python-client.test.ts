@@ -1,0 +1,52 @@
+// The Python client (examples/python) against a running server. Needs Debian's
+// python3-grpcio and python3-grpc-tools (CI installs them); skips, saying so, without.
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadModel, type LoadedModel } from '../src/repository.js';
+import { CtxprobeServer } from '../src/server.js';
+import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const python = process.env.CTXPROBE_PYTHON ?? '/usr/bin/python3';
+let available = false;
+try {
+  execFileSync(python, ['-c', 'import grpc, grpc_tools.protoc'], { stdio: 'ignore' });
+  available = true;
+} catch {
+  console.warn(`skipping the Python client test: ${python} lacks grpcio / grpc_tools (apt-get install python3-grpcio python3-grpc-tools)`);
+}
+
+describe.skipIf(!available)('Python client', () => {
+  let model: LoadedModel;
+  let server: CtxprobeServer;
+  let stubs: string;
+  beforeAll(async () => {
+    stubs = tempDir('pystubs');
+    execFileSync('bash', [path.join(root, 'examples/python/generate.sh'), stubs], { env: { ...process.env, PYTHON: python } });
+    model = await loadModel({ name: 'qwen', path: makeFixture(FAMILY_FIXTURES.qwen2!).dir, threads: 1 });
+    server = await CtxprobeServer.start({ port: 0, metricsPort: -1 });
+    server.addModel(model);
+    server.setServing();
+  });
+  afterAll(async () => server?.close());
+
+  it.each([false, true])('scores through the generated stubs (stream: %s) as the library does', async (stream) => {
+    const conts = [' Gustave Eiffel.', ' Nobody knows.', ' In 1889.'];
+    const args = [path.join(root, 'examples/python/ctxprobe_client.py'), '--address', server.address, '--context', 'User: Who designed it? Bot:', '--continuation', ...conts];
+    if (stream) args.push('--stream');
+    // Asynchronously: the server answers from this same process.
+    const { stdout } = await promisify(execFile)(python, args, { encoding: 'utf8', env: { ...process.env, CTXPROBE_STUBS: stubs } });
+    const out = JSON.parse(stdout);
+    const [direct] = await model.scorer.loglikelihood([{ context: 'User: Who designed it? Bot:', continuations: conts }]);
+    expect(out.models).toEqual(['qwen']);
+    out.scores.forEach((s: any, i: number) => {
+      expect(s.token_ids).toEqual(direct![i]!.tokenIds);
+      expect(Math.abs(s.logprob - direct![i]!.logprob)).toBeLessThan(1e-5);
+    });
+    const best = direct!.reduce((b, c, i) => (c.logprob > direct![b]!.logprob ? i : b), 0);
+    expect(out.selected.acc).toBe(best);
+  });
+});
