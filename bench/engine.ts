@@ -12,15 +12,13 @@ import os from 'node:os';
 import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/graph/builder.js';
-import { writeSyntheticCheckpoint, rng, type SyntheticSpec } from '../src/checkpoint/synthetic.js';
+import { rng } from '../src/checkpoint/synthetic.js';
+import { BENCH_MODEL as MODEL, benchModelDir, charpevalItems, randomIds } from './model.js';
 import { Engine } from '../src/engine.js';
 import { Scorer, type LoglikelihoodRequest } from '../src/scoring.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
 const quick = process.env.BENCH_QUICK === '1';
-const MODEL: SyntheticSpec = {
-  family: 'llama', hidden: 512, layers: 8, heads: 8, kvHeads: 4, intermediate: 1408, vocab: 300, vocabSize: 32000, maxPositions: 2048, seed: 7, scale: 0.1,
-};
 
 const rssMiB = () => process.memoryUsage().rss / 2 ** 20;
 const peakRssMiB = () => process.resourceUsage().maxRSS / 1024;
@@ -47,11 +45,6 @@ async function roofline(M: number, K: number, N: number): Promise<number> {
   return (2 * M * K * N) / seconds / 1e9;
 }
 
-function randomIds(seed: number, n: number, vocab: number): number[] {
-  const r = rng(seed);
-  return Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3)));
-}
-
 /** Inference FLOPs of scoring `T` tokens of one row (matmuls + causal attention). */
 function modelFlops(tokens: number, scored: number): number {
   const h = MODEL.hidden;
@@ -64,12 +57,7 @@ function modelFlops(tokens: number, scored: number): number {
 
 async function main() {
   console.log(`ctxprobe engine benchmark — ${os.cpus()[0]?.model ?? 'cpu'}, ${threads} thread(s), onnxruntime-node ${ort.env.versions.node ?? ''}`);
-  const dir = path.join(os.tmpdir(), 'ctxprobe-bench-llama-56m');
-  if (!fs.existsSync(path.join(dir, 'model.safetensors'))) {
-    const t = performance.now();
-    writeSyntheticCheckpoint(dir, MODEL);
-    console.log(`generated checkpoint in ${fmt((performance.now() - t) / 1000)} s`);
-  }
+  const dir = benchModelDir();
   const weightBytes = fs.statSync(path.join(dir, 'model.safetensors')).size;
 
   // 1. roofline, at the shapes the model runs (rows × hidden → intermediate).
@@ -87,7 +75,7 @@ async function main() {
   // 2. throughput: B rows × T tokens, every position scored.
   const B = 8;
   const T = 256;
-  const rows = Array.from({ length: B }, (_, b) => ({ tokens: randomIds(100 + b, T, MODEL.vocabSize!), startPosition: 0, pastRow: 0 }));
+  const rows = Array.from({ length: B }, (_, b) => ({ tokens: randomIds(100 + b, T), startPosition: 0, pastRow: 0 }));
   const scored = rows.flatMap((r, row) => r.tokens.slice(1).map((target, index) => ({ row, index, target })));
   const fwd = await timeIt(() => engine.forward({ rows, scored, topK: 0, keepPresent: false }), quick ? 1 : 3);
   const flops = B * modelFlops(T, T - 1);
@@ -96,10 +84,7 @@ async function main() {
 
   // 3. CHARPEval-shaped workload.
   const contexts = quick ? 2 : 4;
-  const requests: LoglikelihoodRequest[] = Array.from({ length: contexts }, (_, c) => ({
-    context: randomIds(1000 + c, 400, MODEL.vocabSize!),
-    continuations: Array.from({ length: 6 }, (_, k) => randomIds(2000 + 10 * c + k, 30, MODEL.vocabSize!)),
-  }));
+  const requests: LoglikelihoodRequest[] = charpevalItems(contexts);
   const items = contexts * 6;
   const unshared = new Scorer(engine, { prefixSharing: false });
   const shared = new Scorer(engine);

@@ -11,6 +11,12 @@ const int = (name: string) => (value: string) => {
   return n;
 };
 
+const portOrOff = (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < -1 || n > 65535) throw new InvalidArgumentError('metrics-port must be a port, 0 (any free port) or -1 (no metrics)');
+  return n;
+};
+
 const log = (line: Record<string, unknown>) => process.stderr.write(JSON.stringify({ time: new Date().toISOString(), ...line }) + '\n');
 
 interface ModelFlags {
@@ -56,7 +62,7 @@ withModelFlags(program.command('serve').description('serve the models of a repos
   .addOption(new Option('--host <host>', 'address to bind').default('127.0.0.1').env('CTXPROBE_HOST'))
   .addOption(new Option('--port <port>', 'gRPC port').default(50051).argParser(int('port')).env('CTXPROBE_PORT'))
   .addOption(new Option('--metrics-host <host>', 'address of the Prometheus endpoint (default: --host)').env('CTXPROBE_METRICS_HOST'))
-  .addOption(new Option('--metrics-port <port>', 'Prometheus /metrics port').default(9464).argParser(int('metrics-port')).env('CTXPROBE_METRICS_PORT'))
+  .addOption(new Option('--metrics-port <port>', 'Prometheus /metrics port (-1: none)').default(9464).argParser(portOrOff).env('CTXPROBE_METRICS_PORT'))
   .addOption(new Option('--max-queue-delay-ms <ms>', 'how long a request may wait for others to batch with').default(5).argParser(int('max-queue-delay-ms')).env('CTXPROBE_MAX_QUEUE_DELAY_MS'))
   .addOption(new Option('--max-round-tokens <n>', 'tokens gathered per scheduling round (default: 4 × max batch tokens)').argParser(int('max-round-tokens')).env('CTXPROBE_MAX_ROUND_TOKENS'))
   .addOption(new Option('--max-queued-tokens <n>', 'queued tokens per model before RESOURCE_EXHAUSTED').default(1 << 20).argParser(int('max-queued-tokens')).env('CTXPROBE_MAX_QUEUED_TOKENS'))

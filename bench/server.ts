@@ -1,0 +1,73 @@
+// Serving benchmark: N concurrent gRPC clients send CHARPEval-shaped items (400-token
+// contexts, six 30-token continuations) to a server in a child process; prints
+// throughput, p50/p99 latency, and the ratio to in-process scoring of the same items,
+// measured in the same run. Prints figures, asserts nothing.
+import { spawn } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Engine } from '../src/engine.js';
+import { Scorer } from '../src/scoring.js';
+import { benchModelDir, charpevalItems } from './model.js';
+import { scoringClient, unary } from '../test/helpers.js';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const clients = Number(process.env.BENCH_CLIENTS ?? 8);
+const count = Number(process.env.BENCH_ITEMS ?? 32);
+const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
+const fmt = (x: number, d = 1) => x.toFixed(d);
+
+const dir = benchModelDir();
+const items = charpevalItems(count, 5000);
+const scoredTokens = count * 6 * 30;
+
+// In-process: the scoring library on all items at once (prefix sharing on).
+const engine = await Engine.load(dir, { threads });
+const scorer = new Scorer(engine);
+await scorer.loglikelihood(items.slice(0, 2)); // warm-up
+let t = performance.now();
+await scorer.loglikelihood(items);
+const inProcess = (performance.now() - t) / 1000;
+await engine.release();
+
+// Served: the CLI server in a child process, N clients each sending items one by one.
+const child = spawn(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'serve', '--model', dir, '--port', '0', '--metrics-port', '-1', '--threads', String(threads)], {
+  stdio: ['ignore', 'ignore', 'pipe'],
+});
+const port = await new Promise<number>((resolve, reject) => {
+  let buf = '';
+  child.stderr!.on('data', (d) => {
+    buf += d;
+    const m = /"event":"serving","address":"[^"]*:(\d+)"/.exec(buf);
+    if (m) resolve(Number(m[1]));
+  });
+  child.on('exit', (code) => reject(new Error(`server exited with ${code}: ${buf}`)));
+});
+const pool = Array.from({ length: clients }, () => scoringClient(port));
+const send = (c: number, i: number) =>
+  unary(pool[c], 'Score', { items: [{ id: String(i), contextIds: { ids: items[i]!.context }, continuationsIds: items[i]!.continuations.map((ids) => ({ ids })) }] });
+await Promise.all(pool.map((_, c) => send(c, c % count))); // warm-up
+const latencies: number[] = [];
+let next = 0;
+t = performance.now();
+await Promise.all(
+  pool.map(async (_, c) => {
+    while (next < count) {
+      const i = next++;
+      const started = performance.now();
+      await send(c, i);
+      latencies.push(performance.now() - started);
+    }
+  }),
+);
+const served = (performance.now() - t) / 1000;
+pool.forEach((c) => c.close());
+child.kill('SIGTERM');
+
+latencies.sort((a, b) => a - b);
+const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))]!;
+console.log(`ctxprobe serving benchmark — ${clients} clients, ${count} CHARPEval-shaped items (400-token context + 6 × 30-token continuations), ${threads} thread(s)`);
+console.log(`   in-process scoring   ${fmt(inProcess, 2)} s   ${fmt(count / inProcess, 2)} items/s   ${fmt(scoredTokens / inProcess, 0)} scored tokens/s`);
+console.log(`   over gRPC            ${fmt(served, 2)} s   ${fmt(count / served, 2)} items/s   ${fmt(scoredTokens / served, 0)} scored tokens/s`);
+console.log(`   latency per item     p50 ${fmt(pct(50), 0)} ms   p99 ${fmt(pct(99), 0)} ms`);
+console.log(`   served / in-process throughput: ${fmt(inProcess / served, 2)} (target ≥ 0.9)`);
