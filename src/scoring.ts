@@ -72,7 +72,7 @@ export interface RollingScore {
 }
 
 export interface ScorerOptions {
-  /** Padded tokens per forward pass (rows × longest row). */
+  /** Padded tokens per forward pass (rows × longest row); default 1024 on CPU, 8192 on CUDA. */
   maxBatchTokens?: number;
   /** Model context length used for truncation and windows; default: the model's. */
   maxLength?: number;
@@ -123,7 +123,10 @@ export class Scorer {
     if (this.maxLength > engine.config.maxPositions) {
       throw new ScoringError('max_length', `${this.maxLength} exceeds the model's ${engine.config.maxPositions} positions`);
     }
-    this.maxBatchTokens = options.maxBatchTokens ?? 4096;
+    // Measured on the CPU (56M Llama, CHARPEval shapes): 512–1024 tokens per pass beat
+    // 4096 by 25–40%, as larger attention and KV-gather tensors fall out of cache. GPUs
+    // want large passes.
+    this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cuda' ? 8192 : 1024);
     this.prefixSharing = options.prefixSharing ?? true;
     this.maxTopK = options.maxTopK ?? 100;
   }
