@@ -36,10 +36,21 @@ async function roofline(M: number, K: number, N: number): Promise<number> {
   const g = new GraphBuilder();
   const x = g.input('x', 'float32', [M, K]);
   const r = rng(3);
-  const w = g.constant('w', 'float32', [N, K], Float32Array.from({ length: N * K }, () => r() - 0.5));
+  const w = g.constant(
+    'w',
+    'float32',
+    [N, K],
+    Float32Array.from({ length: N * K }, () => r() - 0.5),
+  );
   g.output('y', g.node('FusedMatMul', [x, w], { domain: 'com.microsoft', attrs: { transB: 1 } }), 'float32', [M, N]);
   const session = await ort.InferenceSession.create(g.encode('roofline'), { intraOpNumThreads: threads, graphOptimizationLevel: 'all' });
-  const feed = { x: new ort.Tensor('float32', Float32Array.from({ length: M * K }, () => r() - 0.5), [M, K]) };
+  const feed = {
+    x: new ort.Tensor(
+      'float32',
+      Float32Array.from({ length: M * K }, () => r() - 0.5),
+      [M, K],
+    ),
+  };
   const seconds = await timeIt(() => session.run(feed), quick ? 3 : 10);
   await session.release();
   return (2 * M * K * N) / seconds / 1e9;
@@ -56,7 +67,9 @@ function modelFlops(tokens: number, scored: number): number {
 }
 
 async function main() {
-  console.log(`ctxprobe engine benchmark — ${os.cpus()[0]?.model ?? 'cpu'}, ${threads} thread(s), onnxruntime-node ${ort.env.versions.node ?? ''}`);
+  console.log(
+    `ctxprobe engine benchmark — ${os.cpus()[0]?.model ?? 'cpu'}, ${threads} thread(s), onnxruntime-node ${ort.env.versions.node ?? ''}`,
+  );
   const dir = benchModelDir();
   const weightBytes = fs.statSync(path.join(dir, 'model.safetensors')).size;
 
@@ -70,7 +83,9 @@ async function main() {
   const rssAfter = rssMiB();
   const params = weightBytes / 4;
   console.log(`\n4. model: ${fmt(params / 1e6)} M parameters, ${fmt(weightBytes / 2 ** 20)} MiB of f32 weights`);
-  console.log(`   session creation ${fmt(engine.info.sessionSeconds, 2)} s; RSS +${fmt(rssAfter - rssBefore)} MiB at load (MatMul weights are prepacked; the embedding stays memory-mapped)`);
+  console.log(
+    `   session creation ${fmt(engine.info.sessionSeconds, 2)} s; RSS +${fmt(rssAfter - rssBefore)} MiB at load (MatMul weights are prepacked; the embedding stays memory-mapped)`,
+  );
 
   // 2. throughput: B rows × T tokens, every position scored.
   const B = 8;
@@ -89,16 +104,22 @@ async function main() {
   const unshared = new Scorer(engine, { prefixSharing: false });
   const shared = new Scorer(engine);
   const oneAtATime = await timeIt(async () => {
-    for (const r of requests) for (const cont of r.continuations) await unshared.loglikelihood([{ context: r.context, continuations: [cont] }]);
+    for (const r of requests)
+      for (const cont of r.continuations) await unshared.loglikelihood([{ context: r.context, continuations: [cont] }]);
   }, 1);
   const batched = await timeIt(() => unshared.loglikelihood(requests), 1);
   const prefixShared = await timeIt(() => shared.loglikelihood(requests), quick ? 1 : 2);
   const a = await unshared.loglikelihood(requests);
   const b = await shared.loglikelihood(requests);
   let maxDiff = 0;
-  a.forEach((conts, i) => conts.forEach((c, j) => c.tokenLogprobs.forEach((lp, k) => (maxDiff = Math.max(maxDiff, Math.abs(lp - b[i]![j]!.tokenLogprobs[k]!))))));
+  a.forEach((conts, i) =>
+    conts.forEach((c, j) => c.tokenLogprobs.forEach((lp, k) => (maxDiff = Math.max(maxDiff, Math.abs(lp - b[i]![j]!.tokenLogprobs[k]!))))),
+  );
   console.log(`\n3. CHARPEval-shaped: ${contexts} contexts × 6 continuations (400 + 30 tokens), ${items} items`);
-  const line = (name: string, s: number) => console.log(`   ${name.padEnd(24)} ${fmt(s, 2).padStart(7)} s  ${fmt(items / s, 2).padStart(7)} items/s  ${fmt(oneAtATime / s, 2).padStart(5)}x`);
+  const line = (name: string, s: number) =>
+    console.log(
+      `   ${name.padEnd(24)} ${fmt(s, 2).padStart(7)} s  ${fmt(items / s, 2).padStart(7)} items/s  ${fmt(oneAtATime / s, 2).padStart(5)}x`,
+    );
   line('one sequence at a time', oneAtATime);
   line('batched', batched);
   line('batched + prefix sharing', prefixShared);

@@ -6,7 +6,17 @@ import path from 'node:path';
 import { writeSyntheticCheckpoint, rng, type SyntheticSpec } from '../src/checkpoint/synthetic.js';
 
 export const BENCH_MODEL: SyntheticSpec = {
-  family: 'llama', hidden: 512, layers: 8, heads: 8, kvHeads: 4, intermediate: 1408, vocab: 300, vocabSize: 32000, maxPositions: 2048, seed: 7, scale: 0.1,
+  family: 'llama',
+  hidden: 512,
+  layers: 8,
+  heads: 8,
+  kvHeads: 4,
+  intermediate: 1408,
+  vocab: 300,
+  vocabSize: 32000,
+  maxPositions: 2048,
+  seed: 7,
+  scale: 0.1,
 };
 
 export function benchModelDir(): string {

@@ -31,9 +31,13 @@ const inProcess = (performance.now() - t) / 1000;
 await engine.release();
 
 // Served: the CLI server in a child process, N clients each sending items one by one.
-const child = spawn(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'serve', '--model', dir, '--port', '0', '--metrics-port', '-1', '--threads', String(threads)], {
-  stdio: ['ignore', 'ignore', 'pipe'],
-});
+const child = spawn(
+  process.execPath,
+  [path.join(root, 'bin/ctxprobe.js'), 'serve', '--model', dir, '--port', '0', '--metrics-port', '-1', '--threads', String(threads)],
+  {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  },
+);
 const port = await new Promise<number>((resolve, reject) => {
   let buf = '';
   child.stderr!.on('data', (d) => {
@@ -45,7 +49,9 @@ const port = await new Promise<number>((resolve, reject) => {
 });
 const pool = Array.from({ length: clients }, () => scoringClient(port));
 const send = (c: number, i: number) =>
-  unary(pool[c], 'Score', { items: [{ id: String(i), contextIds: { ids: items[i]!.context }, continuationsIds: items[i]!.continuations.map((ids) => ({ ids })) }] });
+  unary(pool[c], 'Score', {
+    items: [{ id: String(i), contextIds: { ids: items[i]!.context }, continuationsIds: items[i]!.continuations.map((ids) => ({ ids })) }],
+  });
 await Promise.all(pool.map((_, c) => send(c, c % count))); // warm-up
 const latencies: number[] = [];
 let next = 0;
@@ -66,8 +72,14 @@ child.kill('SIGTERM');
 
 latencies.sort((a, b) => a - b);
 const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))]!;
-console.log(`ctxprobe serving benchmark — ${clients} clients, ${count} CHARPEval-shaped items (400-token context + 6 × 30-token continuations), ${threads} thread(s)`);
-console.log(`   in-process scoring   ${fmt(inProcess, 2)} s   ${fmt(count / inProcess, 2)} items/s   ${fmt(scoredTokens / inProcess, 0)} scored tokens/s`);
-console.log(`   over gRPC            ${fmt(served, 2)} s   ${fmt(count / served, 2)} items/s   ${fmt(scoredTokens / served, 0)} scored tokens/s`);
+console.log(
+  `ctxprobe serving benchmark — ${clients} clients, ${count} CHARPEval-shaped items (400-token context + 6 × 30-token continuations), ${threads} thread(s)`,
+);
+console.log(
+  `   in-process scoring   ${fmt(inProcess, 2)} s   ${fmt(count / inProcess, 2)} items/s   ${fmt(scoredTokens / inProcess, 0)} scored tokens/s`,
+);
+console.log(
+  `   over gRPC            ${fmt(served, 2)} s   ${fmt(count / served, 2)} items/s   ${fmt(scoredTokens / served, 0)} scored tokens/s`,
+);
 console.log(`   latency per item     p50 ${fmt(pct(50), 0)} ms   p99 ${fmt(pct(99), 0)} ms`);
 console.log(`   served / in-process throughput: ${fmt(inProcess / served, 2)} (target ≥ 0.9)`);

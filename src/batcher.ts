@@ -65,7 +65,9 @@ export class Batcher {
     const tokens = units.reduce((n, u) => n + unitTokens(u), 0);
     if (this.queuedTokens + tokens > this.maxQueuedTokens) {
       return {
-        result: Promise.reject(new QueueFullError(`queue of model ${this.model} is full (${this.queuedTokens} tokens waiting, limit ${this.maxQueuedTokens})`)),
+        result: Promise.reject(
+          new QueueFullError(`queue of model ${this.model} is full (${this.queuedTokens} tokens waiting, limit ${this.maxQueuedTokens})`),
+        ),
         cancel: () => {},
       };
     }

@@ -13,7 +13,8 @@ const int = (name: string) => (value: string) => {
 
 const portOrOff = (value: string) => {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < -1 || n > 65535) throw new InvalidArgumentError('metrics-port must be a port, 0 (any free port) or -1 (no metrics)');
+  if (!Number.isInteger(n) || n < -1 || n > 65535)
+    throw new InvalidArgumentError('metrics-port must be a port, 0 (any free port) or -1 (no metrics)');
   return n;
 };
 
@@ -34,8 +35,14 @@ function withModelFlags(cmd: Command): Command {
     .addOption(new Option('--device <device>', 'cpu, cuda or cuda:N').env('CTXPROBE_DEVICE'))
     .addOption(new Option('--dtype <dtype>', 'compute dtype').choices(['float32', 'float16', 'bfloat16']).env('CTXPROBE_DTYPE'))
     .addOption(new Option('--threads <n>', 'CPU threads (0: one per core)').argParser(int('threads')).env('CTXPROBE_THREADS'))
-    .addOption(new Option('--max-length <n>', "context length (default: the model's)").argParser(int('max-length')).env('CTXPROBE_MAX_LENGTH'))
-    .addOption(new Option('--max-batch-tokens <n>', 'padded tokens per forward pass').argParser(int('max-batch-tokens')).env('CTXPROBE_MAX_BATCH_TOKENS'));
+    .addOption(
+      new Option('--max-length <n>', "context length (default: the model's)").argParser(int('max-length')).env('CTXPROBE_MAX_LENGTH'),
+    )
+    .addOption(
+      new Option('--max-batch-tokens <n>', 'padded tokens per forward pass')
+        .argParser(int('max-batch-tokens'))
+        .env('CTXPROBE_MAX_BATCH_TOKENS'),
+    );
 }
 
 /** The models to serve: one checkpoint from --model, else every config in the repository. */
@@ -62,13 +69,44 @@ withModelFlags(program.command('serve').description('serve the models of a repos
   .addOption(new Option('--host <host>', 'address to bind').default('127.0.0.1').env('CTXPROBE_HOST'))
   .addOption(new Option('--port <port>', 'gRPC port').default(50051).argParser(int('port')).env('CTXPROBE_PORT'))
   .addOption(new Option('--metrics-host <host>', 'address of the Prometheus endpoint (default: --host)').env('CTXPROBE_METRICS_HOST'))
-  .addOption(new Option('--metrics-port <port>', 'Prometheus /metrics port (-1: none)').default(9464).argParser(portOrOff).env('CTXPROBE_METRICS_PORT'))
-  .addOption(new Option('--max-queue-delay-ms <ms>', 'how long a request may wait for others to batch with').default(5).argParser(int('max-queue-delay-ms')).env('CTXPROBE_MAX_QUEUE_DELAY_MS'))
-  .addOption(new Option('--max-round-tokens <n>', 'tokens gathered per scheduling round (default: 4 × max batch tokens)').argParser(int('max-round-tokens')).env('CTXPROBE_MAX_ROUND_TOKENS'))
-  .addOption(new Option('--max-queued-tokens <n>', 'queued tokens per model before RESOURCE_EXHAUSTED').default(1 << 20).argParser(int('max-queued-tokens')).env('CTXPROBE_MAX_QUEUED_TOKENS'))
-  .addOption(new Option('--max-items <n>', 'items per Score / ScoreRolling call').default(4096).argParser(int('max-items')).env('CTXPROBE_MAX_ITEMS'))
-  .addOption(new Option('--max-message-bytes <n>', 'largest gRPC message, each way').default(64 * 1024 * 1024).argParser(int('max-message-bytes')).env('CTXPROBE_MAX_MESSAGE_BYTES'))
-  .addOption(new Option('--log-level <level>', 'debug logs one line per call').choices(['debug', 'info']).default('info').env('CTXPROBE_LOG_LEVEL'))
+  .addOption(
+    new Option('--metrics-port <port>', 'Prometheus /metrics port (-1: none)')
+      .default(9464)
+      .argParser(portOrOff)
+      .env('CTXPROBE_METRICS_PORT'),
+  )
+  .addOption(
+    new Option('--max-queue-delay-ms <ms>', 'how long a request may wait for others to batch with')
+      .default(5)
+      .argParser(int('max-queue-delay-ms'))
+      .env('CTXPROBE_MAX_QUEUE_DELAY_MS'),
+  )
+  .addOption(
+    new Option('--max-round-tokens <n>', 'tokens gathered per scheduling round (default: 4 × max batch tokens)')
+      .argParser(int('max-round-tokens'))
+      .env('CTXPROBE_MAX_ROUND_TOKENS'),
+  )
+  .addOption(
+    new Option('--max-queued-tokens <n>', 'queued tokens per model before RESOURCE_EXHAUSTED')
+      .default(1 << 20)
+      .argParser(int('max-queued-tokens'))
+      .env('CTXPROBE_MAX_QUEUED_TOKENS'),
+  )
+  .addOption(
+    new Option('--max-items <n>', 'items per Score / ScoreRolling call')
+      .default(4096)
+      .argParser(int('max-items'))
+      .env('CTXPROBE_MAX_ITEMS'),
+  )
+  .addOption(
+    new Option('--max-message-bytes <n>', 'largest gRPC message, each way')
+      .default(64 * 1024 * 1024)
+      .argParser(int('max-message-bytes'))
+      .env('CTXPROBE_MAX_MESSAGE_BYTES'),
+  )
+  .addOption(
+    new Option('--log-level <level>', 'debug logs one line per call').choices(['debug', 'info']).default('info').env('CTXPROBE_LOG_LEVEL'),
+  )
   .action(async (flags) => {
     const serverLog = (l: Record<string, unknown>) => (l.level !== 'debug' || flags.logLevel === 'debug') && log(l);
     const server = await CtxprobeServer.start({
@@ -95,8 +133,21 @@ withModelFlags(program.command('serve').description('serve the models of a repos
     process.once('SIGINT', () => void stop('SIGINT'));
     for (const entry of entriesFrom(flags)) {
       const m = await loadModel(entry);
-      log({ level: 'info', event: 'model_loaded', model: entry.name, path: entry.path, seconds: +m.loadSeconds.toFixed(3), ...m.engine.info });
-      if (entry.synthetic) log({ level: 'warn', event: 'random_weights', model: entry.name, message: 'this model has random weights; pass --model DIR for a real checkpoint' });
+      log({
+        level: 'info',
+        event: 'model_loaded',
+        model: entry.name,
+        path: entry.path,
+        seconds: +m.loadSeconds.toFixed(3),
+        ...m.engine.info,
+      });
+      if (entry.synthetic)
+        log({
+          level: 'warn',
+          event: 'random_weights',
+          model: entry.name,
+          message: 'this model has random weights; pass --model DIR for a real checkpoint',
+        });
       server.addModel(m);
     }
     server.setServing();
@@ -119,7 +170,9 @@ withModelFlags(program.command('score').description('score continuations of a co
       const results = await m.scorer.rolling((flags.rolling as string[]).map((text) => ({ text, minKPercent: flags.minK })));
       console.log(JSON.stringify({ model: entry!.name, rolling: results }, null, 2));
     } else {
-      const [results] = await m.scorer.loglikelihood([{ context: flags.context, continuations: flags.continuation, addBos: flags.addBos, topK: flags.topK }]);
+      const [results] = await m.scorer.loglikelihood([
+        { context: flags.context, continuations: flags.continuation, addBos: flags.addBos, topK: flags.topK },
+      ]);
       const pretty = results!.map((r, i) => ({
         continuation: flags.continuation[i],
         ...r,

@@ -109,7 +109,12 @@ export class Engine {
   private emptyPast(): PastKV {
     const c = this.config;
     const dims = [1, c.numKvHeads, 0, c.headDim];
-    const t = () => new ort.Tensor(kvTensorType(this.device.dtype), kvTensorType(this.device.dtype) === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
+    const t = () =>
+      new ort.Tensor(
+        kvTensorType(this.device.dtype),
+        kvTensorType(this.device.dtype) === 'float16' ? new Uint16Array(0) : new Float32Array(0),
+        dims,
+      );
     return {
       keys: Array.from({ length: c.numLayers }, t),
       values: Array.from({ length: c.numLayers }, t),

@@ -20,7 +20,12 @@ export class Metrics {
   constructor() {
     const registers = [this.registry];
     client.collectDefaultMetrics({ register: this.registry }); // process_resident_memory_bytes, nodejs_heap_*, …
-    this.requests = new client.Counter({ name: 'ctxprobe_requests_total', help: 'gRPC calls by method and status code', labelNames: ['method', 'code'], registers });
+    this.requests = new client.Counter({
+      name: 'ctxprobe_requests_total',
+      help: 'gRPC calls by method and status code',
+      labelNames: ['method', 'code'],
+      registers,
+    });
     this.requestSeconds = new client.Histogram({
       name: 'ctxprobe_request_duration_seconds',
       help: 'gRPC call latency, from arrival to answer',
@@ -28,8 +33,18 @@ export class Metrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     });
-    this.itemsScored = new client.Counter({ name: 'ctxprobe_items_scored_total', help: 'Continuations and rolling texts scored', labelNames: ['model'], registers });
-    this.tokensScored = new client.Counter({ name: 'ctxprobe_tokens_scored_total', help: 'Tokens whose log-prob was returned', labelNames: ['model'], registers });
+    this.itemsScored = new client.Counter({
+      name: 'ctxprobe_items_scored_total',
+      help: 'Continuations and rolling texts scored',
+      labelNames: ['model'],
+      registers,
+    });
+    this.tokensScored = new client.Counter({
+      name: 'ctxprobe_tokens_scored_total',
+      help: 'Tokens whose log-prob was returned',
+      labelNames: ['model'],
+      registers,
+    });
     this.tokensComputed = new client.Counter({
       name: 'ctxprobe_tokens_computed_total',
       help: 'Tokens run through the model (a shared prefix counts once)',
@@ -64,9 +79,24 @@ export class Metrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers,
     });
-    this.unitsQueued = new client.Gauge({ name: 'ctxprobe_queued_items', help: 'Scored sequences waiting in the queue', labelNames: ['model'], registers });
-    this.unitsInFlight = new client.Gauge({ name: 'ctxprobe_in_flight_items', help: 'Scored sequences in the running round', labelNames: ['model'], registers });
-    this.modelLoadSeconds = new client.Gauge({ name: 'ctxprobe_model_load_seconds', help: 'Time to load each model', labelNames: ['model'], registers });
+    this.unitsQueued = new client.Gauge({
+      name: 'ctxprobe_queued_items',
+      help: 'Scored sequences waiting in the queue',
+      labelNames: ['model'],
+      registers,
+    });
+    this.unitsInFlight = new client.Gauge({
+      name: 'ctxprobe_in_flight_items',
+      help: 'Scored sequences in the running round',
+      labelNames: ['model'],
+      registers,
+    });
+    this.modelLoadSeconds = new client.Gauge({
+      name: 'ctxprobe_model_load_seconds',
+      help: 'Time to load each model',
+      labelNames: ['model'],
+      registers,
+    });
   }
 
   /** Serve /metrics over HTTP; resolves with the bound port. */

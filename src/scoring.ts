@@ -162,7 +162,13 @@ export class Scorer {
 
   /** Turn (context, continuation) tokens into a unit, as `_loglikelihood_tokens` slices:
    * input = (ctx + cont)[-(L+1):][:-1], the last len(cont) positions scored. */
-  private toUnit(ctx: number[], cont: number[], topK: number, truncation: 'left' | 'error', field: string): { unit: Unit; truncated: number } {
+  private toUnit(
+    ctx: number[],
+    cont: number[],
+    topK: number,
+    truncation: 'left' | 'error',
+    field: string,
+  ): { unit: Unit; truncated: number } {
     const L = this.maxLength;
     if (cont.length > L) throw new ScoringError(field, `continuation has ${cont.length} tokens, more than the maximum length ${L}`);
     const all = ctx.concat(cont);
@@ -193,7 +199,8 @@ export class Scorer {
         throw new ScoringError(`${field}.top_k`, `must be a whole number in [0, ${this.maxTopK}] (got ${topK})`);
       }
       const truncation = req.truncation ?? 'left';
-      if (truncation !== 'left' && truncation !== 'error') throw new ScoringError(`${field}.truncation`, `must be left or error (got ${truncation})`);
+      if (truncation !== 'left' && truncation !== 'error')
+        throw new ScoringError(`${field}.truncation`, `must be left or error (got ${truncation})`);
       if (req.continuations.length === 0) throw new ScoringError(`${field}.continuations`, 'at least one continuation is needed');
       shape.push(req.continuations.length);
       const tokCtx = typeof req.context === 'string' ? undefined : req.context;
@@ -224,23 +231,23 @@ export class Scorer {
     const finish = (scored: UnitScore[]) => {
       let u = 0;
       return shape.map((count) =>
-      Array.from({ length: count }, () => {
-        const s = scored[u]!;
-        const m = meta[u]!;
-        const unit = units[u++]!;
-        return {
-          logprob: s.logprobs.reduce((a, b) => a + b, 0),
-          isGreedy: s.greedy.every(Boolean),
-          tokenIds: unit.targets,
-          tokenLogprobs: s.logprobs,
-          tokenGreedy: s.greedy,
-          numTokens: unit.targets.length,
-          numChars: m.numChars,
-          numBytes: m.numBytes,
-          topK: s.topK,
-          truncatedTokens: m.truncated,
-        };
-      }),
+        Array.from({ length: count }, () => {
+          const s = scored[u]!;
+          const m = meta[u]!;
+          const unit = units[u++]!;
+          return {
+            logprob: s.logprobs.reduce((a, b) => a + b, 0),
+            isGreedy: s.greedy.every(Boolean),
+            tokenIds: unit.targets,
+            tokenLogprobs: s.logprobs,
+            tokenGreedy: s.greedy,
+            numTokens: unit.targets.length,
+            numChars: m.numChars,
+            numBytes: m.numBytes,
+            topK: s.topK,
+            truncatedTokens: m.truncated,
+          };
+        }),
       );
     };
     return { units, finish };
@@ -274,22 +281,22 @@ export class Scorer {
     });
     const finish = (scored: UnitScore[]) =>
       spans.map(({ tokens, first, count, k }) => {
-      const logprobs = scored.slice(first, first + count).flatMap((s) => s.logprobs);
-      const sum = logprobs.reduce((a, b) => a + b, 0);
-      const n = logprobs.length;
-      const lowest = [...logprobs].sort((a, b) => a - b).slice(0, Math.max(1, Math.floor((n * k) / 100)));
-      return {
-        logprob: sum,
-        numTokens: n,
-        meanLoss: -sum / n,
-        perplexity: Math.exp(-sum / n),
-        minKPercent: k,
-        minKLogprob: lowest.reduce((a, b) => a + b, 0) / lowest.length,
-        tokenIds: tokens,
-        tokenLogprobs: logprobs,
-        numWindows: count,
-      };
-    });
+        const logprobs = scored.slice(first, first + count).flatMap((s) => s.logprobs);
+        const sum = logprobs.reduce((a, b) => a + b, 0);
+        const n = logprobs.length;
+        const lowest = [...logprobs].sort((a, b) => a - b).slice(0, Math.max(1, Math.floor((n * k) / 100)));
+        return {
+          logprob: sum,
+          numTokens: n,
+          meanLoss: -sum / n,
+          perplexity: Math.exp(-sum / n),
+          minKPercent: k,
+          minKLogprob: lowest.reduce((a, b) => a + b, 0) / lowest.length,
+          tokenIds: tokens,
+          tokenLogprobs: logprobs,
+          numWindows: count,
+        };
+      });
     return { units, finish };
   }
 

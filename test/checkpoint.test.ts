@@ -105,7 +105,9 @@ describe('bad checkpoints', () => {
     const fx = makeFixture(FAMILY_FIXTURES.llama!);
     const cfg = JSON.parse(fs.readFileSync(path.join(fx.dir, 'config.json'), 'utf8'));
     fs.writeFileSync(path.join(fx.dir, 'config.json'), JSON.stringify({ ...cfg, model_type: 'mamba' }));
-    expect(() => readModelConfig(fx.dir)).toThrow(/config\.json: model_type "mamba" is not supported \(supported: llama, mistral, qwen2, gpt2\)/);
+    expect(() => readModelConfig(fx.dir)).toThrow(
+      /config\.json: model_type "mamba" is not supported \(supported: llama, mistral, qwen2, gpt2\)/,
+    );
   });
 
   it('names a missing tensor and the folder', async () => {
@@ -148,7 +150,8 @@ describe('devices', () => {
       cudaInstalled = false;
       expect((e as Error).message).toMatch(/cuda:0: the CUDA build of onnxruntime-node is not installed.*ONNXRUNTIME_NODE_INSTALL=cuda12/);
     }
-    if (cudaInstalled) expect(resolveDevice({ device: 'cuda:0' }).sessionOptions.executionProviders).toEqual([{ name: 'cuda', deviceId: 0 }]);
+    if (cudaInstalled)
+      expect(resolveDevice({ device: 'cuda:0' }).sessionOptions.executionProviders).toEqual([{ name: 'cuda', deviceId: 0 }]);
   });
 
   it('computes in float16 (the CUDA dtype) within half-precision tolerance of float32', async () => {
@@ -164,6 +167,8 @@ describe('devices', () => {
     const requests = [{ context: [5, 6, 7, 8, 9], continuations: [[10, 11], [12]] }];
     const [shared] = await new Scorer(f16).loglikelihood(requests);
     const [reference] = await new Scorer(f32, { prefixSharing: false }).loglikelihood(requests);
-    shared!.forEach((c, j) => c.tokenLogprobs.forEach((lp, k) => expect(Math.abs(lp - reference![j]!.tokenLogprobs[k]!)).toBeLessThan(0.05)));
+    shared!.forEach((c, j) =>
+      c.tokenLogprobs.forEach((lp, k) => expect(Math.abs(lp - reference![j]!.tokenLogprobs[k]!)).toBeLessThan(0.05)),
+    );
   });
 });

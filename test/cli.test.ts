@@ -33,7 +33,19 @@ describe('ctxprobe score', () => {
     const fx = makeFixture(FAMILY_FIXTURES.qwen2!);
     const out = execFileSync(
       process.execPath,
-      [path.join(root, 'bin/ctxprobe.js'), 'score', '--model', fx.dir, '--threads', '1', '--context', 'User: Hi', '--continuation', ' Bot: hello', ' Bot: bye'],
+      [
+        path.join(root, 'bin/ctxprobe.js'),
+        'score',
+        '--model',
+        fx.dir,
+        '--threads',
+        '1',
+        '--context',
+        'User: Hi',
+        '--continuation',
+        ' Bot: hello',
+        ' Bot: bye',
+      ],
       { encoding: 'utf8' },
     );
     const printed = JSON.parse(out);
@@ -45,7 +57,11 @@ describe('ctxprobe score', () => {
       expect(Math.abs(r.logprob - direct![i]!.logprob)).toBeLessThan(1e-6);
     });
     const rolling = JSON.parse(
-      execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'score', '--model', fx.dir, '--rolling', 'Once upon a time', '--min-k', '50'], { encoding: 'utf8' }),
+      execFileSync(
+        process.execPath,
+        [path.join(root, 'bin/ctxprobe.js'), 'score', '--model', fx.dir, '--rolling', 'Once upon a time', '--min-k', '50'],
+        { encoding: 'utf8' },
+      ),
     );
     const [r] = await m.scorer.rolling([{ text: 'Once upon a time', minKPercent: 50 }]);
     expect(Math.abs(rolling.rolling[0].meanLoss - r!.meanLoss)).toBeLessThan(1e-9);
@@ -56,7 +72,10 @@ describe('ctxprobe score', () => {
     const empty = tempDir('empty');
     let stderr = '';
     try {
-      execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'score', '--model', empty, '--continuation', 'x'], { encoding: 'utf8', stdio: 'pipe' });
+      execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'score', '--model', empty, '--continuation', 'x'], {
+        encoding: 'utf8',
+        stdio: 'pipe',
+      });
     } catch (e) {
       stderr = (e as { stderr: string }).stderr;
     }
@@ -69,9 +88,26 @@ describe('ctxprobe serve', () => {
     const { spawn } = await import('node:child_process');
     const { scoringClient, unary } = await import('./helpers.js');
     const fx = makeFixture(FAMILY_FIXTURES.llama!);
-    const child = spawn(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'serve', '--model', fx.dir, '--port', '0', '--metrics-port', '0', '--threads', '1', '--max-queue-delay-ms', '300'], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        path.join(root, 'bin/ctxprobe.js'),
+        'serve',
+        '--model',
+        fx.dir,
+        '--port',
+        '0',
+        '--metrics-port',
+        '0',
+        '--threads',
+        '1',
+        '--max-queue-delay-ms',
+        '300',
+      ],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
     const lines: any[] = [];
     const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
     const serving = new Promise<any>((resolve) => {

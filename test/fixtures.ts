@@ -9,13 +9,44 @@ import type { ReferenceModel } from './reference.js';
 export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
   // Grouped-query attention and llama3 rope scaling (all three frequency bands hit).
   llama: {
-    family: 'llama', hidden: 32, layers: 2, heads: 4, kvHeads: 2, intermediate: 48, vocab: 300, maxPositions: 64, seed: 11,
+    family: 'llama',
+    hidden: 32,
+    layers: 2,
+    heads: 4,
+    kvHeads: 2,
+    intermediate: 48,
+    vocab: 300,
+    maxPositions: 64,
+    seed: 11,
     ropeScaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 16 },
   },
   // Multi-query attention and a sliding window shorter than the test inputs.
-  mistral: { family: 'mistral', hidden: 32, layers: 2, heads: 4, kvHeads: 1, intermediate: 40, vocab: 300, maxPositions: 64, seed: 12, slidingWindow: 5 },
+  mistral: {
+    family: 'mistral',
+    hidden: 32,
+    layers: 2,
+    heads: 4,
+    kvHeads: 1,
+    intermediate: 40,
+    vocab: 300,
+    maxPositions: 64,
+    seed: 12,
+    slidingWindow: 5,
+  },
   // q/k/v biases, tied embeddings.
-  qwen2: { family: 'qwen2', hidden: 32, layers: 2, heads: 4, kvHeads: 2, intermediate: 40, vocab: 300, maxPositions: 64, seed: 13, tied: true, ropeTheta: 1e6 },
+  qwen2: {
+    family: 'qwen2',
+    hidden: 32,
+    layers: 2,
+    heads: 4,
+    kvHeads: 2,
+    intermediate: 40,
+    vocab: 300,
+    maxPositions: 64,
+    seed: 13,
+    tied: true,
+    ropeTheta: 1e6,
+  },
   // Learned positions, LayerNorm, gelu_new, Conv1D weights, fused qkv, tied head.
   gpt2: { family: 'gpt2', hidden: 32, layers: 2, heads: 4, kvHeads: 4, intermediate: 64, vocab: 300, maxPositions: 64, seed: 14 },
 };

@@ -122,9 +122,16 @@ describe('rolling log-likelihood', () => {
     expect(rollingWindows(tokens, -1, 4)).toEqual([
       [[-1], [0, 1, 2, 3]],
       [[3], [4, 5, 6, 7]],
-      [[5, 6, 7], [8, 9]],
+      [
+        [5, 6, 7],
+        [8, 9],
+      ],
     ]);
-    const predicted = rollingWindows(Array.from({ length: 57 }, (_, i) => i), -1, 8).flatMap(([, b]) => b);
+    const predicted = rollingWindows(
+      Array.from({ length: 57 }, (_, i) => i),
+      -1,
+      8,
+    ).flatMap(([, b]) => b);
     expect(predicted).toEqual(Array.from({ length: 57 }, (_, i) => i));
   });
 
@@ -140,7 +147,8 @@ describe('rolling log-likelihood', () => {
     const expected: number[] = [];
     for (let start = 0; start < tokens.length; start += L) {
       const span = tokens.slice(start, start + L);
-      const input = start === 0 ? [engine.tokenizer.bosId!, ...span] : [...tokens.slice(Math.max(0, start + span.length - L - 1), start), ...span];
+      const input =
+        start === 0 ? [engine.tokenizer.bosId!, ...span] : [...tokens.slice(Math.max(0, start + span.length - L - 1), start), ...span];
       expected.push(...referenceTokenLogprobs(fx, input, span.length).logprobs);
     }
     expectClose(r!.tokenLogprobs, expected);

@@ -13,7 +13,9 @@ export function scoringClient(port: number): any {
 }
 
 export function unary(client: any, method: string, req: unknown, options: grpc.CallOptions = {}): Promise<any> {
-  return new Promise((resolve, reject) => client[method](req, options, (err: grpc.ServiceError | null, res: any) => (err ? reject(err) : resolve(res))));
+  return new Promise((resolve, reject) =>
+    client[method](req, options, (err: grpc.ServiceError | null, res: any) => (err ? reject(err) : resolve(res))),
+  );
 }
 
 export function healthClient(port: number): any {
@@ -23,7 +25,10 @@ export function healthClient(port: number): any {
 }
 
 export function reflectionClient(port: number): any {
-  const protoPath = path.join(path.dirname(require.resolve('@grpc/reflection/package.json')), 'build/proto/grpc/reflection/v1/reflection.proto');
+  const protoPath = path.join(
+    path.dirname(require.resolve('@grpc/reflection/package.json')),
+    'build/proto/grpc/reflection/v1/reflection.proto',
+  );
   const pkg = grpc.loadPackageDefinition(protoLoader.loadSync(protoPath, { keepCase: true })) as any;
   return new pkg.grpc.reflection.v1.ServerReflection(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
 }

@@ -51,7 +51,11 @@ describe('dropping work', () => {
   let server: CtxprobeServer;
   let client: any;
   beforeAll(async () => {
-    server = await CtxprobeServer.start({ port: 0, metricsPort: 0, batcher: { maxQueueDelayMs: 200, maxRoundTokens: 1 << 20, maxQueuedTokens: 200 } });
+    server = await CtxprobeServer.start({
+      port: 0,
+      metricsPort: 0,
+      batcher: { maxQueueDelayMs: 200, maxRoundTokens: 1 << 20, maxQueuedTokens: 200 },
+    });
     server.addModel(model);
     server.setServing();
     client = scoringClient(server.port);

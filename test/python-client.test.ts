@@ -35,7 +35,15 @@ describe.skipIf(!available)('Python client', () => {
 
   it.each([false, true])('scores through the generated stubs (stream: %s) as the library does', async (stream) => {
     const conts = [' Gustave Eiffel.', ' Nobody knows.', ' In 1889.'];
-    const args = [path.join(root, 'examples/python/ctxprobe_client.py'), '--address', server.address, '--context', 'User: Who designed it? Bot:', '--continuation', ...conts];
+    const args = [
+      path.join(root, 'examples/python/ctxprobe_client.py'),
+      '--address',
+      server.address,
+      '--context',
+      'User: Who designed it? Bot:',
+      '--continuation',
+      ...conts,
+    ];
     if (stream) args.push('--stream');
     // Asynchronously: the server answers from this same process.
     const { stdout } = await promisify(execFile)(python, args, { encoding: 'utf8', env: { ...process.env, CTXPROBE_STUBS: stubs } });

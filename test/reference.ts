@@ -184,20 +184,31 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
       const h = rmsNorm(x, get(m, p + 'post_attention_layernorm.weight'), eps);
       const gate = linear(h, get(m, p + 'mlp.gate_proj.weight'), undefined, 'out_in');
       const up = linear(h, get(m, p + 'mlp.up_proj.weight'), undefined, 'out_in');
-      const y = linear(gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!), get(m, p + 'mlp.down_proj.weight'), undefined, 'out_in');
+      const y = linear(
+        gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!),
+        get(m, p + 'mlp.down_proj.weight'),
+        undefined,
+        'out_in',
+      );
       return x.map((v, i) => v + y[i]!);
     });
   }
   const head = c.tie_word_embeddings ? embed : get(m, 'lm_head.weight');
   const logprobs = xs.map((x) => {
-    const h = gpt2 ? layerNorm(x, get(m, 'transformer.ln_f.weight'), get(m, 'transformer.ln_f.bias'), eps) : rmsNorm(x, get(m, 'model.norm.weight'), eps);
+    const h = gpt2
+      ? layerNorm(x, get(m, 'transformer.ln_f.weight'), get(m, 'transformer.ln_f.bias'), eps)
+      : rmsNorm(x, get(m, 'model.norm.weight'), eps);
     return logSoftmax(linear(h, head, undefined, 'out_in'));
   });
   return { logprobs, attention };
 }
 
 /** log p(tokens[i+1] | tokens[..i]) for the positions `from..tokens.length-2`. */
-export function referenceTokenLogprobs(m: ReferenceModel, tokens: number[], scoredTargets: number): { logprobs: number[]; greedy: boolean[] } {
+export function referenceTokenLogprobs(
+  m: ReferenceModel,
+  tokens: number[],
+  scoredTargets: number,
+): { logprobs: number[]; greedy: boolean[] } {
   const out = referenceForward(m, tokens.slice(0, -1));
   const logprobs: number[] = [];
   const greedy: boolean[] = [];

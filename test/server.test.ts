@@ -80,14 +80,44 @@ describe('gRPC Scoring service', () => {
 
   it('answers bad input with a status naming the field, and keeps serving', async () => {
     const cases: [string, unknown, grpc.status, RegExp][] = [
-      ['Score', { model: 'nope', items: [{ contextText: 'a', continuationsText: ['b'] }] }, grpc.status.NOT_FOUND, /model: no model named "nope"/],
+      [
+        'Score',
+        { model: 'nope', items: [{ contextText: 'a', continuationsText: ['b'] }] },
+        grpc.status.NOT_FOUND,
+        /model: no model named "nope"/,
+      ],
       ['Score', { items: [] }, grpc.status.INVALID_ARGUMENT, /^items: at least one item/],
-      ['Score', { items: [{ contextText: 'a', continuationsText: [''] }] }, grpc.status.INVALID_ARGUMENT, /items\[0\]\.continuations\[0\]: continuation is empty/],
-      ['Score', { items: [{ contextIds: { ids: [1] }, continuationsIds: [{ ids: [99999] }] }] }, grpc.status.INVALID_ARGUMENT, /items\[0\]\.continuations\[0\]\[0\]: token id 99999/],
-      ['Score', { items: [{ contextText: 'a', continuationsText: ['b'], continuationsIds: [{ ids: [1] }] }] }, grpc.status.INVALID_ARGUMENT, /items\[0\]: set continuations_text or continuations_ids/],
-      ['Score', { items: [{ contextText: 'a', continuationsText: ['b'], truncation: 7 }] }, grpc.status.INVALID_ARGUMENT, /items\[0\]\.truncation: unknown value 7/],
+      [
+        'Score',
+        { items: [{ contextText: 'a', continuationsText: [''] }] },
+        grpc.status.INVALID_ARGUMENT,
+        /items\[0\]\.continuations\[0\]: continuation is empty/,
+      ],
+      [
+        'Score',
+        { items: [{ contextIds: { ids: [1] }, continuationsIds: [{ ids: [99999] }] }] },
+        grpc.status.INVALID_ARGUMENT,
+        /items\[0\]\.continuations\[0\]\[0\]: token id 99999/,
+      ],
+      [
+        'Score',
+        { items: [{ contextText: 'a', continuationsText: ['b'], continuationsIds: [{ ids: [1] }] }] },
+        grpc.status.INVALID_ARGUMENT,
+        /items\[0\]: set continuations_text or continuations_ids/,
+      ],
+      [
+        'Score',
+        { items: [{ contextText: 'a', continuationsText: ['b'], truncation: 7 }] },
+        grpc.status.INVALID_ARGUMENT,
+        /items\[0\]\.truncation: unknown value 7/,
+      ],
       ['Score', { items: [{ contextText: 'a', continuationsText: ['b'], topK: 1000 }] }, grpc.status.INVALID_ARGUMENT, /items\[0\]\.top_k/],
-      ['Score', { model: 'gpt2', items: [{ contextText: 'a '.repeat(40), continuationsText: ['b'], truncation: 'TRUNCATION_ERROR' }] }, grpc.status.INVALID_ARGUMENT, /items\[0\]\.continuations\[0\]: .*over the maximum length 16/],
+      [
+        'Score',
+        { model: 'gpt2', items: [{ contextText: 'a '.repeat(40), continuationsText: ['b'], truncation: 'TRUNCATION_ERROR' }] },
+        grpc.status.INVALID_ARGUMENT,
+        /items\[0\]\.continuations\[0\]: .*over the maximum length 16/,
+      ],
       ['ScoreRolling', { items: [{ text: '' }] }, grpc.status.INVALID_ARGUMENT, /items\[0\]\.text: text is empty/],
       ['ScoreRolling', { items: [{ text: 'a', minKPercent: 150 }] }, grpc.status.INVALID_ARGUMENT, /items\[0\]\.min_k_percent/],
       ['ScoreRolling', { items: [{}] }, grpc.status.INVALID_ARGUMENT, /items\[0\]: set text or token_ids/],
@@ -128,14 +158,27 @@ describe('gRPC Scoring service', () => {
 
   it('200 concurrent clients get the answers each item gets alone', async () => {
     const r = rng(99);
-    const shared = ['Knowledge: The tower was built for the 1889 World\'s Fair. User: When was it built? Bot:', 'Instruction: choose the best response.'];
+    const shared = [
+      "Knowledge: The tower was built for the 1889 World's Fair. User: When was it built? Bot:",
+      'Instruction: choose the best response.',
+    ];
     const jobs = Array.from({ length: 200 }, (_, i) => {
       const kind = i % 4;
       const n = 1 + Math.floor(r() * 3);
-      if (kind === 0) return { stream: false, item: { id: `t${i}`, contextText: shared[i % 2]!, continuationsText: Array.from({ length: n }, (_, k) => ` answer ${i} ${k}`) } };
-      if (kind === 1) return { stream: false, item: { id: `d${i}`, contextText: `User: question number ${i}? Bot:`, continuationsText: [` reply ${i}`] } };
+      if (kind === 0)
+        return {
+          stream: false,
+          item: { id: `t${i}`, contextText: shared[i % 2]!, continuationsText: Array.from({ length: n }, (_, k) => ` answer ${i} ${k}`) },
+        };
+      if (kind === 1)
+        return {
+          stream: false,
+          item: { id: `d${i}`, contextText: `User: question number ${i}? Bot:`, continuationsText: [` reply ${i}`] },
+        };
       const ctx = Array.from({ length: 3 + (i % 7) }, () => 3 + Math.floor(r() * 280));
-      const conts = Array.from({ length: n }, () => ({ ids: Array.from({ length: 1 + Math.floor(r() * 5) }, () => 3 + Math.floor(r() * 280)) }));
+      const conts = Array.from({ length: n }, () => ({
+        ids: Array.from({ length: 1 + Math.floor(r() * 5) }, () => 3 + Math.floor(r() * 280)),
+      }));
       return { stream: kind === 3, item: { id: `i${i}`, contextIds: { ids: kind === 2 ? [1, 2, 3] : ctx }, continuationsIds: conts } };
     });
     const clients = jobs.map(() => scoringClient(server.port));
@@ -162,7 +205,9 @@ describe('gRPC Scoring service', () => {
       expect(got.id).toBe(job.item.id);
       const it: any = job.item;
       const [alone] = await llama.scorer.loglikelihood([
-        it.contextText !== undefined ? { context: it.contextText, continuations: it.continuationsText } : { context: it.contextIds.ids, continuations: it.continuationsIds.map((c: any) => c.ids) },
+        it.contextText !== undefined
+          ? { context: it.contextText, continuations: it.continuationsText }
+          : { context: it.contextIds.ids, continuations: it.continuationsIds.map((c: any) => c.ids) },
       ]);
       expect(got.continuations).toHaveLength(alone!.length);
       got.continuations.forEach((c: any, j: number) => {

@@ -40,7 +40,10 @@ describe.skipIf(!present)('shared stories260K vs llama.cpp', () => {
   it('gives the same log-probs when the sentence is split into context and continuation', async () => {
     const scorer = new Scorer(engine);
     const cut = 12;
-    const results = await scorer.loglikelihood([{ context: ref.tokens.slice(0, cut), continuations: [ref.tokens.slice(cut), ref.tokens.slice(cut, cut + 3)] }]);
-    for (const r of results[0]!) r.tokenLogprobs.forEach((lp, i) => expect(Math.abs(lp - (ref.logprobs[cut + i] as number))).toBeLessThan(1e-4));
+    const results = await scorer.loglikelihood([
+      { context: ref.tokens.slice(0, cut), continuations: [ref.tokens.slice(cut), ref.tokens.slice(cut, cut + 3)] },
+    ]);
+    for (const r of results[0]!)
+      r.tokenLogprobs.forEach((lp, i) => expect(Math.abs(lp - (ref.logprobs[cut + i] as number))).toBeLessThan(1e-4));
   });
 });

@@ -59,7 +59,9 @@ export class SafetensorsCheckpoint {
         const [begin, end] = info.data_offsets;
         const count = info.shape.reduce((a, b) => a * b, 1);
         if (end - begin !== count * dtype.bytes || 8 + headerLen + end > size) {
-          throw new CheckpointError(`${file}: tensor ${name} data (${end - begin} bytes) disagrees with shape [${info.shape}] ${info.dtype}`);
+          throw new CheckpointError(
+            `${file}: tensor ${name} data (${end - begin} bytes) disagrees with shape [${info.shape}] ${info.dtype}`,
+          );
         }
         this.tensors.set(name, {
           dtype: dtype.name,
@@ -194,7 +196,11 @@ function encodeValues(data: Float32Array, dtype: 'float32' | 'float16' | 'bfloat
 }
 
 /** Write tensors (given as float32) to one safetensors file, stored as `dtype`. */
-export function writeSafetensors(file: string, tensors: Map<string, TensorData>, dtype: 'float32' | 'float16' | 'bfloat16' = 'float32'): void {
+export function writeSafetensors(
+  file: string,
+  tensors: Map<string, TensorData>,
+  dtype: 'float32' | 'float16' | 'bfloat16' = 'float32',
+): void {
   const header: Record<string, unknown> = { __metadata__: { format: 'pt' } };
   const blobs: Buffer[] = [];
   let offset = 0;
@@ -212,7 +218,12 @@ export function writeSafetensors(file: string, tensors: Map<string, TensorData>,
 }
 
 /** Split tensors over `shards` files with a `model.safetensors.index.json`, as HF does. */
-export function writeShardedSafetensors(dir: string, tensors: Map<string, TensorData>, shards: number, dtype: 'float32' | 'float16' | 'bfloat16' = 'float32'): void {
+export function writeShardedSafetensors(
+  dir: string,
+  tensors: Map<string, TensorData>,
+  shards: number,
+  dtype: 'float32' | 'float16' | 'bfloat16' = 'float32',
+): void {
   const names = [...tensors.keys()];
   const perShard = Math.ceil(names.length / shards);
   const weightMap: Record<string, string> = {};

@@ -228,14 +228,27 @@ function byteLevelBpe(vocabTarget: number, withBos: boolean) {
       return { parts: out, count };
     });
   }
-  const special = (content: string, id: number) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  const special = (content: string, id: number) => ({
+    id,
+    content,
+    single_word: false,
+    lstrip: false,
+    rstrip: false,
+    normalized: false,
+    special: true,
+  });
   const bos = withBos ? 0 : undefined;
   const eos = withBos ? 1 : 0;
   const postProcessor = withBos
     ? {
         type: 'TemplateProcessing',
         single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
-        pair: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '<s>', type_id: 1 } }, { Sequence: { id: 'B', type_id: 1 } }],
+        pair: [
+          { SpecialToken: { id: '<s>', type_id: 0 } },
+          { Sequence: { id: 'A', type_id: 0 } },
+          { SpecialToken: { id: '<s>', type_id: 1 } },
+          { Sequence: { id: 'B', type_id: 1 } },
+        ],
         special_tokens: { '<s>': { id: '<s>', ids: [0], tokens: ['<s>'] } },
       }
     : { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true };

@@ -5,7 +5,14 @@ import * as grpc from '@grpc/grpc-js';
 import type { LoadedModel } from '../repository.js';
 import type { Metrics } from '../metrics.js';
 import { Batcher, CancelledError, QueueFullError } from '../batcher.js';
-import { ScoringError, type ContinuationScore, type LoglikelihoodRequest, type Prepared, type RollingRequest, type RollingScore } from '../scoring.js';
+import {
+  ScoringError,
+  type ContinuationScore,
+  type LoglikelihoodRequest,
+  type Prepared,
+  type RollingRequest,
+  type RollingScore,
+} from '../scoring.js';
 
 export class StatusError extends Error {
   constructor(
@@ -42,17 +49,27 @@ export function scoringService(ctx: ServiceContext): Record<string, Unary | Bidi
     const m = name ? ctx.models.get(name) : ctx.defaultModel();
     if (m) return m;
     if (ctx.loading()) throw new StatusError(grpc.status.UNAVAILABLE, 'models are still loading: wait for health SERVING');
-    throw new StatusError(grpc.status.NOT_FOUND, `model: no model named ${JSON.stringify(name)} (serving: ${[...ctx.models.keys()].join(', ')})`);
+    throw new StatusError(
+      grpc.status.NOT_FOUND,
+      `model: no model named ${JSON.stringify(name)} (serving: ${[...ctx.models.keys()].join(', ')})`,
+    );
   };
   const checkItems = (items: unknown[]) => {
     if (items.length === 0) throw new StatusError(grpc.status.INVALID_ARGUMENT, 'items: at least one item is needed');
     if (items.length > ctx.maxItemsPerRequest) {
-      throw new StatusError(grpc.status.INVALID_ARGUMENT, `items: ${items.length} items, over the limit of ${ctx.maxItemsPerRequest} per call`);
+      throw new StatusError(
+        grpc.status.INVALID_ARGUMENT,
+        `items: ${items.length} items, over the limit of ${ctx.maxItemsPerRequest} per call`,
+      );
     }
   };
 
   /** Queue prepared units on the model's batcher; cancel them with the call. */
-  async function run<T>(m: ServedModel, prepared: Prepared<T>, call: grpc.ServerUnaryCall<any, any> | grpc.ServerDuplexStream<any, any>): Promise<T> {
+  async function run<T>(
+    m: ServedModel,
+    prepared: Prepared<T>,
+    call: grpc.ServerUnaryCall<any, any> | grpc.ServerDuplexStream<any, any>,
+  ): Promise<T> {
     const submitted = m.batcher.submit(prepared.units);
     const onCancel = () => submitted.cancel();
     call.on('cancelled', onCancel);
@@ -63,7 +80,10 @@ export function scoringService(ctx: ServiceContext): Record<string, Unary | Bidi
       const scores = await submitted.result;
       const name = m.entry.name;
       ctx.metrics.itemsScored.inc({ model: name }, prepared.units.length);
-      ctx.metrics.tokensScored.inc({ model: name }, prepared.units.reduce((n, u) => n + u.targets.length, 0));
+      ctx.metrics.tokensScored.inc(
+        { model: name },
+        prepared.units.reduce((n, u) => n + u.targets.length, 0),
+      );
       return prepared.finish(scores);
     } catch (err) {
       if (err instanceof CancelledError && Date.now() >= deadlineMs) {
@@ -231,7 +251,8 @@ function toLoglikelihoodRequest(item: any, i: number, fieldBase: string): Loglik
     throw new StatusError(grpc.status.INVALID_ARGUMENT, `${field}.truncation: unknown value ${JSON.stringify(item.truncation)}`);
   }
   // No context at all: the harness's empty context (scored after BOS).
-  const context = item.context === 'contextText' ? item.contextText : item.context === 'contextIds' ? item.contextIds.ids : texts.length > 0 ? '' : [];
+  const context =
+    item.context === 'contextText' ? item.contextText : item.context === 'contextIds' ? item.contextIds.ids : texts.length > 0 ? '' : [];
   return {
     context,
     continuations: texts.length > 0 ? texts : ids.map((t) => t.ids),
@@ -265,4 +286,3 @@ function toStatus(err: unknown): grpc.StatusObject {
   if (err instanceof CancelledError) return { code: grpc.status.CANCELLED, details: 'the call was cancelled', metadata };
   return { code: grpc.status.INTERNAL, details: `internal error: ${(err as Error)?.message ?? String(err)}`, metadata };
 }
-

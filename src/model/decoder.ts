@@ -132,9 +132,13 @@ class DecoderBuilder {
       const inWindow = g.node('Less', [distance, window], { name: 'in_window' });
       allowed = g.node('And', [allowed, inWindow], { name: 'allowed_in_window' });
     }
-    const bias = g.node('Where', [allowed, this.floatConst(0, 'zero', 'float32'), this.floatConst(this.maskValue, 'mask_value', 'float32')], {
-      name: 'bias',
-    });
+    const bias = g.node(
+      'Where',
+      [allowed, this.floatConst(0, 'zero', 'float32'), this.floatConst(this.maskValue, 'mask_value', 'float32')],
+      {
+        name: 'bias',
+      },
+    );
     return g.node('Unsqueeze', [bias, g.ints([1, 2])], { name: 'bias_5d' });
   }
 
@@ -209,7 +213,10 @@ class DecoderBuilder {
     v = g.node('Reshape', [v, g.ints([0, 0, kv, D], 'kv_shape')], { name: 'v_heads' });
     v = g.node('Transpose', [v], { name: 'v_layout', attrs: { perm: [0, 2, 1, 3] } });
     if (rope) {
-      const q5 = { cos: g.node('Unsqueeze', [rope.cos, g.ints([1], 'axis_1')], { name: 'cos_5d' }), sin: g.node('Unsqueeze', [rope.sin, g.ints([1], 'axis_1')], { name: 'sin_5d' }) };
+      const q5 = {
+        cos: g.node('Unsqueeze', [rope.cos, g.ints([1], 'axis_1')], { name: 'cos_5d' }),
+        sin: g.node('Unsqueeze', [rope.sin, g.ints([1], 'axis_1')], { name: 'sin_5d' }),
+      };
       q = g.scope('q_rope', () => this.applyRope(q, q5));
       k = g.scope('k_rope', () => this.applyRope(k, rope));
     }

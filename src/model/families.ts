@@ -153,7 +153,8 @@ export const FAMILIES: FamilySpec[] = [
 
 function int(c: RawConfig, key: string): number {
   const v = c[key];
-  if (!Number.isInteger(v) || v <= 0) throw new CheckpointError(`config.json: ${key} must be a positive integer (got ${JSON.stringify(v)})`);
+  if (!Number.isInteger(v) || v <= 0)
+    throw new CheckpointError(`config.json: ${key} must be a positive integer (got ${JSON.stringify(v)})`);
   return v;
 }
 
