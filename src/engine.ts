@@ -45,6 +45,33 @@ export interface ForwardResult {
   present?: PastKV;
 }
 
+/** One sample of a probe pass: its tokens, each key's bin and each query's weight. */
+export interface ProbeRow {
+  tokens: number[];
+  /** Per token: 0..C-1 its chunk, C excluded (sink); padding gets C+1. */
+  keyBins: number[];
+  /** Per token: 1 in a query chunk, 0 elsewhere. */
+  queryWeights: number[];
+}
+
+export interface ProbeRequest {
+  rows: ProbeRow[];
+  /** C + 2: the chunks, the excluded bin, the padding bin. */
+  numBins: number;
+  raw?: { layers: number[]; heads: number[]; queries: number[] };
+}
+
+export interface ProbeResult {
+  T: number;
+  votes: Float32Array; // [B, L, H, bins]
+  sinkVotes: Float32Array; // [B, L, H]
+  mass: Float32Array; // [B, L, H, bins]
+  sinkMass: Float32Array; // [B, L, H]
+  heat: Record<'max' | 'mean', { keyMax: Float32Array; keySum: Float32Array }>; // [B, T, bins]
+  keyCount: Float32Array; // [B, T, bins]
+  raw: Map<number, Float32Array>; // layer → [B, Hr, Q, T]
+}
+
 export interface EngineInfo {
   family: string;
   modelType: string;
@@ -62,6 +89,8 @@ export interface EngineInfo {
 }
 
 export class Engine {
+  private probeSession?: Promise<ort.InferenceSession>;
+
   private constructor(
     readonly dir: string,
     readonly config: ModelConfig,
@@ -69,6 +98,7 @@ export class Engine {
     private readonly session: ort.InferenceSession,
     readonly device: ResolvedDevice,
     readonly info: EngineInfo,
+    private readonly ckpt: SafetensorsCheckpoint,
   ) {}
 
   static async load(dir: string, options: DeviceOptions = {}): Promise<Engine> {
@@ -78,10 +108,7 @@ export class Engine {
     const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId });
     const graph = buildDecoderGraph(config, ckpt, device.dtype);
     const started = performance.now();
-    const session = await ort.InferenceSession.create(graph.model, {
-      ...device.sessionOptions,
-      extra: { session: { model_external_initializers_file_folder_path: graph.weightsDir } },
-    });
+    const session = await createSession(graph.model, graph.weightsDir, device);
     const sessionSeconds = (performance.now() - started) / 1000;
     const info: EngineInfo = {
       family: config.spec.family,
@@ -98,11 +125,80 @@ export class Engine {
       graphNodes: graph.nodeCount,
       sessionSeconds,
     };
-    return new Engine(dir, config, tokenizer, session, device, info);
+    return new Engine(dir, config, tokenizer, session, device, info, ckpt);
   }
 
   async release(): Promise<void> {
     await this.session.release();
+    if (this.probeSession) await (await this.probeSession).release();
+  }
+
+  /** The probe graph's session, built on first use (it holds its own copy of the
+   * prepacked weights, so servers that never probe never pay for it). */
+  private probeGraph(): Promise<ort.InferenceSession> {
+    this.probeSession ??= (async () => {
+      const graph = buildDecoderGraph(this.config, this.ckpt, this.device.dtype, 'probe');
+      return createSession(graph.model, graph.weightsDir, this.device);
+    })();
+    return this.probeSession;
+  }
+
+  /** One probe pass over full sequences (no past): attention statistics per sample. */
+  async probe(req: ProbeRequest): Promise<ProbeResult> {
+    const c = this.config;
+    const session = await this.probeGraph();
+    const B = req.rows.length;
+    const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
+    const inputIds = new BigInt64Array(B * T);
+    const positionIds = new BigInt64Array(B * T);
+    const keyPositions = new BigInt64Array(B * T).fill(-1n);
+    const keyBin = new BigInt64Array(B * T).fill(BigInt(req.numBins - 1));
+    const queryWeight = new Float32Array(B * T);
+    req.rows.forEach((row, b) =>
+      row.tokens.forEach((tok, t) => {
+        inputIds[b * T + t] = BigInt(tok);
+        positionIds[b * T + t] = BigInt(t);
+        keyPositions[b * T + t] = BigInt(t);
+        keyBin[b * T + t] = BigInt(row.keyBins[t]!);
+        queryWeight[b * T + t] = row.queryWeights[t]!;
+      }),
+    );
+    const raw = req.raw ?? { layers: [], heads: [], queries: [] };
+    const i64 = (values: number[]) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), [values.length]);
+    const feeds: Record<string, ort.Tensor> = {
+      input_ids: new ort.Tensor('int64', inputIds, [B, T]),
+      position_ids: new ort.Tensor('int64', positionIds, [B, T]),
+      key_positions: new ort.Tensor('int64', keyPositions, [B, T]),
+      past_index: new ort.Tensor('int64', new BigInt64Array(B), [B]),
+      key_bin: new ort.Tensor('int64', keyBin, [B, T]),
+      query_weight: new ort.Tensor('float32', queryWeight, [B, T]),
+      num_bins: i64([req.numBins]),
+      raw_heads: i64(raw.heads),
+      raw_queries: i64(raw.queries),
+    };
+    const past = this.emptyPast();
+    for (let i = 0; i < c.numLayers; i++) {
+      feeds[`past.${i}.key`] = past.keys[i]!;
+      feeds[`past.${i}.value`] = past.values[i]!;
+    }
+    const names = ['probe.votes', 'probe.sink_votes', 'probe.mass', 'probe.sink_mass', 'heat.key_count'];
+    for (const pool of ['max', 'mean']) names.push(`heat.${pool}.key_max`, `heat.${pool}.key_sum`);
+    for (const l of raw.layers) names.push(`raw.${l}`);
+    const out = await session.run(feeds, names);
+    const f = (name: string) => out[name]!.data as Float32Array;
+    return {
+      T,
+      votes: f('probe.votes'),
+      sinkVotes: f('probe.sink_votes'),
+      mass: f('probe.mass'),
+      sinkMass: f('probe.sink_mass'),
+      heat: {
+        max: { keyMax: f('heat.max.key_max'), keySum: f('heat.max.key_sum') },
+        mean: { keyMax: f('heat.mean.key_max'), keySum: f('heat.mean.key_sum') },
+      },
+      keyCount: f('heat.key_count'),
+      raw: new Map(raw.layers.map((l) => [l, f(`raw.${l}`)])),
+    };
   }
 
   /** An empty past (P = 0) for rows that start at position 0. */
@@ -196,6 +292,13 @@ export class Engine {
     }
     return result;
   }
+}
+
+function createSession(model: Uint8Array, weightsDir: string, device: ResolvedDevice): Promise<ort.InferenceSession> {
+  return ort.InferenceSession.create(model, {
+    ...device.sessionOptions,
+    extra: { session: { model_external_initializers_file_folder_path: weightsDir } },
+  });
 }
 
 function kvTensorType(dtype: ComputeDType): 'float32' | 'float16' {

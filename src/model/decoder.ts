@@ -20,6 +20,7 @@ import { GraphBuilder, float, type DTypeName } from '../graph/builder.js';
 import type { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
 import type { ModelConfig } from './families.js';
 import { logprobKernel } from '../../kernels/logprobs.js';
+import { heatmapKeys, layerProbe, probeInputs, type LayerProbe, type ProbeInputs } from '../../kernels/attention.js';
 
 export type ComputeDType = 'float32' | 'float16' | 'bfloat16';
 
@@ -35,8 +36,18 @@ export interface DecoderGraph {
   nodeCount: number;
 }
 
-export function buildDecoderGraph(config: ModelConfig, ckpt: SafetensorsCheckpoint, dtype: ComputeDType = 'float32'): DecoderGraph {
-  const b = new DecoderBuilder(config, ckpt, dtype);
+/** `scoring`: log-probs of scored positions. `probe`: attention statistics instead
+ * (kernels/attention.ts), with extra inputs key_bin [B,S], query_weight [B,T],
+ * num_bins [1], raw_heads [Hr], raw_queries [Q]. */
+export type GraphKind = 'scoring' | 'probe';
+
+export function buildDecoderGraph(
+  config: ModelConfig,
+  ckpt: SafetensorsCheckpoint,
+  dtype: ComputeDType = 'float32',
+  kind: GraphKind = 'scoring',
+): DecoderGraph {
+  const b = new DecoderBuilder(config, ckpt, dtype, kind);
   b.build();
   return { model: b.g.encode(`ctxprobe/${config.modelType}`), weightsDir: ckpt.weightsDir, nodeCount: b.g.nodeCount };
 }
@@ -50,11 +61,16 @@ class DecoderBuilder {
     private readonly c: ModelConfig,
     private readonly ckpt: SafetensorsCheckpoint,
     private readonly dt: ComputeDType,
+    private readonly kind: GraphKind,
   ) {
     this.w = c.spec.weights;
     // Finite, so fully masked (padding) rows never produce NaN that 0·NaN could spread.
     this.maskValue = dt === 'float32' ? -1e30 : -1e4;
   }
+
+  private probe?: ProbeInputs;
+  private readonly layerProbes: LayerProbe[] = [];
+  private allowed = '';
 
   build(): void {
     const { g, c } = this;
@@ -62,9 +78,14 @@ class DecoderBuilder {
     const positionIds = g.input('position_ids', 'int64', ['batch', 'seq']);
     const keyPositions = g.input('key_positions', 'int64', ['batch', 'total']);
     const pastIndex = g.input('past_index', 'int64', ['batch']);
-    const scoreRows = g.input('score_rows', 'int64', ['scored']);
-    const targetIds = g.input('target_ids', 'int64', ['scored']);
-    const topK = g.input('top_k', 'int64', [1]);
+    if (this.kind === 'probe') {
+      const keyBin = g.input('key_bin', 'int64', ['batch', 'total']);
+      const queryWeight = g.input('query_weight', 'float32', ['batch', 'seq']);
+      const numBins = g.input('num_bins', 'int64', [1]);
+      const rawHeads = g.input('raw_heads', 'int64', ['raw_heads']);
+      const rawQueries = g.input('raw_queries', 'int64', ['raw_queries']);
+      this.probe = g.scope('model', () => probeInputs(g, keyBin, queryWeight, numBins, rawHeads, rawQueries));
+    }
 
     let x = g.scope('model', () => this.embed(inputIds, positionIds));
     const bias = g.scope('model/attn_mask', () => this.attentionBias(positionIds, keyPositions));
@@ -84,6 +105,11 @@ class DecoderBuilder {
       g.output(`present.${i}.value`, presentValue, kvType, ['batch', c.numKvHeads, 'total', c.headDim]);
     }
 
+    if (this.kind === 'probe') return g.scope('model/probe', () => this.probeOutputs());
+
+    const scoreRows = g.input('score_rows', 'int64', ['scored']);
+    const targetIds = g.input('target_ids', 'int64', ['scored']);
+    const topK = g.input('top_k', 'int64', [1]);
     // Only the scored positions reach the output projection: [B,T,H] → [N,H] → [N,V].
     const logits = g.scope('model', () => {
       const flat = g.node('Reshape', [x, g.ints([-1, c.hiddenSize], 'rows_by_hidden')], { name: 'flatten_positions' });
@@ -100,6 +126,67 @@ class DecoderBuilder {
     g.output('greedy', k.greedy, 'bool', ['scored']);
     g.output('topk_logprobs', k.topkLogprobs, 'float32', ['scored', 'k']);
     g.output('topk_ids', k.topkIds, 'int64', ['scored', 'k']);
+  }
+
+  // Per-layer probes stacked to [B, layers, …]; the pooled maps (max and mean over
+  // layers and heads) reduced over key bins:
+  //   votes, sink_votes, mass, sink_mass: Concat over layers
+  //   pooled max / mean [B,T,S] ─heatmapKeys─► key_max, key_sum [B,T,bins];  allowed ─MatMul─► key_count
+  private probeOutputs(): void {
+    const { g, c } = this;
+    const p = this.probe!;
+    const stack = (pick: (l: LayerProbe) => string, name: string) =>
+      g.node(
+        'Concat',
+        this.layerProbes.map((l, i) => g.node('Unsqueeze', [pick(l), g.ints([1], 'axis_1')], { name: `${name}_${i}` })),
+        {
+          name,
+          attrs: { axis: 1 },
+        },
+      );
+    g.output(
+      'probe.votes',
+      stack((l) => l.votes, 'votes'),
+      'float32',
+      ['batch', c.numLayers, c.numHeads, 'bins'],
+    );
+    g.output(
+      'probe.sink_votes',
+      stack((l) => l.sinkVotes, 'sink_votes'),
+      'float32',
+      ['batch', c.numLayers, c.numHeads],
+    );
+    g.output(
+      'probe.mass',
+      stack((l) => l.mass, 'mass'),
+      'float32',
+      ['batch', c.numLayers, c.numHeads, 'bins'],
+    );
+    g.output(
+      'probe.sink_mass',
+      stack((l) => l.sinkMass, 'sink_mass'),
+      'float32',
+      ['batch', c.numLayers, c.numHeads],
+    );
+    this.layerProbes.forEach((l, i) => g.output(`raw.${i}`, l.raw, 'float32', ['batch', 'raw_heads', 'raw_queries', 'total']));
+
+    let poolMax = this.layerProbes[0]!.headMax;
+    let poolSum = this.layerProbes[0]!.headSum;
+    this.layerProbes.slice(1).forEach((l, i) => {
+      poolMax = g.node('Max', [poolMax, l.headMax], { name: `pool_max_${i + 1}` });
+      poolSum = g.node('Add', [poolSum, l.headSum], { name: `pool_sum_${i + 1}` });
+    });
+    const poolMean = g.node('Div', [poolSum, g.scalar(c.numLayers * c.numHeads, 'layers_x_heads')], { name: 'pool_mean' });
+    for (const [name, pooled] of [
+      ['max', poolMax],
+      ['mean', poolMean],
+    ] as const) {
+      const h = heatmapKeys(g, pooled, p.keyBin, p.keyBinsOneHot3, p.numBins, `heat_${name}`);
+      g.output(`heat.${name}.key_max`, h.keyMax, 'float32', ['batch', 'seq', 'bins']);
+      g.output(`heat.${name}.key_sum`, h.keySum, 'float32', ['batch', 'seq', 'bins']);
+    }
+    const allowed = g.node('Cast', [this.allowed], { name: 'allowed_f', attrs: { to: 1 } });
+    g.output('heat.key_count', g.node('MatMul', [allowed, p.keyBinsOneHot3], { name: 'key_count' }), 'float32', ['batch', 'seq', 'bins']);
   }
 
   // input_ids ──Gather(embed)──► x ──(+ Gather(wpe, position_ids) for learned positions)
@@ -132,6 +219,7 @@ class DecoderBuilder {
       const inWindow = g.node('Less', [distance, window], { name: 'in_window' });
       allowed = g.node('And', [allowed, inWindow], { name: 'allowed_in_window' });
     }
+    this.allowed = allowed;
     const bias = g.node(
       'Where',
       [allowed, this.floatConst(0, 'zero', 'float32'), this.floatConst(this.maskValue, 'mask_value', 'float32')],
@@ -233,7 +321,9 @@ class DecoderBuilder {
       attrs: { transB: 1, alpha: float(1 / Math.sqrt(D)) },
     });
     const masked = g.node('Add', [this.toFloat32(scores), bias], { name: 'masked_scores' });
-    const probs = this.fromFloat32(g.node('Softmax', [masked], { name: 'probs', attrs: { axis: -1 } }));
+    const probs32 = g.node('Softmax', [masked], { name: 'probs', attrs: { axis: -1 } });
+    if (this.probe) this.layerProbes.push(layerProbe(g, probs32, this.probe, c.numHeads));
+    const probs = this.fromFloat32(probs32);
     let ctx = g.node('MatMul', [probs, values], { name: 'context' });
     ctx = g.node('Transpose', [ctx], { name: 'context_layout', attrs: { perm: [0, 3, 1, 2, 4] } });
     ctx = g.node('Reshape', [ctx, g.ints([0, 0, c.numHeads * D], 'merge_heads')], { name: 'merge_heads' });

@@ -1,0 +1,186 @@
+// In-graph attention probes: the reductions of CHARPEval's chunk distribution and of
+// RefuteBench's round heatmaps, computed layer by layer inside the graph so that the
+// full attention tensor (layers × heads × T × T) never leaves it. At most one layer's
+// probabilities, a pooled [T, T] map and small per-bin tensors are alive at a time.
+//
+// Every key position has a bin (probe inputs): 0..C-1 its chunk, C "excluded" (an
+// attention sink such as BOS), C+1 padding. Query tokens carry a weight (1 in the query
+// chunks, 0 elsewhere).
+import type { GraphBuilder } from '../src/graph/builder.js';
+
+/** Inputs shared by every layer's probe, made once per graph. */
+export interface ProbeInputs {
+  keyBin: string; // [B, S] int64
+  keyBinsOneHot3: string; // [B, S, bins] float
+  keyBinsOneHot: string; // [B, 1, 1, S, bins] float
+  keyBinsFlat: string; // [B·S] int64
+  batchOffsets: string; // [B, 1, 1, 1] int64: b·S, to index keyBinsFlat
+  excludedKeys: string; // [B, 1, 1, 1, S] bool
+  excludedBin: string; // scalar int64: C
+  chunkBins: string; // [bins] float: 1 for the chunk bins 0..C-1, 0 for excluded and padding
+  numBins: string; // [1] int64: C + 2
+  queryWeight: string; // [B, 1, 1, T] float
+  rawHeads: string; // [Hr] int64
+  rawQueries: string; // [Q] int64
+}
+
+export interface LayerProbe {
+  votes: string; // [B, H, bins]: query-weighted argmax votes, sinks excluded from the argmax
+  sinkVotes: string; // [B, H]: query weight whose overall argmax is an excluded key
+  mass: string; // [B, H, bins]: query-weighted attention mass per bin, rows renormalised without sinks
+  sinkMass: string; // [B, H]: query-weighted mass on excluded keys
+  headMax: string; // [B, T, S]: max over heads
+  headSum: string; // [B, T, S]: sum over heads
+  raw: string; // [B, Hr, Q, S]: the requested heads and query rows
+}
+
+//   key_bin [B,S] ─OneHot(bins)─► [B,1,1,S,bins]      key_bin == C ─► excluded [B,1,1,1,S]
+//   key_bin [B,S] ─Reshape─► [B·S]                     Range(B)·S ─► offsets [B,1,1,1]
+export function probeInputs(
+  g: GraphBuilder,
+  keyBin: string,
+  queryWeight: string,
+  numBins: string,
+  rawHeads: string,
+  rawQueries: string,
+): ProbeInputs {
+  return g.scope('probe_inputs', () => {
+    const bins = g.node('Squeeze', [numBins, g.ints([0])], { name: 'bins_scalar' });
+    const excludedBin = g.node('Sub', [bins, g.constant('/constants/two_i64', 'int64', [], [2])], { name: 'excluded_bin' });
+    const onOff = g.constant('/constants/onehot_values', 'float32', [2], [0, 1]);
+    const oneHot = g.node('OneHot', [keyBin, numBins, onOff], { name: 'key_bins_onehot', attrs: { axis: -1 } });
+    const keyBinsOneHot = g.node('Unsqueeze', [oneHot, g.ints([1, 2])], { name: 'key_bins_onehot_5d' });
+    const keyBinsFlat = g.node('Reshape', [keyBin, g.ints([-1])], { name: 'key_bins_flat' });
+    const shape = g.node('Shape', [keyBin], { name: 'key_bin_shape' });
+    const batch = g.node('Gather', [shape, g.constant('/constants/zero_i64', 'int64', [], [0])], { name: 'batch', attrs: { axis: 0 } });
+    const keys = g.node('Gather', [shape, g.constant('/constants/one_i64', 'int64', [], [1])], { name: 'keys', attrs: { axis: 0 } });
+    const range = g.node(
+      'Range',
+      [g.constant('/constants/zero_i64', 'int64', [], [0]), batch, g.constant('/constants/one_i64', 'int64', [], [1])],
+      {
+        name: 'batch_range',
+      },
+    );
+    const offsets = g.node('Mul', [range, keys], { name: 'offsets' });
+    const batchOffsets = g.node('Reshape', [offsets, g.ints([-1, 1, 1, 1], 'offsets_shape')], { name: 'batch_offsets' });
+    const excluded = g.node('Equal', [keyBin, excludedBin], { name: 'excluded' });
+    const excludedKeys = g.node('Unsqueeze', [excluded, g.ints([1, 2, 3])], { name: 'excluded_keys' });
+    const qw = g.node('Unsqueeze', [queryWeight, g.ints([1, 2])], { name: 'query_weight' });
+    const binIds = g.node(
+      'Range',
+      [g.constant('/constants/zero_i64', 'int64', [], [0]), bins, g.constant('/constants/one_i64', 'int64', [], [1])],
+      { name: 'bin_ids' },
+    );
+    const chunkBins = g.node('Cast', [g.node('Less', [binIds, excludedBin], { name: 'is_chunk_bin' })], {
+      name: 'chunk_bins',
+      attrs: { to: 1 },
+    });
+    return {
+      keyBin,
+      keyBinsOneHot3: oneHot,
+      keyBinsOneHot,
+      keyBinsFlat,
+      batchOffsets,
+      excludedKeys,
+      excludedBin,
+      chunkBins,
+      numBins,
+      queryWeight: qw,
+      rawHeads,
+      rawQueries,
+    };
+  });
+}
+
+/** Sum over query tokens, weighted: [B,kv,G,T(,bins)] → [B,H(,bins)]. */
+function sumQueries(g: GraphBuilder, x: string, qw: string, heads: number, withBins: boolean, name: string): string {
+  const weighted = g.node('Mul', [x, withBins ? g.node('Unsqueeze', [qw, g.ints([-1])], { name: `${name}_qw` }) : qw], {
+    name: `${name}_weighted`,
+  });
+  const summed = g.node('ReduceSum', [weighted, g.ints([3], 'axis_3')], { name: `${name}_sum`, attrs: { keepdims: 0 } });
+  return g.node('Reshape', [summed, g.ints(withBins ? [0, heads, -1] : [0, heads], withBins ? 'heads_bins' : 'heads')], { name });
+}
+
+/** The bin of the key each (b, head, query) row's argmax points at. */
+function argmaxBin(g: GraphBuilder, probs: string, p: ProbeInputs, name: string): string {
+  const j = g.node('ArgMax', [probs], { name: `${name}_key`, attrs: { axis: -1, keepdims: 0 } });
+  return g.node('Gather', [p.keyBinsFlat, g.node('Add', [j, p.batchOffsets], { name: `${name}_flat` })], { name, attrs: { axis: 0 } });
+}
+
+// One layer's probe, from its probabilities [B, kv, G, T, S] (float32):
+//   probs ─ArgMax─► bin ─Equal(C)──────────────────────────────► Σ_t w ─► sink_votes [B,H]
+//   probs ─Where(excluded, -1)─ArgMax─► bin ─OneHot──────────────► Σ_t w ─► votes [B,H,bins]
+//   probs ─MatMul(key one-hot)─► row mass [..,T,bins] ─÷(1 − row sink mass)─► Σ_t w ─► mass [B,H,bins]
+//   probs ─ReduceMax / ReduceSum over heads─► [B,T,S]                (pooled across layers by the caller)
+//   probs ─Reshape [B,H,T,S]─Gather(heads)─Gather(queries)─► raw [B,Hr,Q,S]
+export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads: number): LayerProbe {
+  return g.scope('probe', () => {
+    const overall = argmaxBin(g, probs, p, 'argmax_bin');
+    const isSink = g.node('Cast', [g.node('Equal', [overall, p.excludedBin], { name: 'argmax_is_sink' })], {
+      name: 'argmax_is_sink_f',
+      attrs: { to: 1 },
+    });
+    const sinkVotes = sumQueries(g, isSink, p.queryWeight, heads, false, 'sink_votes');
+
+    const withoutSinks = g.node('Where', [p.excludedKeys, g.scalar(-1, 'minus_one'), probs], { name: 'probs_without_sinks' });
+    const voted = argmaxBin(g, withoutSinks, p, 'vote_bin');
+    const onOff = g.constant('/constants/onehot_values', 'float32', [2], [0, 1]);
+    const voteOneHot = g.node('OneHot', [voted, p.numBins, onOff], { name: 'vote_onehot', attrs: { axis: -1 } });
+    const votes = sumQueries(g, voteOneHot, p.queryWeight, heads, true, 'votes');
+
+    // Renormalise by the kept bins' own sum, not 1 − sink: with a sink near 1 (trained
+    // models) 1 − sink cancels to nothing in float32 while the kept masses stay exact.
+    const rowMass = g.node('MatMul', [probs, p.keyBinsOneHot], { name: 'row_mass' });
+    const rowSink = g.node('Gather', [rowMass, p.excludedBin], { name: 'row_sink_mass', attrs: { axis: -1 } });
+    const keptMass = g.node('Mul', [rowMass, p.chunkBins], { name: 'row_chunk_mass' });
+    const kept = g.node('ReduceSum', [keptMass, g.ints([-1], 'axis_last')], { name: 'row_kept_mass', attrs: { keepdims: 1 } });
+    const keptSafe = g.node('Max', [kept, g.scalar(1e-30, 'tiny')], { name: 'row_kept_safe' });
+    const renormalised = g.node('Div', [keptMass, keptSafe], { name: 'row_mass_renormalised' });
+    const mass = sumQueries(g, renormalised, p.queryWeight, heads, true, 'mass');
+    const sinkMass = sumQueries(g, rowSink, p.queryWeight, heads, false, 'sink_mass');
+
+    const headMax = g.node('ReduceMax', [probs, g.ints([1, 2], 'axes_heads')], { name: 'head_max', attrs: { keepdims: 0 } });
+    const headSum = g.node('ReduceSum', [probs, g.ints([1, 2], 'axes_heads')], { name: 'head_sum', attrs: { keepdims: 0 } });
+
+    const ts = g.node('Shape', [probs], { name: 'probs_shape', attrs: { start: 3 } });
+    const shape4 = g.node('Concat', [g.ints([0, heads], 'batch_heads'), ts], { name: 'heads_layout', attrs: { axis: 0 } });
+    const byHead = g.node('Reshape', [probs, shape4], { name: 'probs_by_head' });
+    const someHeads = g.node('Gather', [byHead, p.rawHeads], { name: 'raw_heads', attrs: { axis: 1 } });
+    const raw = g.node('Gather', [someHeads, p.rawQueries], { name: 'raw', attrs: { axis: 2 } });
+    return { votes, sinkVotes, mass, sinkMass, headMax, headSum, raw };
+  });
+}
+
+export interface HeatmapOutputs {
+  keyMax: string; // [B, T, bins]: max over each bin's keys of the pooled map
+  keySum: string; // [B, T, bins]: sum over each bin's keys
+}
+
+// Reduce a pooled [B, T, S] map over each key bin, for every query token:
+//   pooled ─ScatterElements(key bin, max)─► key_max [B,T,bins]
+//   pooled ─MatMul(key one-hot)─────────────► key_sum [B,T,bins]
+// The query side (T → segments) is a reduction of these small tensors, done by the caller.
+export function heatmapKeys(
+  g: GraphBuilder,
+  pooled: string,
+  keyBin: string,
+  keyBinsOneHot4: string,
+  numBins: string,
+  name: string,
+): HeatmapOutputs {
+  return g.scope(name, () => {
+    const shape = g.node('Shape', [pooled], { name: 'pooled_shape', attrs: { end: 2 } });
+    const outShape = g.node('Concat', [shape, numBins], { name: 'out_shape', attrs: { axis: 0 } });
+    const zeros = g.node('ConstantOfShape', [outShape], { name: 'zeros', attrs: {} });
+    const indices = g.node(
+      'Expand',
+      [g.node('Unsqueeze', [keyBin, g.ints([1])], { name: 'key_bin_3d' }), g.node('Shape', [pooled], { name: 'full_shape' })],
+      {
+        name: 'key_bin_per_query',
+      },
+    );
+    const keyMax = g.node('ScatterElements', [zeros, indices, pooled], { name: 'key_max', attrs: { axis: 2, reduction: 'max' } });
+    const keySum = g.node('MatMul', [pooled, keyBinsOneHot4], { name: 'key_sum' });
+    return { keyMax, keySum };
+  });
+}

@@ -1,0 +1,344 @@
+// Attention probing on top of the engine's probe graph: CHARPEval's per-layer chunk
+// distribution (argmax votes and attention mass), RefuteBench's round heatmap, and raw
+// attention slices under a size cap. The graph does the reductions over layers, heads
+// and keys (kernels/attention.ts); this file turns per-bin sums into the reported
+// distributions and reduces query tokens to segments.
+import type { Engine, ProbeRow } from './engine.js';
+import { ScoringError } from './scoring.js';
+import {
+  renderChat,
+  segmentIds,
+  segmentText,
+  type ChatMessage,
+  type IdChunk,
+  type Segment,
+  type Segmented,
+  type TextChunk,
+} from './segments.js';
+
+export type Reducer = 'mean' | 'max' | 'sum';
+
+export interface ProbeSample {
+  /** One of: labelled text chunks, labelled token-id chunks, or chat messages. */
+  chunks?: TextChunk[];
+  chunkIds?: IdChunk[];
+  messages?: ChatMessage[];
+  /** Text chunks only: run the tokenizer's special tokens (BOS) on the whole text. */
+  addSpecialTokens?: boolean;
+  /** Labels whose tokens are the queries of the chunk distribution; default: the last chunk's. */
+  queryLabels?: string[];
+  /** Token positions removed from the key side (attention sinks), their share reported apart. */
+  excludePositions?: number[];
+}
+
+export interface ProbeOptions {
+  /** Pool over layers and heads for the heatmap: `max` (RefuteBench) or `mean`. Default max. */
+  pool?: 'max' | 'mean';
+  /** Heatmap query side: reduce over the query segment's tokens. Default mean. */
+  queryReduce?: Reducer;
+  /** Heatmap key side: reduce over the key segment's (visible) tokens. Default max. */
+  keyReduce?: Reducer;
+  /** Also return [layers × heads × chunks]. */
+  perHead?: boolean;
+}
+
+export interface SampleProbe {
+  labels: string[];
+  segments: Segment[];
+  numTokens: number;
+  queryLabels: string[];
+  /** [layers][chunks]: share of (head, query token) argmax votes per chunk; sums to 1. */
+  votes: number[][];
+  /** [layers]: share of (head, query token) whose overall argmax is an excluded key. */
+  votesExcluded: number[];
+  /** [layers][chunks]: attention mass per chunk, each row renormalised without excluded keys; sums to 1. */
+  mass: number[][];
+  /** [layers]: mean attention mass on excluded keys. */
+  massExcluded: number[];
+  votesPerHead?: number[][][];
+  massPerHead?: number[][][];
+  /** [segments][segments], lower-triangular: query segment (row) → key segment (column). */
+  heatmap: number[][];
+  /** [segments]: the same reduction over the excluded keys. */
+  heatmapExcluded: number[];
+}
+
+export interface ProbeMean {
+  labels: string[];
+  votes: number[][];
+  votesExcluded: number[];
+  mass: number[][];
+  massExcluded: number[];
+  heatmap?: number[][];
+}
+
+export interface ProbeAnswer {
+  samples: SampleProbe[];
+  /** Mean over the samples (what CHARPEval's Figure 2 plots); present when they share labels. */
+  mean?: ProbeMean;
+  options: Required<Omit<ProbeOptions, 'perHead'>> & { perHead: boolean };
+}
+
+export interface RawRequest {
+  layers: number[];
+  heads: number[];
+  /** Query positions [start, end). */
+  queryStart: number;
+  queryEnd: number;
+}
+
+export interface RawSlice {
+  layer: number;
+  head: number;
+  queryStart: number;
+  /** [queries × keys], row-major; keys = the sample's tokens. */
+  values: Float32Array;
+  keys: number;
+}
+
+export interface ProberOptions {
+  /** Bytes of one layer's attention (batch × heads × T × T × 4) a probe pass may hold. */
+  maxAttentionBytes?: number;
+  /** Largest raw-attention answer, in bytes of the requested dtype. */
+  maxRawBytes?: number;
+}
+
+/** A sample turned into tokens, bins and query weights. */
+export interface PreparedSample {
+  seg: Segmented;
+  row: ProbeRow;
+  queryLabels: string[];
+  excluded: Set<number>;
+}
+
+export class Prober {
+  readonly maxAttentionBytes: number;
+  readonly maxRawBytes: number;
+
+  constructor(
+    readonly engine: Engine,
+    options: ProberOptions = {},
+  ) {
+    this.maxAttentionBytes = options.maxAttentionBytes ?? 512 * 2 ** 20;
+    this.maxRawBytes = options.maxRawBytes ?? 64 * 2 ** 20;
+  }
+
+  private attentionBytes(rows: number, tokens: number): number {
+    return rows * this.engine.config.numHeads * tokens * tokens * 4;
+  }
+
+  /** Validate and tokenise one sample (throws ScoringError naming the field). */
+  prepare(sample: ProbeSample, field: string): PreparedSample {
+    const tok = this.engine.tokenizer;
+    const given = [sample.chunks, sample.chunkIds, sample.messages].filter((x) => x !== undefined && x.length > 0).length;
+    if (given !== 1) throw new ScoringError(field, 'give exactly one of chunks, chunk_ids or messages');
+    let seg: Segmented;
+    if (sample.messages?.length) seg = segmentText(tok, renderChat(tok, sample.messages, `${field}.messages`), false, `${field}.messages`);
+    else if (sample.chunks?.length) seg = segmentText(tok, sample.chunks, sample.addSpecialTokens ?? false, `${field}.chunks`);
+    else {
+      const vocab = this.engine.config.vocabSize;
+      sample.chunkIds!.forEach((c, k) =>
+        c.ids.forEach((id, i) => {
+          if (!Number.isInteger(id) || id < 0 || id >= vocab)
+            throw new ScoringError(`${field}.chunk_ids[${k}].ids[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
+        }),
+      );
+      seg = segmentIds(sample.chunkIds!, `${field}.chunk_ids`);
+    }
+    const T = seg.ids.length;
+    if (T > this.engine.config.maxPositions)
+      throw new ScoringError(field, `${T} tokens, over the model's ${this.engine.config.maxPositions} positions`);
+    if (this.attentionBytes(1, T) > this.maxAttentionBytes) {
+      throw new ScoringError(
+        field,
+        `${T} tokens need ${(this.attentionBytes(1, T) / 2 ** 20).toFixed(0)} MiB of attention per layer, over the probe limit of ${(this.maxAttentionBytes / 2 ** 20).toFixed(0)} MiB`,
+      );
+    }
+    const labels = seg.segments.map((s) => s.label);
+    const queryLabels = sample.queryLabels?.length ? sample.queryLabels : [labels[labels.length - 1]!];
+    for (const [k, q] of queryLabels.entries()) {
+      if (!labels.includes(q))
+        throw new ScoringError(`${field}.query_labels[${k}]`, `no chunk is labelled ${JSON.stringify(q)} (labels: ${labels.join(', ')})`);
+    }
+    const excluded = new Set(sample.excludePositions ?? []);
+    for (const [k, p] of [...excluded].entries()) {
+      if (!Number.isInteger(p) || p < 0 || p >= T)
+        throw new ScoringError(`${field}.exclude_positions[${k}]`, `position ${p} is outside the sample's ${T} tokens`);
+    }
+    const C = seg.segments.length;
+    const keyBins = new Array<number>(T);
+    const queryWeights = new Array<number>(T).fill(0);
+    seg.segments.forEach((s, c) => {
+      for (let t = s.start; t < s.end; t++) {
+        keyBins[t] = excluded.has(t) ? C : c;
+        if (queryLabels.includes(s.label) && !excluded.has(t)) queryWeights[t] = 1;
+      }
+    });
+    if (!queryWeights.some((w) => w > 0))
+      throw new ScoringError(`${field}.query_labels`, 'the query chunks have no tokens left after exclusions');
+    return { seg, row: { tokens: seg.ids, keyBins, queryWeights }, queryLabels, excluded };
+  }
+
+  async probe(samples: ProbeSample[], options: ProbeOptions = {}): Promise<ProbeAnswer> {
+    if (samples.length === 0) throw new ScoringError('samples', 'at least one sample is needed');
+    const opts = {
+      pool: options.pool ?? 'max',
+      queryReduce: options.queryReduce ?? 'mean',
+      keyReduce: options.keyReduce ?? 'max',
+      perHead: options.perHead ?? false,
+    };
+    if (!['max', 'mean'].includes(opts.pool)) throw new ScoringError('options.pool', `must be max or mean (got ${opts.pool})`);
+    for (const side of ['queryReduce', 'keyReduce'] as const) {
+      if (!['mean', 'max', 'sum'].includes(opts[side]))
+        throw new ScoringError(
+          `options.${side === 'queryReduce' ? 'query_reduce' : 'key_reduce'}`,
+          `must be mean, max or sum (got ${opts[side]})`,
+        );
+    }
+    const prepared = samples.map((s, i) => this.prepare(s, `samples[${i}]`));
+    return this.run(prepared, opts);
+  }
+
+  /** Probe prepared samples, packed into passes under the attention-memory limit. */
+  async run(prepared: PreparedSample[], opts: ProbeAnswer['options']): Promise<ProbeAnswer> {
+    const results: SampleProbe[] = new Array(prepared.length);
+    const order = prepared.map((_, i) => i).sort((a, b) => prepared[b]!.row.tokens.length - prepared[a]!.row.tokens.length);
+    let batch: number[] = [];
+    const flush = async () => {
+      if (batch.length > 0) await this.runBatch(prepared, batch, opts, results);
+      batch = [];
+    };
+    for (const i of order) {
+      const longest = Math.max(prepared[i]!.row.tokens.length, ...batch.map((j) => prepared[j]!.row.tokens.length));
+      if (batch.length > 0 && this.attentionBytes(batch.length + 1, longest) > this.maxAttentionBytes) await flush();
+      batch.push(i);
+    }
+    await flush();
+    return { samples: results, mean: meanOf(results), options: opts };
+  }
+
+  private async runBatch(prepared: PreparedSample[], batch: number[], opts: ProbeAnswer['options'], results: SampleProbe[]): Promise<void> {
+    const c = this.engine.config;
+    const L = c.numLayers;
+    const H = c.numHeads;
+    // All samples of a pass share the bin layout: chunks padded to the most chunks.
+    const C = Math.max(...batch.map((i) => prepared[i]!.seg.segments.length));
+    const rows = batch.map((i) => {
+      const p = prepared[i]!;
+      const own = p.seg.segments.length;
+      return { ...p.row, keyBins: p.row.keyBins.map((b) => (b === own ? C : b)) };
+    });
+    const bins = C + 2;
+    const out = await this.engine.probe({ rows, numBins: bins });
+    const T = out.T;
+    batch.forEach((i, b) => {
+      const p = prepared[i]!;
+      const S = p.seg.segments.length;
+      const nq = p.row.queryWeights.reduce((a, w) => a + w, 0);
+      const perLayer = (data: Float32Array, l: number, h: number, bin: number) => data[((b * L + l) * H + h) * bins + bin]!;
+      const dist = (data: Float32Array) =>
+        Array.from({ length: L }, (_, l) => Array.from({ length: S }, (_, u) => sumHeads(H, (h) => perLayer(data, l, h, u)) / (H * nq)));
+      const perHead = (data: Float32Array) =>
+        Array.from({ length: L }, (_, l) =>
+          Array.from({ length: H }, (_, h) => Array.from({ length: S }, (_, u) => perLayer(data, l, h, u) / nq)),
+        );
+      const sink = (data: Float32Array) => Array.from({ length: L }, (_, l) => sumHeads(H, (h) => data[(b * L + l) * H + h]!) / (H * nq));
+      const heat = out.heat[opts.pool];
+      const keyValue = (t: number, u: number): number => {
+        const at = (b * T + t) * bins + u;
+        if (opts.keyReduce === 'max') return heat.keyMax[at]!;
+        if (opts.keyReduce === 'sum') return heat.keySum[at]!;
+        const n = out.keyCount[at]!;
+        return n > 0 ? heat.keySum[at]! / n : 0;
+      };
+      const reduceQueries = (s: Segment, u: number) => {
+        const values: number[] = [];
+        for (let t = s.start; t < s.end; t++) if (!p.excluded.has(t)) values.push(keyValue(t, u));
+        if (values.length === 0) return 0;
+        if (opts.queryReduce === 'max') return Math.max(...values);
+        const sum = values.reduce((a, v) => a + v, 0);
+        return opts.queryReduce === 'sum' ? sum : sum / values.length;
+      };
+      results[i] = {
+        labels: p.seg.segments.map((s) => s.label),
+        segments: p.seg.segments,
+        numTokens: p.seg.ids.length,
+        queryLabels: p.queryLabels,
+        votes: dist(out.votes),
+        votesExcluded: sink(out.sinkVotes),
+        mass: dist(out.mass),
+        massExcluded: sink(out.sinkMass),
+        ...(opts.perHead ? { votesPerHead: perHead(out.votes), massPerHead: perHead(out.mass) } : {}),
+        heatmap: p.seg.segments.map((s) => Array.from({ length: S }, (_, u) => reduceQueries(s, u))),
+        heatmapExcluded: p.seg.segments.map((s) => reduceQueries(s, C)),
+      };
+    });
+  }
+
+  /** Raw attention probabilities of one sample: one slice per (layer, head), each
+   * [queries × keys], refused beyond `maxRawBytes`. */
+  async raw(sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4 = 4): Promise<RawSlice[]> {
+    const p = this.prepare(sample, 'sample');
+    const c = this.engine.config;
+    const T = p.seg.ids.length;
+    req.layers.forEach((l, k) => {
+      if (!Number.isInteger(l) || l < 0 || l >= c.numLayers)
+        throw new ScoringError(`layers[${k}]`, `layer ${l} is outside [0, ${c.numLayers})`);
+    });
+    req.heads.forEach((h, k) => {
+      if (!Number.isInteger(h) || h < 0 || h >= c.numHeads)
+        throw new ScoringError(`heads[${k}]`, `head ${h} is outside [0, ${c.numHeads})`);
+    });
+    if (req.layers.length === 0) throw new ScoringError('layers', 'at least one layer is needed');
+    if (req.heads.length === 0) throw new ScoringError('heads', 'at least one head is needed');
+    const end = req.queryEnd > 0 ? Math.min(req.queryEnd, T) : T;
+    if (!(req.queryStart >= 0 && req.queryStart < end))
+      throw new ScoringError('query_start', `query range [${req.queryStart}, ${end}) is empty or outside the sample's ${T} tokens`);
+    const queries = Array.from({ length: end - req.queryStart }, (_, k) => req.queryStart + k);
+    const bytes = req.layers.length * req.heads.length * queries.length * T * bytesPerValue;
+    if (bytes > this.maxRawBytes) {
+      throw new ScoringError(
+        'layers',
+        `${req.layers.length} layers × ${req.heads.length} heads × ${queries.length} queries × ${T} keys is ${(bytes / 2 ** 20).toFixed(1)} MiB, over the raw-attention limit of ${(this.maxRawBytes / 2 ** 20).toFixed(1)} MiB: ask for fewer layers, heads or queries`,
+      );
+    }
+    const C = p.seg.segments.length;
+    const out = await this.engine.probe({ rows: [p.row], numBins: C + 2, raw: { layers: req.layers, heads: req.heads, queries } });
+    const slices: RawSlice[] = [];
+    const Q = queries.length;
+    for (const l of req.layers) {
+      const data = out.raw.get(l)!;
+      req.heads.forEach((h, k) =>
+        slices.push({ layer: l, head: h, queryStart: req.queryStart, keys: T, values: data.slice(k * Q * T, (k + 1) * Q * T) }),
+      );
+    }
+    return slices;
+  }
+}
+
+function sumHeads(H: number, f: (h: number) => number): number {
+  let s = 0;
+  for (let h = 0; h < H; h++) s += f(h);
+  return s;
+}
+
+function meanMatrix(ms: number[][][]): number[][] {
+  return ms[0]!.map((row, i) => row.map((_, j) => ms.reduce((a, m) => a + m[i]![j]!, 0) / ms.length));
+}
+
+function meanVector(vs: number[][]): number[] {
+  return vs[0]!.map((_, i) => vs.reduce((a, v) => a + v[i]!, 0) / vs.length);
+}
+
+function meanOf(results: SampleProbe[]): ProbeMean | undefined {
+  const labels = results[0]!.labels;
+  if (!results.every((r) => r.labels.length === labels.length && r.labels.every((l, i) => l === labels[i]))) return undefined;
+  return {
+    labels,
+    votes: meanMatrix(results.map((r) => r.votes)),
+    votesExcluded: meanVector(results.map((r) => r.votesExcluded)),
+    mass: meanMatrix(results.map((r) => r.mass)),
+    massExcluded: meanVector(results.map((r) => r.massExcluded)),
+    heatmap: meanMatrix(results.map((r) => r.heatmap)),
+  };
+}
