@@ -116,10 +116,7 @@ export function renderChat(tok: TextTokenizer, messages: ChatMessage[], field = 
         messages: messages.slice(0, upTo),
         bos_token: special('bos_token'),
         eos_token: special('eos_token'),
-        add_generation_prompt: false,
-        raise_exception: (message: string) => {
-          throw new Error(message);
-        },
+        add_generation_prompt: false, // raise_exception is built into @huggingface/jinja
       });
     } catch (e) {
       throw new ScoringError(field, `the chat template cannot render messages[0..${upTo - 1}]: ${(e as Error).message}`);
