@@ -23,15 +23,17 @@ export class CancelledError extends Error {}
 
 interface Job {
   units: Unit[];
+  /** A task that runs on its own in the round (probes), instead of batched units. */
+  task?: () => Promise<unknown>;
   tokens: number;
   enqueuedAt: number;
   cancelled: boolean;
-  resolve(scores: UnitScore[]): void;
+  resolve(result: any): void;
   reject(err: unknown): void;
 }
 
-export interface Submitted {
-  result: Promise<UnitScore[]>;
+export interface Submitted<T = UnitScore[]> {
+  result: Promise<T>;
   /** Drop the request: it leaves the queue (or its answer is discarded if running). */
   cancel(): void;
 }
@@ -58,11 +60,22 @@ export class Batcher {
   }
 
   get queuedItems(): number {
-    return this.queue.reduce((n, j) => n + j.units.length, 0);
+    return this.queue.reduce((n, j) => n + jobItems(j), 0);
   }
 
   submit(units: Unit[]): Submitted {
-    const tokens = units.reduce((n, u) => n + unitTokens(u), 0);
+    return this.enqueue(
+      units,
+      units.reduce((n, u) => n + unitTokens(u), 0),
+    );
+  }
+
+  /** Queue work that runs alone in its round (a probe pass), under the same limits. */
+  submitTask<T>(tokens: number, task: () => Promise<T>): Submitted<T> {
+    return this.enqueue([], tokens, task);
+  }
+
+  private enqueue<T>(units: Unit[], tokens: number, task?: () => Promise<T>): Submitted<T> {
     if (this.queuedTokens + tokens > this.maxQueuedTokens) {
       return {
         result: Promise.reject(
@@ -72,12 +85,12 @@ export class Batcher {
       };
     }
     let job!: Job;
-    const result = new Promise<UnitScore[]>((resolve, reject) => {
-      job = { units, tokens, enqueuedAt: performance.now(), cancelled: false, resolve, reject };
+    const result = new Promise<T>((resolve, reject) => {
+      job = { units, task, tokens, enqueuedAt: performance.now(), cancelled: false, resolve, reject };
     });
     this.queue.push(job);
     this.queuedTokens += tokens;
-    this.metrics?.unitsQueued.inc({ model: this.model }, units.length);
+    this.metrics?.unitsQueued.inc({ model: this.model }, jobItems(job));
     this.schedule();
     return {
       result,
@@ -102,7 +115,7 @@ export class Batcher {
 
   private dequeued(job: Job): void {
     this.queuedTokens -= job.tokens;
-    this.metrics?.unitsQueued.dec({ model: this.model }, job.units.length);
+    this.metrics?.unitsQueued.dec({ model: this.model }, jobItems(job));
   }
 
   private schedule(): void {
@@ -135,7 +148,7 @@ export class Batcher {
       tokens += job.tokens;
     }
     const now = performance.now();
-    const units = jobs.reduce((n, j) => n + j.units.length, 0);
+    const units = jobs.reduce((n, j) => n + jobItems(j), 0);
     for (const j of jobs) this.metrics?.queueWaitSeconds.observe({ model: this.model }, (now - j.enqueuedAt) / 1000);
     this.metrics?.batchUnits.observe({ model: this.model }, units);
     this.metrics?.batchTokens.observe({ model: this.model }, tokens);
@@ -155,7 +168,10 @@ export class Batcher {
   /** Score the jobs of a round together; if that fails, each alone, so one request's
    * failure never costs another client its answer. */
   private async score(jobs: Job[]): Promise<void> {
-    const live = jobs.filter((j) => !j.cancelled);
+    for (const j of jobs.filter((j) => j.task && !j.cancelled)) {
+      await j.task!().then(j.resolve, j.reject);
+    }
+    const live = jobs.filter((j) => !j.cancelled && !j.task);
     if (live.length === 0) return;
     try {
       const scores = await this.scorer.scoreUnits(live.flatMap((j) => j.units));
@@ -175,4 +191,9 @@ export class Batcher {
       }
     }
   }
+}
+
+/** Items a job stands for: its scored sequences, or one for a task. */
+function jobItems(job: Job): number {
+  return job.task ? 1 : job.units.length;
 }

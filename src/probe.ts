@@ -96,6 +96,12 @@ export interface RawSlice {
   keys: number;
 }
 
+export interface PreparedRaw {
+  prepared: PreparedSample;
+  req: RawRequest;
+  queries: number[];
+}
+
 export interface ProberOptions {
   /** Bytes of one layer's attention (batch × heads × T × T × 4) a probe pass may hold. */
   maxAttentionBytes?: number;
@@ -180,6 +186,12 @@ export class Prober {
   }
 
   async probe(samples: ProbeSample[], options: ProbeOptions = {}): Promise<ProbeAnswer> {
+    const { prepared, opts } = this.prepareAll(samples, options);
+    return this.run(prepared, opts);
+  }
+
+  /** Validate samples and options (throws ScoringError naming the field). */
+  prepareAll(samples: ProbeSample[], options: ProbeOptions = {}): { prepared: PreparedSample[]; opts: ProbeAnswer['options'] } {
     if (samples.length === 0) throw new ScoringError('samples', 'at least one sample is needed');
     const opts = {
       pool: options.pool ?? 'max',
@@ -187,16 +199,13 @@ export class Prober {
       keyReduce: options.keyReduce ?? 'max',
       perHead: options.perHead ?? false,
     };
-    if (!['max', 'mean'].includes(opts.pool)) throw new ScoringError('options.pool', `must be max or mean (got ${opts.pool})`);
+    if (!['max', 'mean'].includes(opts.pool)) throw new ScoringError('pool', `must be max or mean (got ${opts.pool})`);
     for (const side of ['queryReduce', 'keyReduce'] as const) {
-      if (!['mean', 'max', 'sum'].includes(opts[side]))
-        throw new ScoringError(
-          `options.${side === 'queryReduce' ? 'query_reduce' : 'key_reduce'}`,
-          `must be mean, max or sum (got ${opts[side]})`,
-        );
+      if (!['mean', 'max', 'sum'].includes(opts[side])) {
+        throw new ScoringError(side === 'queryReduce' ? 'query_reduce' : 'key_reduce', `must be mean, max or sum (got ${opts[side]})`);
+      }
     }
-    const prepared = samples.map((s, i) => this.prepare(s, `samples[${i}]`));
-    return this.run(prepared, opts);
+    return { prepared: samples.map((s, i) => this.prepare(s, `samples[${i}]`)), opts };
   }
 
   /** Probe prepared samples, packed into passes under the attention-memory limit. */
@@ -278,6 +287,11 @@ export class Prober {
   /** Raw attention probabilities of one sample: one slice per (layer, head), each
    * [queries × keys], refused beyond `maxRawBytes`. */
   async raw(sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4 = 4): Promise<RawSlice[]> {
+    return this.runRaw(this.prepareRaw(sample, req, bytesPerValue));
+  }
+
+  /** Validate a raw request (sample, layers, heads, query range, size cap) before queueing. */
+  prepareRaw(sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4 = 4): PreparedRaw {
     const p = this.prepare(sample, 'sample');
     const c = this.engine.config;
     const T = p.seg.ids.length;
@@ -302,6 +316,11 @@ export class Prober {
         `${req.layers.length} layers × ${req.heads.length} heads × ${queries.length} queries × ${T} keys is ${(bytes / 2 ** 20).toFixed(1)} MiB, over the raw-attention limit of ${(this.maxRawBytes / 2 ** 20).toFixed(1)} MiB: ask for fewer layers, heads or queries`,
       );
     }
+    return { prepared: p, req, queries };
+  }
+
+  async runRaw({ prepared: p, req, queries }: PreparedRaw): Promise<RawSlice[]> {
+    const T = p.seg.ids.length;
     const C = p.seg.segments.length;
     const out = await this.engine.probe({ rows: [p.row], numBins: C + 2, raw: { layers: req.layers, heads: req.heads, queries } });
     const slices: RawSlice[] = [];

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { writeSyntheticCheckpoint, type SyntheticSpec } from './checkpoint/synthetic.js';
 import { Engine } from './engine.js';
 import { Scorer } from './scoring.js';
+import { Prober } from './probe.js';
 import type { ComputeDType } from './model/decoder.js';
 
 export interface ModelEntry {
@@ -23,6 +24,10 @@ export interface ModelEntry {
   threads?: number;
   maxLength?: number;
   maxBatchTokens?: number;
+  /** Bytes of one layer's attention a probe pass may hold (default 512 MiB). */
+  maxProbeAttentionBytes?: number;
+  /** Largest raw-attention answer (default 64 MiB). */
+  maxRawAttentionBytes?: number;
   synthetic?: SyntheticSpec;
 }
 
@@ -30,6 +35,7 @@ export interface LoadedModel {
   entry: ModelEntry;
   engine: Engine;
   scorer: Scorer;
+  prober: Prober;
   loadSeconds: number;
 }
 
@@ -75,5 +81,6 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
   ensureCheckpoint(entry);
   const engine = await Engine.load(entry.path, { device: entry.device, dtype: entry.dtype, threads: entry.threads });
   const scorer = new Scorer(engine, { maxLength: entry.maxLength, maxBatchTokens: entry.maxBatchTokens });
-  return { entry, engine, scorer, loadSeconds: (performance.now() - started) / 1000 };
+  const prober = new Prober(engine, { maxAttentionBytes: entry.maxProbeAttentionBytes, maxRawBytes: entry.maxRawAttentionBytes });
+  return { entry, engine, scorer, prober, loadSeconds: (performance.now() - started) / 1000 };
 }

@@ -9,12 +9,15 @@ import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import { ReflectionService } from '@grpc/reflection';
 import { loadPackage } from './grpc/proto.js';
-import { scoringService, type ServedModel, type ServiceContext } from './grpc/service.js';
+import { scoringService } from './grpc/service.js';
+import { probingService } from './grpc/probing.js';
+import type { ServedModel, ServiceContext } from './grpc/calls.js';
 import { Batcher, type BatcherOptions } from './batcher.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
 
 export const SCORING_SERVICE = 'ctxprobe.v1.Scoring';
+export const PROBING_SERVICE = 'ctxprobe.v1.Probing';
 
 export interface ServerOptions {
   host?: string;
@@ -33,7 +36,11 @@ export class CtxprobeServer {
   readonly metrics = new Metrics();
   readonly models = new Map<string, ServedModel>();
   private readonly order: string[] = [];
-  private readonly health = new HealthImplementation({ '': 'NOT_SERVING', [SCORING_SERVICE]: 'NOT_SERVING' });
+  private readonly health = new HealthImplementation({
+    '': 'NOT_SERVING',
+    [SCORING_SERVICE]: 'NOT_SERVING',
+    [PROBING_SERVICE]: 'NOT_SERVING',
+  });
   private readonly inFlight = { count: 0 };
   private loading = true;
   private draining = false;
@@ -62,6 +69,7 @@ export class CtxprobeServer {
       inFlight: server.inFlight,
     };
     grpcServer.addService(v1.Scoring.service, scoringService(ctx) as grpc.UntypedServiceImplementation);
+    grpcServer.addService(v1.Probing.service, probingService(ctx) as grpc.UntypedServiceImplementation);
     server.health.addToServer(grpcServer);
     new ReflectionService(def).addToServer(grpcServer);
     const host = options.host ?? '127.0.0.1';
@@ -95,6 +103,7 @@ export class CtxprobeServer {
     this.loading = false;
     this.health.setStatus('', 'SERVING');
     this.health.setStatus(SCORING_SERVICE, 'SERVING');
+    this.health.setStatus(PROBING_SERVICE, 'SERVING');
   }
 
   /** Stop taking work, finish what is queued and in flight, then close both ports. */
@@ -102,6 +111,7 @@ export class CtxprobeServer {
     this.draining = true;
     this.health.setStatus('', 'NOT_SERVING');
     this.health.setStatus(SCORING_SERVICE, 'NOT_SERVING');
+    this.health.setStatus(PROBING_SERVICE, 'NOT_SERVING');
     await Promise.all([...this.models.values()].map((m) => m.batcher.idle()));
     while (this.inFlight.count > 0) await new Promise((r) => setTimeout(r, 5));
     await new Promise<void>((resolve) => this.grpcServer.tryShutdown(() => resolve()));

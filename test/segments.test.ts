@@ -78,7 +78,15 @@ describe('text chunks', () => {
   it('refuses a chunk that vanishes in tokenisation, naming it', () => {
     const err = (() => {
       try {
-        segmentText(tok, [{ label: 'a', text: 'Hello' }, { label: 'gap', text: ' ' }, { label: 'b', text: 'world' }], false);
+        segmentText(
+          tok,
+          [
+            { label: 'a', text: 'Hello' },
+            { label: 'gap', text: ' ' },
+            { label: 'b', text: 'world' },
+          ],
+          false,
+        );
       } catch (e) {
         return e as Error;
       }
@@ -114,7 +122,9 @@ describe('chat messages', () => {
     expect(() => renderChat(tok, messages, 'messages', "{{ raise_exception('Conversation roles must alternate') }}")).toThrow(
       /messages: the chat template cannot render messages\[0\.\.0\]: Conversation roles must alternate/,
     );
-    expect(() => renderChat(tok, messages, 'messages', '{% for m in messages %}')).toThrow(/messages: the model's chat template does not parse/);
+    expect(() => renderChat(tok, messages, 'messages', '{% for m in messages %}')).toThrow(
+      /messages: the model's chat template does not parse/,
+    );
     const plain = TextTokenizer.load(makeFixture(FAMILY_FIXTURES.gpt2!).dir);
     expect(() => renderChat(plain, messages)).toThrow(/no chat_template/);
   });

@@ -19,5 +19,5 @@ export const LOADER_OPTIONS: protoLoader.Options = {
 export function loadPackage() {
   const def = protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS);
   const pkg = grpc.loadPackageDefinition(def) as any;
-  return { def, v1: pkg.ctxprobe.v1 as { Scoring: grpc.ServiceClientConstructor } };
+  return { def, v1: pkg.ctxprobe.v1 as { Scoring: grpc.ServiceClientConstructor; Probing: grpc.ServiceClientConstructor } };
 }

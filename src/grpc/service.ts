@@ -1,127 +1,13 @@
-// gRPC handlers: validate, translate to the scoring library, queue on the model's
-// batcher, translate back. They hold no model logic; every failure becomes a status
-// that names the offending field.
+// gRPC Scoring handlers: validate, translate to the scoring library, queue on the
+// model's batcher, translate back. They hold no model logic.
 import * as grpc from '@grpc/grpc-js';
-import type { LoadedModel } from '../repository.js';
-import type { Metrics } from '../metrics.js';
-import { Batcher, CancelledError, QueueFullError } from '../batcher.js';
-import {
-  ScoringError,
-  type ContinuationScore,
-  type LoglikelihoodRequest,
-  type Prepared,
-  type RollingRequest,
-  type RollingScore,
-} from '../scoring.js';
+import type { ContinuationScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring.js';
+import { StatusError, callHelpers, toStatus, type ServedModel, type ServiceContext, type Unary } from './calls.js';
 
-export class StatusError extends Error {
-  constructor(
-    readonly code: grpc.status,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-export interface ServedModel extends LoadedModel {
-  batcher: Batcher;
-}
-
-export interface ServiceContext {
-  models: Map<string, ServedModel>;
-  /** Served when a request names no model: the first configured. */
-  defaultModel(): ServedModel | undefined;
-  loading(): boolean;
-  draining(): boolean;
-  metrics: Metrics;
-  maxItemsPerRequest: number;
-  log(line: Record<string, unknown>): void;
-  /** Calls being answered, for draining. */
-  inFlight: { count: number };
-}
-
-type Unary = (call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) => void;
 type Bidi = (call: grpc.ServerDuplexStream<any, any>) => void;
 
 export function scoringService(ctx: ServiceContext): Record<string, Unary | Bidi> {
-  const model = (name: string, forWork = true): ServedModel => {
-    if (forWork && ctx.draining()) throw new StatusError(grpc.status.UNAVAILABLE, 'server is draining: send to another replica');
-    const m = name ? ctx.models.get(name) : ctx.defaultModel();
-    if (m) return m;
-    if (ctx.loading()) throw new StatusError(grpc.status.UNAVAILABLE, 'models are still loading: wait for health SERVING');
-    throw new StatusError(
-      grpc.status.NOT_FOUND,
-      `model: no model named ${JSON.stringify(name)} (serving: ${[...ctx.models.keys()].join(', ')})`,
-    );
-  };
-  const checkItems = (items: unknown[]) => {
-    if (items.length === 0) throw new StatusError(grpc.status.INVALID_ARGUMENT, 'items: at least one item is needed');
-    if (items.length > ctx.maxItemsPerRequest) {
-      throw new StatusError(
-        grpc.status.INVALID_ARGUMENT,
-        `items: ${items.length} items, over the limit of ${ctx.maxItemsPerRequest} per call`,
-      );
-    }
-  };
-
-  /** Queue prepared units on the model's batcher; cancel them with the call. */
-  async function run<T>(
-    m: ServedModel,
-    prepared: Prepared<T>,
-    call: grpc.ServerUnaryCall<any, any> | grpc.ServerDuplexStream<any, any>,
-  ): Promise<T> {
-    const submitted = m.batcher.submit(prepared.units);
-    const onCancel = () => submitted.cancel();
-    call.on('cancelled', onCancel);
-    const deadline = call.getDeadline();
-    const deadlineMs = deadline instanceof Date ? deadline.getTime() : Number(deadline);
-    const timer = Number.isFinite(deadlineMs) ? setTimeout(onCancel, Math.max(0, deadlineMs - Date.now())) : undefined;
-    try {
-      const scores = await submitted.result;
-      const name = m.entry.name;
-      ctx.metrics.itemsScored.inc({ model: name }, prepared.units.length);
-      ctx.metrics.tokensScored.inc(
-        { model: name },
-        prepared.units.reduce((n, u) => n + u.targets.length, 0),
-      );
-      return prepared.finish(scores);
-    } catch (err) {
-      if (err instanceof CancelledError && Date.now() >= deadlineMs) {
-        throw new StatusError(grpc.status.DEADLINE_EXCEEDED, 'deadline exceeded before the items were scored');
-      }
-      throw err;
-    } finally {
-      clearTimeout(timer);
-      call.removeListener('cancelled', onCancel);
-    }
-  }
-
-  // Run a unary body; count it, log it, map errors to statuses; never let one escape.
-  const unary =
-    (method: string, body: (req: any, call: grpc.ServerUnaryCall<any, any>) => Promise<unknown> | unknown): Unary =>
-    (call, callback) => {
-      const started = performance.now();
-      ctx.inFlight.count++;
-      Promise.resolve()
-        .then(() => body(call.request, call))
-        .then(
-          (response) => finishCall(method, started, { code: grpc.status.OK }, () => callback(null, response)),
-          (err: unknown) => {
-            const status = toStatus(err);
-            finishCall(method, started, status, () => callback(status));
-          },
-        );
-    };
-
-  const finishCall = (method: string, started: number, status: { code: grpc.status; details?: string }, send: () => void) => {
-    ctx.inFlight.count--;
-    const code = grpc.status[status.code];
-    ctx.metrics.requests.inc({ method, code });
-    ctx.metrics.requestSeconds.observe({ method }, (performance.now() - started) / 1000);
-    const level = status.code === grpc.status.INTERNAL || status.code === grpc.status.UNKNOWN ? 'error' : 'debug';
-    ctx.log({ level, method, code, ms: +(performance.now() - started).toFixed(2), ...(status.details ? { message: status.details } : {}) });
-    send();
-  };
+  const { model, checkItems, run, unary, finishCall } = callHelpers(ctx);
 
   const prepareScore = (m: ServedModel, items: any[], fieldBase = 'items') => {
     const requests = items.map((item, i) => toLoglikelihoodRequest(item, i, fieldBase));
@@ -276,13 +162,4 @@ function toContinuationMessage(c: ContinuationScore) {
     topK: (c.topK ?? []).map((t) => ({ tokens: t.ids.map((id, k) => ({ id, logprob: t.logprobs[k] })) })),
     truncatedTokens: c.truncatedTokens,
   };
-}
-
-function toStatus(err: unknown): grpc.StatusObject {
-  const metadata = new grpc.Metadata();
-  if (err instanceof StatusError) return { code: err.code, details: err.message, metadata };
-  if (err instanceof ScoringError) return { code: grpc.status.INVALID_ARGUMENT, details: err.message, metadata };
-  if (err instanceof QueueFullError) return { code: grpc.status.RESOURCE_EXHAUSTED, details: err.message, metadata };
-  if (err instanceof CancelledError) return { code: grpc.status.CANCELLED, details: 'the call was cancelled', metadata };
-  return { code: grpc.status.INTERNAL, details: `internal error: ${(err as Error)?.message ?? String(err)}`, metadata };
 }

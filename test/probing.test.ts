@@ -1,0 +1,160 @@
+// The Probing service over gRPC: answers equal the prober's, raw attention streams in
+// float32 and float16, over-large requests are refused, bad samples name their field.
+import * as grpc from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadPackage } from '../src/grpc/proto.js';
+import { loadModel, type LoadedModel } from '../src/repository.js';
+import { CtxprobeServer } from '../src/server.js';
+import { f16ToF32 } from '../src/checkpoint/safetensors.js';
+import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
+import { scrape, unary } from './helpers.js';
+
+let model: LoadedModel;
+let server: CtxprobeServer;
+let client: any;
+
+const chunks = [
+  { label: 'instruction', text: 'Instruction: choose the best response.\n' },
+  { label: 'history', text: 'User: Who designed the tower?\n' },
+  { label: 'knowledge', text: 'Knowledge: Gustave Eiffel designed it.\n' },
+  { label: 'response', text: 'Bot: Eiffel did.' },
+];
+
+beforeAll(async () => {
+  model = await loadModel({
+    name: 'm',
+    path: makeFixture({ ...FAMILY_FIXTURES.qwen2!, maxPositions: 128 }).dir,
+    threads: 1,
+    maxRawAttentionBytes: 8192,
+  });
+  server = await CtxprobeServer.start({ port: 0, metricsPort: 0 });
+  server.addModel(model);
+  server.setServing();
+  const { v1 } = loadPackage();
+  client = new v1.Probing(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+});
+afterAll(async () => {
+  client?.close();
+  await server?.close();
+});
+
+const close = (a: number[], b: number[], tol = 1e-6) => a.forEach((v, i) => expect(Math.abs(v - b[i]!)).toBeLessThan(tol));
+
+describe('Probe', () => {
+  it('answers as the prober does, per sample and as a mean', async () => {
+    const samples = [
+      { id: 'a', chunks, excludePositions: [0] },
+      { id: 'b', chunks: chunks.map((c) => ({ ...c, text: c.text.toUpperCase() })) },
+    ];
+    const res = await unary(client, 'Probe', { samples, pool: 'POOL_MEAN', keyReduce: 'REDUCE_SUM', perHead: true });
+    const direct = await model.prober.probe(
+      samples.map((s) => ({ chunks: s.chunks, excludePositions: s.excludePositions })),
+      { pool: 'mean', keyReduce: 'sum', perHead: true },
+    );
+    expect(res.layers).toBe(2);
+    expect(res.heads).toBe(4);
+    expect([res.pool, res.queryReduce, res.keyReduce]).toEqual(['mean', 'mean', 'sum']);
+    res.samples.forEach((s: any, i: number) => {
+      const d = direct.samples[i]!;
+      expect(s.id).toBe(samples[i]!.id);
+      expect(s.spans.map((x: any) => [x.label, x.start, x.end])).toEqual(d.segments.map((x) => [x.label, x.start, x.end]));
+      expect([s.votes.rows, s.votes.cols]).toEqual([2, 4]);
+      close(s.votes.values, d.votes.flat());
+      close(s.mass.values, d.mass.flat());
+      close(s.heatmap.values, d.heatmap.flat());
+      close(s.votesExcluded, d.votesExcluded);
+      expect([s.votesPerHead.rows, s.votesPerHead.cols]).toEqual([8, 4]);
+    });
+    expect(res.hasMean).toBe(true);
+    close(res.mean.votes.values, direct.mean!.votes.flat());
+    expect(res.mean.labels).toEqual(chunks.map((c) => c.label));
+  });
+
+  it('probes chat messages and pre-tokenised chunks', async () => {
+    const ids = model.engine.tokenizer.encode('Hello there, how are you?');
+    const res = await unary(client, 'Probe', {
+      samples: [
+        {
+          id: 'ids',
+          chunks: [
+            { label: 'x', ids: { ids: ids.slice(0, 3) } },
+            { label: 'y', ids: { ids: ids.slice(3) } },
+          ],
+          queryLabels: ['y'],
+        },
+      ],
+    });
+    expect(res.samples[0].spans.map((s: any) => [s.start, s.end])).toEqual([
+      [0, 3],
+      [3, ids.length],
+    ]);
+    expect(res.samples[0].queryLabels).toEqual(['y']);
+  });
+
+  it('names bad fields', async () => {
+    const cases: [unknown, RegExp][] = [
+      [{ samples: [] }, /^samples: at least one sample/],
+      [
+        {
+          samples: [
+            {
+              chunks: [
+                { label: 'a', text: 'x' },
+                { label: 'b', ids: { ids: [1] } },
+              ],
+            },
+          ],
+        },
+        /samples\[0\]\.chunks: every chunk needs text, or every chunk ids/,
+      ],
+      [{ samples: [{ chunks, queryLabels: ['nope'] }] }, /samples\[0\]\.query_labels\[0\]: no chunk is labelled "nope"/],
+      [{ samples: [{ messages: [{ role: 'user', content: 'hi' }] }] }, /samples\[0\]\.messages: the model has no chat_template/],
+      [{ samples: [{ chunks }], keyReduce: 9 }, /key_reduce: unknown value 9/],
+      [{ model: 'x', samples: [{ chunks }] }, /model: no model named "x"/],
+    ];
+    for (const [req, message] of cases) {
+      const err = await unary(client, 'Probe', req).catch((e) => e);
+      expect(err.code, JSON.stringify(req)).toBe(message.source.startsWith('model') ? grpc.status.NOT_FOUND : grpc.status.INVALID_ARGUMENT);
+      expect(err.details).toMatch(message);
+    }
+  });
+});
+
+describe('RawAttention', () => {
+  const collect = (req: unknown) =>
+    new Promise<any[]>((resolve, reject) => {
+      const got: any[] = [];
+      const stream = client.RawAttention(req);
+      stream.on('data', (m: any) => got.push(m));
+      stream.on('end', () => resolve(got));
+      stream.on('error', reject);
+    });
+
+  it('streams one slice per (layer, head), in float32 and float16', async () => {
+    const sample = { chunks };
+    const slices = await model.prober.raw({ chunks }, { layers: [1], heads: [0, 3], queryStart: 4, queryEnd: 6 });
+    for (const dtype of ['ATTENTION_FLOAT32', 'ATTENTION_FLOAT16']) {
+      const got = await collect({ sample, layers: [1], heads: [0, 3], queryStart: 4, queryEnd: 6, dtype });
+      expect(got.map((m) => [m.layer, m.head, m.queries, m.keys])).toEqual(slices.map((s) => [1, s.head, 2, s.keys]));
+      got.forEach((m, k) => {
+        const values =
+          dtype === 'ATTENTION_FLOAT32'
+            ? Array.from(new Float32Array(m.data.buffer.slice(m.data.byteOffset, m.data.byteOffset + m.data.byteLength)))
+            : Array.from({ length: m.data.length / 2 }, (_, i) => f16ToF32(m.data.readUInt16LE(i * 2)));
+        close(values, Array.from(slices[k]!.values), dtype === 'ATTENTION_FLOAT32' ? 1e-7 : 1e-3);
+      });
+    }
+  });
+
+  it('refuses a request over the size cap with a clear status, and the server goes on', async () => {
+    const err = await collect({ sample: { chunks }, layers: [0, 1], heads: [0, 1, 2, 3], dtype: 'ATTENTION_FLOAT32' }).catch((e) => e);
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/^layers: 2 layers × 4 heads × \d+ queries × \d+ keys is .* over the raw-attention limit of 0\.0 MiB/);
+    const bad = await collect({ sample: { chunks }, layers: [7], heads: [0] }).catch((e) => e);
+    expect(bad.details).toMatch(/^layers\[0\]: layer 7 is outside \[0, 2\)/);
+    const ok = await collect({ sample: { chunks }, layers: [0], heads: [1], queryStart: 0, queryEnd: 1 });
+    expect(ok).toHaveLength(1);
+    const metrics = await scrape(server.metricsPort!);
+    expect(metrics.get('ctxprobe_requests_total{method="RawAttention",code="INVALID_ARGUMENT"}')).toBe(2);
+  });
+});
