@@ -4,6 +4,7 @@ import { Command, Option, InvalidArgumentError } from 'commander';
 import { DEFAULT_REPOSITORY, loadModel, readRepository, type ModelEntry } from './repository.js';
 import { CtxprobeServer } from './server.js';
 import type { ComputeDType } from './model/decoder.js';
+import type { ProbeSample } from './probe.js';
 
 const int = (name: string) => (value: string) => {
   const n = Number(value);
@@ -181,6 +182,74 @@ withModelFlags(program.command('score').description('score continuations of a co
       }));
       console.log(JSON.stringify({ model: entry!.name, context: flags.context, results: pretty }, null, 2));
     }
+    await m.engine.release();
+  });
+
+withModelFlags(
+  program.command('probe').description('attention statistics over labelled chunks or chat messages; JSON, HTML or SVG figures'),
+)
+  .option(
+    '--samples <file>',
+    'JSON: an array of samples ({chunks: [{label, text}]} or {messages: [{role, content}]}, queryLabels, excludePositions)',
+  )
+  .option('--chunk <label=text...>', 'one sample from inline chunks, in order')
+  .option('--messages <file>', 'one sample from a JSON array of chat messages (rendered with the model chat template)')
+  .option('--query <label...>', 'query chunk labels (default: the last chunk)')
+  .option('--exclude <position...>', 'token positions to remove from the key side (e.g. 0 for a BOS sink)')
+  .option('--add-special-tokens', "run the tokenizer's special tokens (BOS) on text chunks", false)
+  .addOption(new Option('--pool <pool>', 'heatmap pool over layers and heads').choices(['max', 'mean']).default('max'))
+  .addOption(new Option('--query-reduce <r>', 'heatmap query-side reducer').choices(['mean', 'max', 'sum']).default('mean'))
+  .addOption(new Option('--key-reduce <r>', 'heatmap key-side reducer').choices(['mean', 'max', 'sum']).default('max'))
+  .option('--per-head', 'include [layers × heads × chunks]', false)
+  .option('--html <file>', 'write an HTML report with the figures')
+  .option('--svg <prefix>', 'write PREFIX-votes.svg, PREFIX-mass.svg and PREFIX-heatmap-N.svg')
+  .action(async (flags) => {
+    const { Prober } = await import('./probe.js');
+    const { probeReportHtml, distributionSvg, heatmapSvg } = await import('./figures.js');
+    const fs = await import('node:fs');
+    let samples: ProbeSample[];
+    if (flags.samples) {
+      const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
+      samples = Array.isArray(raw) ? raw : raw.samples;
+    } else if (flags.messages) {
+      samples = [{ messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')) }];
+    } else if (flags.chunk) {
+      samples = [
+        {
+          chunks: (flags.chunk as string[]).map((c) => {
+            const eq = c.indexOf('=');
+            if (eq <= 0) throw new InvalidArgumentError(`--chunk ${JSON.stringify(c)}: write label=text`);
+            return { label: c.slice(0, eq), text: c.slice(eq + 1) };
+          }),
+        },
+      ];
+    } else {
+      throw new InvalidArgumentError('give --samples FILE, --messages FILE or --chunk label=text…');
+    }
+    samples = samples.map((s) => ({
+      ...s,
+      addSpecialTokens: s.addSpecialTokens ?? flags.addSpecialTokens,
+      queryLabels: s.queryLabels ?? flags.query,
+      excludePositions: s.excludePositions ?? (flags.exclude as string[] | undefined)?.map(Number),
+    }));
+    const [entry] = entriesFrom(flags);
+    const m = await loadModel(entry!);
+    const answer = await new Prober(m.engine).probe(samples, {
+      pool: flags.pool,
+      queryReduce: flags.queryReduce,
+      keyReduce: flags.keyReduce,
+      perHead: flags.perHead,
+    });
+    if (flags.html) fs.writeFileSync(flags.html, probeReportHtml(answer, 'ctxprobe attention report', entry!.name));
+    if (flags.svg) {
+      const first = answer.mean ?? { ...answer.samples[0]!, labels: answer.samples[0]!.labels };
+      fs.writeFileSync(`${flags.svg}-votes.svg`, distributionSvg(first.votes, first.labels, 'Argmax votes per layer'));
+      fs.writeFileSync(`${flags.svg}-mass.svg`, distributionSvg(first.mass, first.labels, 'Attention mass per layer'));
+      answer.samples.forEach((s, i) =>
+        fs.writeFileSync(`${flags.svg}-heatmap-${i}.svg`, heatmapSvg(s.heatmap, s.labels, `Sample ${i} heatmap`)),
+      );
+    }
+    console.log(JSON.stringify({ model: entry!.name, ...answer }, null, 2));
     await m.engine.release();
   });
 
