@@ -15,13 +15,13 @@ export interface ProbeInputs {
   keyBinsOneHot: string; // [B, 1, 1, S, bins] float
   keyBinsFlat: string; // [B·S] int64
   batchOffsets: string; // [B, 1, 1, 1] int64: b·S, to index keyBinsFlat
-  excludedKeys: string; // [B, 1, 1, 1, S] bool
   excludedBin: string; // scalar int64: C
   chunkBins: string; // [bins] float: 1 for the chunk bins 0..C-1, 0 for excluded and padding
   numBins: string; // [1] int64: C + 2
   queryWeight: string; // [B, 1, 1, T] float
   rawHeads: string; // [Hr] int64
   rawQueries: string; // [Q] int64
+  topKeys: string; // [1] int64: 1 + the most excluded positions of any sample
 }
 
 export interface LayerProbe {
@@ -34,7 +34,7 @@ export interface LayerProbe {
   raw: string; // [B, Hr, Q, S]: the requested heads and query rows
 }
 
-//   key_bin [B,S] ─OneHot(bins)─► [B,1,1,S,bins]      key_bin == C ─► excluded [B,1,1,1,S]
+//   key_bin [B,S] ─OneHot(bins)─► [B,1,1,S,bins]
 //   key_bin [B,S] ─Reshape─► [B·S]                     Range(B)·S ─► offsets [B,1,1,1]
 export function probeInputs(
   g: GraphBuilder,
@@ -43,6 +43,7 @@ export function probeInputs(
   numBins: string,
   rawHeads: string,
   rawQueries: string,
+  topKeys: string,
 ): ProbeInputs {
   return g.scope('probe_inputs', () => {
     const bins = g.node('Squeeze', [numBins, g.ints([0])], { name: 'bins_scalar' });
@@ -63,8 +64,6 @@ export function probeInputs(
     );
     const offsets = g.node('Mul', [range, keys], { name: 'offsets' });
     const batchOffsets = g.node('Reshape', [offsets, g.ints([-1, 1, 1, 1], 'offsets_shape')], { name: 'batch_offsets' });
-    const excluded = g.node('Equal', [keyBin, excludedBin], { name: 'excluded' });
-    const excludedKeys = g.node('Unsqueeze', [excluded, g.ints([1, 2, 3])], { name: 'excluded_keys' });
     const qw = g.node('Unsqueeze', [queryWeight, g.ints([1, 2])], { name: 'query_weight' });
     const binIds = g.node(
       'Range',
@@ -81,13 +80,13 @@ export function probeInputs(
       keyBinsOneHot,
       keyBinsFlat,
       batchOffsets,
-      excludedKeys,
       excludedBin,
       chunkBins,
       numBins,
       queryWeight: qw,
       rawHeads,
       rawQueries,
+      topKeys,
     };
   });
 }
@@ -101,35 +100,47 @@ function sumQueries(g: GraphBuilder, x: string, qw: string, heads: number, withB
   return g.node('Reshape', [summed, g.ints(withBins ? [0, heads, -1] : [0, heads], withBins ? 'heads_bins' : 'heads')], { name });
 }
 
-/** The bin of the key each (b, head, query) row's argmax points at. */
-function argmaxBin(g: GraphBuilder, probs: string, p: ProbeInputs, name: string): string {
-  const j = g.node('ArgMax', [probs], { name: `${name}_key`, attrs: { axis: -1, keepdims: 0 } });
-  return g.node('Gather', [p.keyBinsFlat, g.node('Add', [j, p.batchOffsets], { name: `${name}_flat` })], { name, attrs: { axis: 0 } });
-}
-
 // One layer's probe, from its probabilities [B, kv, G, T, S] (float32):
-//   probs ─ArgMax─► bin ─Equal(C)──────────────────────────────► Σ_t w ─► sink_votes [B,H]
-//   probs ─Where(excluded, -1)─ArgMax─► bin ─OneHot──────────────► Σ_t w ─► votes [B,H,bins]
+//   probs ─TopK(E+1)─► bins ─┬─ first is C ────────────────────► Σ_t w ─► sink_votes [B,H]
+//                            └─ first not C ─OneHot─────────────► Σ_t w ─► votes [B,H,bins]
 //   probs ─MatMul(key one-hot)─► row mass [..,T,bins] ─÷(1 − row sink mass)─► Σ_t w ─► mass [B,H,bins]
 //   probs ─ReduceMax / ReduceSum over heads─► [B,T,S]                (pooled across layers by the caller)
 //   probs ─Reshape [B,H,T,S]─Gather(heads)─Gather(queries)─► raw [B,Hr,Q,S]
 export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads: number): LayerProbe {
   return g.scope('probe', () => {
-    const overall = argmaxBin(g, probs, p, 'argmax_bin');
-    const isSink = g.node('Cast', [g.node('Equal', [overall, p.excludedBin], { name: 'argmax_is_sink' })], {
+    // The top E+1 keys of each row, E the most excluded positions of any sample: the
+    // first is the overall argmax (a sink or not), and the first non-excluded one is the
+    // vote. One TopK replaces masking the sinks out and two ArgMax passes.
+    const [, topIdx] = g.nodeN('TopK', 'top_keys', [probs, p.topKeys], { outputs: 2, attrs: { axis: -1, largest: 1, sorted: 1 } });
+    const topBins = g.node(
+      'Gather',
+      [
+        p.keyBinsFlat,
+        g.node('Add', [topIdx!, g.node('Unsqueeze', [p.batchOffsets, g.ints([-1])], { name: 'offsets_5d' })], { name: 'top_keys_flat' }),
+      ],
+      {
+        name: 'top_bins',
+        attrs: { axis: 0 },
+      },
+    );
+    const topIsSink = g.node('Equal', [topBins, p.excludedBin], { name: 'top_is_sink' });
+    const first = g.constant('/constants/zero_i64', 'int64', [], [0]);
+    const isSink = g.node('Cast', [g.node('Gather', [topIsSink, first], { name: 'argmax_is_sink', attrs: { axis: -1 } })], {
       name: 'argmax_is_sink_f',
       attrs: { to: 1 },
     });
     const sinkVotes = sumQueries(g, isSink, p.queryWeight, heads, false, 'sink_votes');
-
-    const withoutSinks = g.node('Where', [p.excludedKeys, g.scalar(-1, 'minus_one'), probs], { name: 'probs_without_sinks' });
-    const voted = argmaxBin(g, withoutSinks, p, 'vote_bin');
+    const topIsKept = g.node('Cast', [g.node('Not', [topIsSink], { name: 'top_is_kept' })], { name: 'top_is_kept_f', attrs: { to: 1 } });
+    const firstKept = g.node('ArgMax', [topIsKept], { name: 'first_kept', attrs: { axis: -1, keepdims: 1 } });
+    const voted = g.node(
+      'Squeeze',
+      [g.node('GatherElements', [topBins, firstKept], { name: 'vote_bin_5d', attrs: { axis: -1 } }), g.ints([-1], 'axis_last')],
+      { name: 'vote_bin' },
+    );
     const onOff = g.constant('/constants/onehot_values', 'float32', [2], [0, 1]);
     const voteOneHot = g.node('OneHot', [voted, p.numBins, onOff], { name: 'vote_onehot', attrs: { axis: -1 } });
     const votes = sumQueries(g, voteOneHot, p.queryWeight, heads, true, 'votes');
 
-    // Renormalise by the kept bins' own sum, not 1 − sink: with a sink near 1 (trained
-    // models) 1 − sink cancels to nothing in float32 while the kept masses stay exact.
     const rowMass = g.node('MatMul', [probs, p.keyBinsOneHot], { name: 'row_mass' });
     const rowSink = g.node('Gather', [rowMass, p.excludedBin], { name: 'row_sink_mass', attrs: { axis: -1 } });
     const keptMass = g.node('Mul', [rowMass, p.chunkBins], { name: 'row_chunk_mass' });

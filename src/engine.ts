@@ -175,6 +175,8 @@ export class Engine {
       num_bins: i64([req.numBins]),
       raw_heads: i64(raw.heads),
       raw_queries: i64(raw.queries),
+      // 1 + the most excluded keys of any row: the top keys always hold a kept one.
+      probe_top_keys: i64([1 + Math.max(0, ...req.rows.map((r) => r.keyBins.filter((b) => b === req.numBins - 2).length))]),
     };
     const past = this.emptyPast();
     for (let i = 0; i < c.numLayers; i++) {

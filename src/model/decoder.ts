@@ -38,7 +38,7 @@ export interface DecoderGraph {
 
 /** `scoring`: log-probs of scored positions. `probe`: attention statistics instead
  * (kernels/attention.ts), with extra inputs key_bin [B,S], query_weight [B,T],
- * num_bins [1], raw_heads [Hr], raw_queries [Q]. */
+ * num_bins [1], raw_heads [Hr], raw_queries [Q], probe_top_keys [1]. */
 export type GraphKind = 'scoring' | 'probe';
 
 export function buildDecoderGraph(
@@ -69,6 +69,8 @@ class DecoderBuilder {
   }
 
   private probe?: ProbeInputs;
+  private poolMax = '';
+  private poolSum = '';
   private readonly layerProbes: LayerProbe[] = [];
   private allowed = '';
 
@@ -84,7 +86,8 @@ class DecoderBuilder {
       const numBins = g.input('num_bins', 'int64', [1]);
       const rawHeads = g.input('raw_heads', 'int64', ['raw_heads']);
       const rawQueries = g.input('raw_queries', 'int64', ['raw_queries']);
-      this.probe = g.scope('model', () => probeInputs(g, keyBin, queryWeight, numBins, rawHeads, rawQueries));
+      const topKeys = g.input('probe_top_keys', 'int64', [1]);
+      this.probe = g.scope('model', () => probeInputs(g, keyBin, queryWeight, numBins, rawHeads, rawQueries, topKeys));
     }
 
     let x = g.scope('model', () => this.embed(inputIds, positionIds));
@@ -99,6 +102,7 @@ class DecoderBuilder {
         this.decoderLayer(i, x, bias, rope, { key: pastKey, value: pastValue, index: pastIndex }),
       );
       x = layer.hidden;
+      if (this.probe) x = g.scope(`model/layers.${i}/probe`, () => this.poolAndOrder(i, layer.hidden));
       const presentKey = g.scope(`model/layers.${i}`, () => this.kvOut(layer.presentKey));
       const presentValue = g.scope(`model/layers.${i}`, () => this.kvOut(layer.presentValue));
       g.output(`present.${i}.key`, presentKey, kvType, ['batch', c.numKvHeads, 'total', c.headDim]);
@@ -170,12 +174,7 @@ class DecoderBuilder {
     );
     this.layerProbes.forEach((l, i) => g.output(`raw.${i}`, l.raw, 'float32', ['batch', 'raw_heads', 'raw_queries', 'total']));
 
-    let poolMax = this.layerProbes[0]!.headMax;
-    let poolSum = this.layerProbes[0]!.headSum;
-    this.layerProbes.slice(1).forEach((l, i) => {
-      poolMax = g.node('Max', [poolMax, l.headMax], { name: `pool_max_${i + 1}` });
-      poolSum = g.node('Add', [poolSum, l.headSum], { name: `pool_sum_${i + 1}` });
-    });
+    const { poolMax, poolSum } = this;
     const poolMean = g.node('Div', [poolSum, g.scalar(c.numLayers * c.numHeads, 'layers_x_heads')], { name: 'pool_mean' });
     for (const [name, pooled] of [
       ['max', poolMax],
@@ -187,6 +186,39 @@ class DecoderBuilder {
     }
     const allowed = g.node('Cast', [this.allowed], { name: 'allowed_f', attrs: { to: 1 } });
     g.output('heat.key_count', g.node('MatMul', [allowed, p.keyBinsOneHot3], { name: 'key_count' }), 'float32', ['batch', 'seq', 'bins']);
+  }
+
+  // Pool layer i's attention into the running max / sum over layers, and make the next
+  // layer wait for this layer's probe: onnxruntime's default order may otherwise run
+  // the reductions late and keep every layer's probabilities alive at once.
+  //   head_max, head_sum ─Max / Add─► pools;  one element of each result ─ReduceSum─×0─+─► hidden
+  private poolAndOrder(i: number, hidden: string): string {
+    const { g } = this;
+    const lp = this.layerProbes[i]!;
+    this.poolMax = i === 0 ? lp.headMax : g.node('Max', [this.poolMax, lp.headMax], { name: 'pool_max' });
+    this.poolSum = i === 0 ? lp.headSum : g.node('Add', [this.poolSum, lp.headSum], { name: 'pool_sum' });
+    // Any element of each result makes the dependency; one element is enough.
+    const one = (x: string, name: string) =>
+      g.node(
+        'Slice',
+        [g.node('Reshape', [x, g.ints([-1], 'flat')], { name: `${name}_flat` }), g.ints([0], 'start_0'), g.ints([1], 'end_1')],
+        { name: `${name}_first` },
+      );
+    const parts = [
+      one(lp.votes, 'votes'),
+      one(lp.sinkVotes, 'sink_votes'),
+      one(lp.mass, 'mass'),
+      one(lp.sinkMass, 'sink_mass'),
+      one(lp.raw, 'raw'),
+      one(this.poolMax, 'pool_max'),
+      one(this.poolSum, 'pool_sum'),
+    ];
+    const anchor = g.node('ReduceSum', [g.node('Concat', parts, { name: 'parts', attrs: { axis: 0 } })], {
+      name: 'anchor',
+      attrs: { keepdims: 0 },
+    });
+    const zero = g.node('Mul', [anchor, g.scalar(0, 'zero')], { name: 'zero_anchor' });
+    return g.node('Add', [hidden, this.fromFloat32(zero)], { name: 'ordered_hidden' });
   }
 
   // input_ids ──Gather(embed)──► x ──(+ Gather(wpe, position_ids) for learned positions)
