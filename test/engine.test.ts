@@ -1,9 +1,8 @@
 // The engine's per-token log-probs, greedy flags and top-k against the float64
 // reference forward pass, for every family: single rows, padded batches, shared past.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine.js';
+import { describe, expect, it } from 'vitest';
 import { Scorer } from '../src/scoring.js';
-import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
+import { FAMILY_FIXTURES, familyEngine } from './fixtures.js';
 import { referenceForward, referenceTokenLogprobs } from './reference.js';
 import { rng } from '../src/checkpoint/synthetic.js';
 
@@ -13,19 +12,13 @@ function randomTokens(seed: number, n: number, vocab: number): number[] {
 }
 
 describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
-  let fx: Fixture;
-  let engine: Engine;
-  beforeAll(async () => {
-    fx = makeFixture(FAMILY_FIXTURES[family]!);
-    engine = await Engine.load(fx.dir, { threads: 1 });
-  });
-  afterAll(async () => engine?.release());
+  const ctx = familyEngine(family);
 
   it('matches the reference for one sequence: log-probs, greedy flags, top-k', async () => {
-    const tokens = randomTokens(1, 20, engine.config.vocabSize);
-    const ref = referenceForward(fx, tokens);
+    const tokens = randomTokens(1, 20, ctx.engine.config.vocabSize);
+    const ref = referenceForward(ctx.fx, tokens);
     const scored = tokens.slice(1).map((target, i) => ({ row: 0, index: i, target }));
-    const out = await engine.forward({ rows: [{ tokens, startPosition: 0, pastRow: 0 }], scored, topK: 3, keepPresent: false });
+    const out = await ctx.engine.forward({ rows: [{ tokens, startPosition: 0, pastRow: 0 }], scored, topK: 3, keepPresent: false });
     scored.forEach((s, n) => {
       const row = ref.logprobs[s.index]!;
       expect(Math.abs(out.logprobs[n]! - row[s.target]!)).toBeLessThan(1e-4);
@@ -38,18 +31,18 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
   });
 
   it('padded batches and a shared prefix give the reference answers', async () => {
-    const vocab = engine.config.vocabSize;
+    const vocab = ctx.engine.config.vocabSize;
     const context = randomTokens(2, 17, vocab);
     const requests = [
       { context, continuations: [randomTokens(3, 4, vocab), randomTokens(4, 9, vocab), randomTokens(5, 1, vocab)] },
       { context: randomTokens(6, 5, vocab), continuations: [randomTokens(7, 6, vocab)] },
       { context: randomTokens(8, 30, vocab), continuations: [randomTokens(9, 3, vocab), randomTokens(10, 2, vocab)] },
     ];
-    const shared = await new Scorer(engine, { maxBatchTokens: 64 }).loglikelihood(requests);
-    const unshared = await new Scorer(engine, { prefixSharing: false }).loglikelihood(requests);
+    const shared = await new Scorer(ctx.engine, { maxBatchTokens: 64 }).loglikelihood(requests);
+    const unshared = await new Scorer(ctx.engine, { prefixSharing: false }).loglikelihood(requests);
     requests.forEach((req, i) =>
       req.continuations.forEach((cont, j) => {
-        const ref = referenceTokenLogprobs(fx, [...req.context, ...cont], cont.length);
+        const ref = referenceTokenLogprobs(ctx.fx, [...req.context, ...cont], cont.length);
         const a = shared[i]![j]!;
         const b = unshared[i]![j]!;
         expect(a.numTokens).toBe(cont.length);

@@ -4,6 +4,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { writeSyntheticCheckpoint, type SyntheticSpec, type WriteOptions } from '../src/checkpoint/synthetic.js';
+import { afterAll, beforeAll } from 'vitest';
+import { Engine } from '../src/engine.js';
 import type { ReferenceModel } from './reference.js';
 
 export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
@@ -63,4 +65,15 @@ export function makeFixture(spec: SyntheticSpec, options: WriteOptions = {}, dir
   const tensors = writeSyntheticCheckpoint(dir, spec, options);
   const config = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
   return { dir, config, tensors };
+}
+
+/** In a describe block: a fixture of `family` and its engine, made before and released after. */
+export function familyEngine(family: string): { fx: Fixture; engine: Engine } {
+  const ctx = {} as { fx: Fixture; engine: Engine };
+  beforeAll(async () => {
+    ctx.fx = makeFixture(FAMILY_FIXTURES[family]!);
+    ctx.engine = await Engine.load(ctx.fx.dir, { threads: 1 });
+  });
+  afterAll(async () => ctx.engine?.release());
+  return ctx;
 }

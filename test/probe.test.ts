@@ -9,7 +9,7 @@ import { Prober, type ProbeOptions, type Reducer } from '../src/probe.js';
 import { ScoringError } from '../src/scoring.js';
 import { rng } from '../src/checkpoint/synthetic.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
-import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
+import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceForward, type ReferenceModel } from './reference.js';
 
 const LABELS = ['instruction', 'history', 'knowledge', 'response'];
@@ -136,19 +136,13 @@ async function checkFamily(model: ReferenceModel, engine: Engine, seed: number) 
 }
 
 describe.each(Object.keys(FAMILY_FIXTURES))('%s probe', (family) => {
-  let fx: Fixture;
-  let engine: Engine;
-  beforeAll(async () => {
-    fx = makeFixture(FAMILY_FIXTURES[family]!);
-    engine = await Engine.load(fx.dir, { threads: 1 });
-  });
-  afterAll(async () => engine?.release());
+  const ctx = familyEngine(family);
 
-  it('votes, mass and heatmaps equal the reference computed from full attention', () => checkFamily(fx, engine, 31));
+  it('votes, mass and heatmaps equal the reference computed from full attention', () => checkFamily(ctx.fx, ctx.engine, 31));
 
   it('gives each sample of a padded batch its answer alone, and averages them', async () => {
-    const prober = new Prober(engine);
-    const vocab = engine.config.vocabSize;
+    const prober = new Prober(ctx.engine);
+    const vocab = ctx.engine.config.vocabSize;
     const a = { chunkIds: sampleIds(41, [3, 9, 4, 6], vocab), excludePositions: [0] };
     const b = { chunkIds: sampleIds(42, [2, 3, 2, 3], vocab) };
     const both = await prober.probe([a, b], { perHead: true });
@@ -157,9 +151,9 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s probe', (family) => {
       expectMatrix(s.votes, alone[i]!.votes, 1e-6);
       expectMatrix(s.mass, alone[i]!.mass, 1e-5);
       expectMatrix(s.heatmap, alone[i]!.heatmap, 1e-5);
-      expect(s.votesPerHead).toHaveLength(engine.config.numLayers);
+      expect(s.votesPerHead).toHaveLength(ctx.engine.config.numLayers);
       s.votesPerHead!.forEach((layer, l) => {
-        const summed = LABELS.map((_, c) => layer.reduce((acc, head) => acc + head[c]!, 0) / engine.config.numHeads);
+        const summed = LABELS.map((_, c) => layer.reduce((acc, head) => acc + head[c]!, 0) / ctx.engine.config.numHeads);
         summed.forEach((v, c) => expect(Math.abs(v - s.votes[l]![c]!)).toBeLessThan(1e-6));
       });
     });
@@ -171,10 +165,10 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s probe', (family) => {
   });
 
   it('returns raw attention slices equal to the reference, under a size cap', async () => {
-    const prober = new Prober(engine, { maxRawBytes: 4096 });
-    const chunks = sampleIds(51, [5, 5, 5, 5], engine.config.vocabSize);
+    const prober = new Prober(ctx.engine, { maxRawBytes: 4096 });
+    const chunks = sampleIds(51, [5, 5, 5, 5], ctx.engine.config.vocabSize);
     const A = referenceForward(
-      fx,
+      ctx.fx,
       chunks.flatMap((c) => c.ids),
     ).attention;
     const slices = await prober.raw({ chunkIds: chunks }, { layers: [1, 0], heads: [2, 0], queryStart: 10, queryEnd: 14 });

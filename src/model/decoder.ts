@@ -148,30 +148,15 @@ class DecoderBuilder {
           attrs: { axis: 1 },
         },
       );
-    g.output(
-      'probe.votes',
-      stack((l) => l.votes, 'votes'),
-      'float32',
-      ['batch', c.numLayers, c.numHeads, 'bins'],
-    );
-    g.output(
-      'probe.sink_votes',
-      stack((l) => l.sinkVotes, 'sink_votes'),
-      'float32',
-      ['batch', c.numLayers, c.numHeads],
-    );
-    g.output(
-      'probe.mass',
-      stack((l) => l.mass, 'mass'),
-      'float32',
-      ['batch', c.numLayers, c.numHeads, 'bins'],
-    );
-    g.output(
-      'probe.sink_mass',
-      stack((l) => l.sinkMass, 'sink_mass'),
-      'float32',
-      ['batch', c.numLayers, c.numHeads],
-    );
+    const perLayer: [string, (l: LayerProbe) => string, boolean][] = [
+      ['votes', (l) => l.votes, true],
+      ['sink_votes', (l) => l.sinkVotes, false],
+      ['mass', (l) => l.mass, true],
+      ['sink_mass', (l) => l.sinkMass, false],
+    ];
+    for (const [name, pick, withBins] of perLayer) {
+      g.output(`probe.${name}`, stack(pick, name), 'float32', ['batch', c.numLayers, c.numHeads, ...(withBins ? ['bins'] : [])]);
+    }
     this.layerProbes.forEach((l, i) => g.output(`raw.${i}`, l.raw, 'float32', ['batch', 'raw_heads', 'raw_queries', 'total']));
 
     const { poolMax, poolSum } = this;
