@@ -6,6 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
 import { Scorer } from '../src/scoring.js';
+import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
+import { checkFamily } from './probe-reference.js';
 
 const dir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../shared/models/stories260K');
 const present = fs.existsSync(path.join(dir, 'REFERENCE.json'));
@@ -45,5 +47,16 @@ describe.skipIf(!present)('shared stories260K vs llama.cpp', () => {
     ]);
     for (const r of results[0]!)
       r.tokenLogprobs.forEach((lp, i) => expect(Math.abs(lp - (ref.logprobs[cut + i] as number))).toBeLessThan(1e-4));
+  });
+});
+
+describe.skipIf(!present)('shared stories260K attention probes', () => {
+  it('equal the reference computed from its full attention (a real BOS attention sink)', async () => {
+    const ckpt = new SafetensorsCheckpoint(dir);
+    const tensors = new Map([...ckpt.tensors.keys()].map((n) => [n, { shape: ckpt.get(n).shape, data: ckpt.readFloat32(n) }]));
+    const config = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
+    const engine = await Engine.load(dir, { threads: 1 });
+    await checkFamily({ config, tensors }, engine, 61);
+    await engine.release();
   });
 });
