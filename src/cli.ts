@@ -3,6 +3,7 @@ import path from 'node:path';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { DEFAULT_REPOSITORY, loadModel, readRepository, type ModelEntry } from './repository.js';
 import { CtxprobeServer } from './server.js';
+import { loadTokens } from './security.js';
 import type { ComputeDType } from './model/decoder.js';
 import type { ProbeSample } from './probe.js';
 
@@ -110,7 +111,13 @@ withModelFlags(program.command('serve').description('serve the models of a repos
   )
   .action(async (flags) => {
     const serverLog = (l: Record<string, unknown>) => (l.level !== 'debug' || flags.logLevel === 'debug') && log(l);
+    if (Boolean(flags.tlsCert) !== Boolean(flags.tlsKey)) throw new InvalidArgumentError('--tls-cert and --tls-key go together');
+    if (flags.tlsClientCa && !flags.tlsCert) throw new InvalidArgumentError('--tls-client-ca needs --tls-cert and --tls-key');
+    // The token may also come as a value in CTXPROBE_AUTH_TOKEN (e.g. from a Kubernetes secret).
+    const authTokens = loadTokens({ file: flags.authTokenFile, value: process.env.CTXPROBE_AUTH_TOKEN });
     const server = await CtxprobeServer.start({
+      tls: flags.tlsCert ? { cert: flags.tlsCert, key: flags.tlsKey, clientCa: flags.tlsClientCa } : undefined,
+      authTokens,
       host: flags.host,
       port: flags.port,
       metricsHost: flags.metricsHost,
@@ -120,7 +127,15 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
       log: serverLog,
     });
-    log({ level: 'info', event: 'listening', address: server.address, metricsPort: server.metricsPort, health: 'NOT_SERVING' });
+    log({
+      level: 'info',
+      event: 'listening',
+      address: server.address,
+      metricsPort: server.metricsPort,
+      tls: flags.tlsCert ? (flags.tlsClientCa ? 'mutual' : 'server') : 'off',
+      auth: authTokens.length > 0 ? 'bearer' : 'off',
+      health: 'NOT_SERVING',
+    });
     let stopping = false;
     const stop = async (signal: string) => {
       if (stopping) return;
@@ -251,6 +266,20 @@ withModelFlags(
     }
     console.log(JSON.stringify({ model: entry!.name, ...answer }, null, 2));
     await m.engine.release();
+  });
+
+program
+  .command('health')
+  .description('exit 0 if the server reports SERVING (grpc.health.v1), 1 otherwise: for container health checks')
+  .addOption(new Option('--address <host:port>', 'server address').default('127.0.0.1:50051').env('CTXPROBE_HEALTH_ADDRESS'))
+  .option('--service <name>', 'service to check (empty: the whole server)', '')
+  .addOption(new Option('--tls-ca <file>', 'PEM CA to verify a TLS server with').env('CTXPROBE_HEALTH_TLS_CA'))
+  .option('--timeout-ms <ms>', 'give up after', int('timeout-ms'), 3000)
+  .action(async (flags) => {
+    const { checkHealth } = await import('./health.js');
+    const status = await checkHealth(flags.address, { service: flags.service, tlsCa: flags.tlsCa, timeoutMs: flags.timeoutMs });
+    console.log(status);
+    process.exit(status === 'SERVING' ? 0 : 1);
   });
 
 program.parseAsync().catch((err) => {

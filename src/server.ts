@@ -15,6 +15,7 @@ import type { ServedModel, ServiceContext } from './grpc/calls.js';
 import { Batcher, type BatcherOptions } from './batcher.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
+import { bearerAuth, serverCredentials, type TlsFiles } from './security.js';
 
 export const SCORING_SERVICE = 'ctxprobe.v1.Scoring';
 export const PROBING_SERVICE = 'ctxprobe.v1.Probing';
@@ -30,6 +31,10 @@ export interface ServerOptions {
   maxItemsPerRequest?: number;
   batcher?: BatcherOptions;
   log?: (line: Record<string, unknown>) => void;
+  /** Serve over TLS (mutual TLS when a client CA is given). */
+  tls?: TlsFiles;
+  /** When non-empty, every call but health checks needs `authorization: Bearer <token>`. */
+  authTokens?: string[];
 }
 
 export class CtxprobeServer {
@@ -54,7 +59,12 @@ export class CtxprobeServer {
 
   static async start(options: ServerOptions = {}): Promise<CtxprobeServer> {
     const maxBytes = options.maxMessageBytes ?? 64 * 1024 * 1024;
-    const grpcServer = new grpc.Server({ 'grpc.max_receive_message_length': maxBytes, 'grpc.max_send_message_length': maxBytes });
+    const credentials = serverCredentials(options.tls);
+    const grpcServer = new grpc.Server({
+      'grpc.max_receive_message_length': maxBytes,
+      'grpc.max_send_message_length': maxBytes,
+      interceptors: options.authTokens?.length ? [bearerAuth(options.authTokens)] : [],
+    });
     const server = new CtxprobeServer(grpcServer, options);
     const { def, v1 } = loadPackage();
     const log = options.log ?? (() => {});
@@ -75,7 +85,7 @@ export class CtxprobeServer {
     const host = options.host ?? '127.0.0.1';
     const address = `${host.includes(':') ? `[${host}]` : host}:${options.port ?? 50051}`;
     server.port = await new Promise<number>((resolve, reject) =>
-      grpcServer.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound))),
+      grpcServer.bindAsync(address, credentials, (err, bound) => (err ? reject(err) : resolve(bound))),
     );
     if ((options.metricsPort ?? 9464) >= 0) {
       server.metricsServer = await server.metrics.serve(options.metricsHost ?? host, options.metricsPort ?? 9464);

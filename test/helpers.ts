@@ -4,6 +4,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { loadPackage } from '../src/grpc/proto.js';
+import { healthClientConstructor } from '../src/health.js';
 
 const require = createRequire(import.meta.url);
 
@@ -19,9 +20,7 @@ export function unary(client: any, method: string, req: unknown, options: grpc.C
 }
 
 export function healthClient(port: number): any {
-  const protoPath = path.join(path.dirname(require.resolve('grpc-health-check/package.json')), 'proto/health/v1/health.proto');
-  const pkg = grpc.loadPackageDefinition(protoLoader.loadSync(protoPath, { keepCase: true, enums: String })) as any;
-  return new pkg.grpc.health.v1.Health(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  return new (healthClientConstructor())(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
 }
 
 export function reflectionClient(port: number): any {
