@@ -1,0 +1,140 @@
+// Deployment configuration, checked as far as this machine can: promtool on the
+// Prometheus config, every Grafana query against the metrics a running server really
+// exports, the Kubernetes manifests' wiring, the container files' safety basics.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments, parse as parseYaml } from 'yaml';
+import { loadModel, type LoadedModel } from '../src/repository.js';
+import { CtxprobeServer } from '../src/server.js';
+import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
+import { scoringClient, scrape, unary } from './helpers.js';
+
+const deploy = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../deploy');
+const read = (p: string) => fs.readFileSync(path.join(deploy, p), 'utf8');
+const promtool = ['/usr/bin/promtool', '/usr/local/bin/promtool'].find((p) => fs.existsSync(p));
+if (!promtool) console.warn('skipping promtool check: no promtool (apt-get install prometheus)');
+
+describe.skipIf(!promtool)('Prometheus config', () => {
+  it('passes promtool check config, rules included', () => {
+    const out = execFileSync(promtool!, ['check', 'config', path.join(deploy, 'prometheus/prometheus.yml')], { encoding: 'utf8' });
+    expect(out).toMatch(/SUCCESS: .*prometheus\.yml is valid/);
+    expect(out).toMatch(/SUCCESS: 4 rules found/);
+  });
+});
+
+describe('Grafana dashboard against a running server', () => {
+  let model: LoadedModel;
+  let server: CtxprobeServer;
+  let exported: Set<string>;
+  beforeAll(async () => {
+    model = await loadModel({ name: 'm', path: makeFixture(FAMILY_FIXTURES.llama!).dir, threads: 1 });
+    server = await CtxprobeServer.start({ port: 0, metricsPort: 0 });
+    server.addModel(model);
+    server.setServing();
+    const client = scoringClient(server.port);
+    await unary(client, 'Score', { items: [{ contextText: 'User: hi', continuationsText: [' Bot: hello'] }] });
+    client.close();
+    exported = new Set([...(await scrape(server.metricsPort!)).keys()].map((k) => k.replace(/\{.*$/, '')));
+  });
+  afterAll(async () => server?.close());
+
+  const dashboard = JSON.parse(read('grafana/dashboards/ctxprobe.json'));
+  const exprs: string[] = dashboard.panels.flatMap((p: any) => p.targets.map((t: any) => t.expr));
+  const metricNames = (expr: string) => [...expr.matchAll(/\b((?:ctxprobe|process|nodejs)_[a-z_]+)\b/g)].map((m) => m[1]!);
+
+  it('covers throughput, tokens, batches, queue wait, latency, errors and memory', () => {
+    const titles = dashboard.panels.map((p: any) => p.title.toLowerCase()).join(' | ');
+    for (const word of ['throughput', 'tokens', 'batch size', 'queue wait', 'latency', 'errors', 'memory']) expect(titles).toContain(word);
+    expect(exprs.some((e) => e.includes('histogram_quantile(0.99'))).toBe(true);
+  });
+
+  it('queries only metrics the server exports', () => {
+    const used = new Set(exprs.flatMap(metricNames));
+    expect(used.size).toBeGreaterThan(8);
+    for (const name of used) expect(exported, `${name} is not exported`).toContain(name);
+  });
+
+  it('alerts and autoscaling name exported metrics too', () => {
+    const alertExprs = (parseYaml(read('prometheus/alerts.yml')).groups[0].rules as any[]).map((r) => r.expr as string);
+    const adapter = parseYaml(read('k8s/prometheus-adapter-rules.yaml')).rules.custom[0].seriesQuery as string;
+    for (const name of [...alertExprs, adapter].flatMap(metricNames)) expect(exported).toContain(name);
+  });
+});
+
+describe('Kubernetes manifests', () => {
+  const kustomization = parseYaml(read('k8s/kustomization.yaml'));
+  const docs = (kustomization.resources as string[]).flatMap((f) => parseAllDocuments(read(`k8s/${f}`)).map((d) => d.toJS()));
+  const byKind = (kind: string) => docs.filter((d) => d.kind === kind);
+
+  it('parse, and the kustomization lists files that exist', () => {
+    expect(docs.length).toBe((kustomization.resources as string[]).length);
+    for (const d of docs) expect(d.apiVersion && d.kind && d.metadata?.name).toBeTruthy();
+  });
+
+  it('request a GPU, probe gRPC health, drain gracefully, run unprivileged', () => {
+    const [deployment] = byKind('Deployment');
+    const pod = deployment.spec.template.spec;
+    const c = pod.containers[0];
+    expect(c.resources.limits['nvidia.com/gpu']).toBe(1);
+    expect(c.resources.limits.memory).toBeTruthy();
+    const grpcPort = c.ports.find((p: any) => p.name === 'grpc').containerPort;
+    for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) expect(c[probe].grpc.port).toBe(grpcPort);
+    expect(pod.terminationGracePeriodSeconds).toBeGreaterThanOrEqual(60);
+    expect(pod.securityContext.runAsNonRoot).toBe(true);
+    expect(c.securityContext.readOnlyRootFilesystem).toBe(true);
+    expect(c.volumeMounts.every((m: any) => m.readOnly || m.name === 'tmp')).toBe(true);
+    // Secrets come from Secret objects, none of which live in the repository.
+    expect(c.env.find((e: any) => e.name === 'CTXPROBE_AUTH_TOKEN').valueFrom.secretKeyRef.name).toBe('ctxprobe-auth');
+    expect(byKind('Secret')).toHaveLength(0);
+  });
+
+  it('wire the headless Service, PodMonitor, HPA and PDB to the Deployment', () => {
+    const [deployment] = byKind('Deployment');
+    const labels = deployment.spec.template.metadata.labels;
+    const matches = (sel: Record<string, string>) => Object.entries(sel).every(([k, v]) => labels[k] === v);
+    const [service] = byKind('Service');
+    expect(service.spec.clusterIP).toBe('None');
+    expect(matches(service.spec.selector)).toBe(true);
+    const portNames = deployment.spec.template.spec.containers[0].ports.map((p: any) => p.name);
+    for (const p of service.spec.ports) expect(portNames).toContain(p.targetPort);
+    const [monitor] = byKind('PodMonitor');
+    expect(matches(monitor.spec.selector.matchLabels)).toBe(true);
+    expect(portNames).toContain(monitor.spec.podMetricsEndpoints[0].port);
+    const [hpa] = byKind('HorizontalPodAutoscaler');
+    expect(hpa.spec.scaleTargetRef).toMatchObject({ kind: 'Deployment', name: deployment.metadata.name });
+    expect(hpa.spec.metrics[0].pods.metric.name).toBe('ctxprobe_queued_items');
+    const [pdb] = byKind('PodDisruptionBudget');
+    expect(matches(pdb.spec.selector.matchLabels)).toBe(true);
+    const models = byKind('ConfigMap')[0].data;
+    for (const json of Object.values(models) as string[]) expect(JSON.parse(json).path).toMatch(/^\/checkpoints\//);
+  });
+});
+
+describe('containers and compose', () => {
+  it('run as a non-root user with a gRPC health check; the CUDA image installs the CUDA provider', () => {
+    for (const file of ['docker/Dockerfile', 'docker/Dockerfile.cuda']) {
+      const text = read(file);
+      const user = [...text.matchAll(/^USER\s+(\S+)/gm)].map((m) => m[1]);
+      expect(user.at(-1)).not.toMatch(/^(root|0)$/);
+      expect(text).toMatch(/HEALTHCHECK[\s\S]*bin\/ctxprobe\.js", "health"/);
+    }
+    const cuda = read('docker/Dockerfile.cuda');
+    expect(cuda).toMatch(/^FROM nvidia\/cuda:12\.[\d.]+-cudnn-runtime/m);
+    expect(cuda).toMatch(/ONNXRUNTIME_NODE_INSTALL=cuda12 node script\/install\.js/);
+  });
+
+  it('compose mounts models read-only, scrapes the server, and keeps secrets out of the repo', () => {
+    const compose = parseYaml(read('compose.yaml'));
+    for (const name of ['ctxprobe', 'ctxprobe-gpu']) {
+      for (const v of compose.services[name].volumes) expect(v).toMatch(/:ro$/);
+    }
+    expect(compose.services['ctxprobe-gpu'].deploy.resources.reservations.devices[0].driver).toBe('nvidia');
+    const prom = parseYaml(read('prometheus/prometheus.yml'));
+    expect(prom.scrape_configs[0].static_configs[0].targets).toEqual(['ctxprobe:9464']);
+    expect(compose.secrets.ctxprobe_token.file).toBe('./secrets/ctxprobe_token');
+    expect(read('.gitignore')).toMatch(/^secrets\/$/m);
+  });
+});
