@@ -33,7 +33,20 @@ await engine.release();
 // Served: the CLI server in a child process, N clients each sending items one by one.
 const child = spawn(
   process.execPath,
-  [path.join(root, 'bin/ctxprobe.js'), 'serve', '--model', dir, '--port', '0', '--metrics-port', '-1', '--threads', String(threads)],
+  [
+    path.join(root, 'bin/ctxprobe.js'),
+    'serve',
+    '--model',
+    dir,
+    '--port',
+    '0',
+    '--metrics-port',
+    '-1',
+    '--http-port',
+    '-1',
+    '--threads',
+    String(threads),
+  ],
   {
     stdio: ['ignore', 'ignore', 'pipe'],
   },

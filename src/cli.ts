@@ -70,6 +70,12 @@ withModelFlags(program.command('serve').description('serve the models of a repos
   .addOption(new Option('--name <name>', 'name to serve --model under').env('CTXPROBE_MODEL_NAME'))
   .addOption(new Option('--host <host>', 'address to bind').default('127.0.0.1').env('CTXPROBE_HOST'))
   .addOption(new Option('--port <port>', 'gRPC port').default(50051).argParser(int('port')).env('CTXPROBE_PORT'))
+  .addOption(
+    new Option('--http-port <port>', 'OpenAI-compatible HTTP port (/v1/completions; -1: none)')
+      .default(8000)
+      .argParser(portOrOff)
+      .env('CTXPROBE_HTTP_PORT'),
+  )
   .addOption(new Option('--metrics-host <host>', 'address of the Prometheus endpoint (default: --host)').env('CTXPROBE_METRICS_HOST'))
   .addOption(
     new Option('--metrics-port <port>', 'Prometheus /metrics port (-1: none)')
@@ -122,6 +128,7 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       port: flags.port,
       metricsHost: flags.metricsHost,
       metricsPort: flags.metricsPort,
+      httpPort: flags.httpPort,
       maxMessageBytes: flags.maxMessageBytes,
       maxItemsPerRequest: flags.maxItems,
       batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
@@ -132,6 +139,7 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       event: 'listening',
       address: server.address,
       metricsPort: server.metricsPort,
+      httpPort: server.httpPort,
       tls: flags.tlsCert ? (flags.tlsClientCa ? 'mutual' : 'server') : 'off',
       auth: authTokens.length > 0 ? 'bearer' : 'off',
       health: 'NOT_SERVING',

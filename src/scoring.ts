@@ -95,6 +95,28 @@ export interface Prepared<T> {
   finish(scores: UnitScore[]): T;
 }
 
+/** The echo answer for one prompt. */
+export interface EchoScore {
+  /** log p(prompt[t] | prompt[..t]) for t = 1..n-1. */
+  promptLogprobs: number[];
+  /** Top-k alternatives at positions 0..n-1 (the last one is the next-token distribution). */
+  top: TopK[];
+  nextToken: number;
+  nextLogprob: number;
+  length: number;
+}
+
+function compareTokens(a: number[], b: number[]): number {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i]! - b[i]!;
+  return a.length - b.length;
+}
+
+function commonPrefixLength(a: number[], b: number[]): number {
+  let n = 0;
+  while (n < a.length && n < b.length && a[n] === b[n]) n++;
+  return n;
+}
+
 /** Tokens a unit costs to compute in full (its queue and budget weight). */
 export const unitTokens = (u: Unit) => u.prefix.length + u.tail.length;
 
@@ -250,6 +272,82 @@ export class Scorer {
         }),
       );
     };
+    return { units, finish };
+  }
+
+  // ---- every-token scoring (OpenAI-style `echo`) ----------------------------------------
+
+  /** Log-probs of every prompt token after the first, plus the greedy next token and its
+   * log-prob, with the top-k alternatives at every position: what an OpenAI-compatible
+   * `echo: true, logprobs: k, max_tokens: 1` answer needs. Prompts that share a prefix of
+   * at least `minShared` tokens compute it once: its own log-probs in one row, its KV for
+   * the rest of every prompt. */
+  prepareEcho(prompts: number[][], topK: number, minShared = 16): Prepared<EchoScore[]> {
+    prompts.forEach((p, i) => {
+      if (p.length === 0) throw new ScoringError(`prompt[${i}]`, 'prompt is empty');
+      this.checkTokens(p, `prompt[${i}]`);
+      if (p.length > this.maxLength)
+        throw new ScoringError(`prompt[${i}]`, `${p.length} tokens, over the maximum length ${this.maxLength}`);
+    });
+    if (!Number.isInteger(topK) || topK < 0 || topK > this.maxTopK)
+      throw new ScoringError('logprobs', `must be a whole number in [0, ${this.maxTopK}]`);
+    const k = Math.max(1, topK);
+    // Group prompts that share a long prefix: sorted order puts them side by side.
+    const order = prompts.map((_, i) => i).sort((a, b) => compareTokens(prompts[a]!, prompts[b]!));
+    const groups: { members: number[]; shared: number }[] = [];
+    for (const i of order) {
+      const g = groups.at(-1);
+      const common = g ? commonPrefixLength(prompts[g.members[0]!]!, prompts[i]!) : 0;
+      if (g && Math.min(common, g.shared) >= minShared) {
+        g.members.push(i);
+        g.shared = Math.min(g.shared, common);
+      } else groups.push({ members: [i], shared: prompts[i]!.length });
+    }
+    const units: Unit[] = [];
+    // Where each prompt's scores come from: [unit index, first position it covers].
+    const parts: { unit: number; from: number }[][] = prompts.map(() => []);
+    for (const g of groups) {
+      // Every prompt keeps at least its last token in its own row (the next-token guess).
+      const shared = g.members.length > 1 ? Math.min(g.shared, ...g.members.map((i) => prompts[i]!.length)) - 1 : 0;
+      if (shared >= 1) {
+        const head = prompts[g.members[0]!]!.slice(0, shared);
+        // Positions 0..shared-2 predict head[1..]; position shared-1's target belongs to each prompt.
+        if (shared > 1) {
+          units.push({ prefix: [], tail: head.slice(0, shared - 1), targets: head.slice(1), topK: k });
+          for (const i of g.members) parts[i]!.push({ unit: units.length - 1, from: 0 });
+        }
+        for (const i of g.members) {
+          const p = prompts[i]!;
+          units.push({ prefix: head.slice(0, shared - 1), tail: p.slice(shared - 1), targets: [...p.slice(shared), 0], topK: k });
+          parts[i]!.push({ unit: units.length - 1, from: shared - 1 });
+        }
+      } else {
+        for (const i of g.members) {
+          const p = prompts[i]!;
+          units.push({ prefix: [], tail: p, targets: [...p.slice(1), 0], topK: k });
+          parts[i]!.push({ unit: units.length - 1, from: 0 });
+        }
+      }
+    }
+    const finish = (scores: UnitScore[]) =>
+      prompts.map((p, i) => {
+        const logprobs: number[] = [];
+        const top: TopK[] = [];
+        for (const part of parts[i]!) {
+          logprobs.push(...scores[part.unit]!.logprobs);
+          top.push(...scores[part.unit]!.topK!);
+        }
+        // The last position's target was a placeholder: its answer is the greedy token.
+        logprobs.pop();
+        const last = top[top.length - 1]!;
+        return {
+          promptLogprobs: logprobs, // for p[1..]
+          top, // for positions 0..n-1 (the last: the next token)
+          nextToken: last.ids[0]!,
+          nextLogprob: last.logprobs[0]!,
+          length: p.length,
+        };
+      });
     return { units, finish };
   }
 

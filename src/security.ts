@@ -45,16 +45,22 @@ export function loadTokens(options: { file?: string; value?: string }): string[]
 /** Methods reachable without a token: the health service, for load balancers and probes. */
 const OPEN_PREFIXES = ['/grpc.health.v1.Health/'];
 
-/** A server interceptor that answers UNAUTHENTICATED unless `authorization: Bearer <token>`
- * carries one of `tokens` (compared in constant time). */
-export function bearerAuth(tokens: string[]): grpc.ServerInterceptor {
+/** Whether an `Authorization` header carries one of `tokens` (SHA-256 digests compared
+ * in constant time). */
+export function tokenChecker(tokens: string[]): (header: string | undefined) => boolean {
   const digests = tokens.map((t) => crypto.createHash('sha256').update(t).digest());
-  const valid = (header: string) => {
-    const m = /^Bearer\s+(\S+)$/i.exec(header);
+  return (header) => {
+    const m = /^Bearer\s+(\S+)$/i.exec(header ?? '');
     if (!m) return false;
     const digest = crypto.createHash('sha256').update(m[1]!).digest();
     return digests.some((d) => crypto.timingSafeEqual(d, digest));
   };
+}
+
+/** A server interceptor that answers UNAUTHENTICATED unless `authorization: Bearer <token>`
+ * carries one of `tokens` (compared in constant time). */
+export function bearerAuth(tokens: string[]): grpc.ServerInterceptor {
+  const valid = tokenChecker(tokens);
   return (method, call) => {
     const open = OPEN_PREFIXES.some((p) => method.path.startsWith(p));
     const listener = new grpc.ServerListenerBuilder()

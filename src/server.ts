@@ -1,7 +1,8 @@
-// The server: gRPC (Scoring, grpc.health.v1, reflection) plus Prometheus /metrics.
+// The server: gRPC (Scoring, Probing, grpc.health.v1, reflection), an OpenAI-compatible
+// HTTP endpoint for lm-evaluation-harness, and Prometheus /metrics.
 //
 // Lifecycle, as the health service reports it:
-//   start()       binds both ports; health NOT_SERVING
+//   start()       binds gRPC, the OpenAI-compatible HTTP port and /metrics; health NOT_SERVING
 //   addModel()    each loaded model gets its batcher
 //   setServing()  health SERVING once every model is loaded
 //   drain()       health NOT_SERVING; new work UNAVAILABLE; queued work finishes; exit
@@ -15,7 +16,11 @@ import type { ServedModel, ServiceContext } from './grpc/calls.js';
 import { Batcher, type BatcherOptions } from './batcher.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
-import { bearerAuth, serverCredentials, type TlsFiles } from './security.js';
+import { bearerAuth, serverCredentials, tokenChecker, type TlsFiles } from './security.js';
+import { openaiHandler } from './http/openai.js';
+import fs from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
 
 export const SCORING_SERVICE = 'ctxprobe.v1.Scoring';
 export const PROBING_SERVICE = 'ctxprobe.v1.Probing';
@@ -24,6 +29,8 @@ export interface ServerOptions {
   host?: string;
   /** gRPC port; 0 picks a free one. */
   port?: number;
+  /** OpenAI-compatible HTTP port (/v1/completions); 0 picks a free one, -1 (default) none. */
+  httpPort?: number;
   /** Prometheus port; 0 picks a free one, -1 serves no metrics. */
   metricsPort?: number;
   metricsHost?: string;
@@ -50,6 +57,7 @@ export class CtxprobeServer {
   private loading = true;
   private draining = false;
   private metricsServer?: { port: number; close(): Promise<void> };
+  private httpServer?: http.Server;
   port = 0;
 
   private constructor(
@@ -87,6 +95,17 @@ export class CtxprobeServer {
     server.port = await new Promise<number>((resolve, reject) =>
       grpcServer.bindAsync(address, credentials, (err, bound) => (err ? reject(err) : resolve(bound))),
     );
+    if ((options.httpPort ?? -1) >= 0) {
+      const handler = openaiHandler(ctx, { checkToken: options.authTokens?.length ? tokenChecker(options.authTokens) : undefined });
+      const httpServer = options.tls
+        ? https.createServer({ cert: fs.readFileSync(options.tls.cert), key: fs.readFileSync(options.tls.key) }, handler)
+        : http.createServer(handler);
+      await new Promise<void>((resolve, reject) => {
+        httpServer.once('error', reject);
+        httpServer.listen(options.httpPort, host, () => resolve());
+      });
+      server.httpServer = httpServer;
+    }
     if ((options.metricsPort ?? 9464) >= 0) {
       server.metricsServer = await server.metrics.serve(options.metricsHost ?? host, options.metricsPort ?? 9464);
     }
@@ -95,6 +114,11 @@ export class CtxprobeServer {
 
   get address(): string {
     return `${this.options.host ?? '127.0.0.1'}:${this.port}`;
+  }
+
+  get httpPort(): number | undefined {
+    const a = this.httpServer?.address();
+    return typeof a === 'object' && a ? a.port : undefined;
   }
 
   get metricsPort(): number | undefined {
@@ -125,6 +149,11 @@ export class CtxprobeServer {
     await Promise.all([...this.models.values()].map((m) => m.batcher.idle()));
     while (this.inFlight.count > 0) await new Promise((r) => setTimeout(r, 5));
     await new Promise<void>((resolve) => this.grpcServer.tryShutdown(() => resolve()));
+    if (this.httpServer) {
+      const closing = new Promise<void>((resolve) => this.httpServer!.close(() => resolve()));
+      this.httpServer.closeIdleConnections();
+      await closing;
+    }
     await this.metricsServer?.close();
   }
 

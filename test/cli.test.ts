@@ -99,6 +99,8 @@ describe('ctxprobe serve', () => {
         '0',
         '--metrics-port',
         '0',
+        '--http-port',
+        '0',
         '--threads',
         '1',
         '--max-queue-delay-ms',
