@@ -1,0 +1,123 @@
+// What the research runners share: a gRPC connection to a ctxprobe server (given by
+// address, or started in this process on a model), promise-style calls, a progress bar.
+import fs from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
+import cliProgress from 'cli-progress';
+import { loadPackage } from '../grpc/proto.js';
+import { loadModel, readRepository, type ModelEntry } from '../repository.js';
+import { CtxprobeServer } from '../server.js';
+
+export interface ConnectOptions {
+  /** host:port of a running server; otherwise one is started here on `model`. */
+  server?: string;
+  /** A checkpoint folder for the in-process server (default: the default model). */
+  model?: string;
+  threads?: number;
+  /** Bearer token and CA for a remote server. */
+  token?: string;
+  tlsCa?: string;
+}
+
+export class EvalClient {
+  private constructor(
+    private readonly scoring: any,
+    private readonly probing: any,
+    private readonly metadata: grpc.Metadata,
+    private readonly ownServer?: CtxprobeServer,
+  ) {}
+
+  static async connect(options: ConnectOptions): Promise<EvalClient> {
+    let address = options.server;
+    let own: CtxprobeServer | undefined;
+    if (!address) {
+      const entry: ModelEntry = options.model
+        ? { name: 'model', path: options.model, threads: options.threads }
+        : { ...readRepository()[0]!, threads: options.threads };
+      own = await CtxprobeServer.start({ port: 0, metricsPort: -1 });
+      own.addModel(await loadModel(entry));
+      own.setServing();
+      address = `127.0.0.1:${own.port}`;
+    }
+    const { v1 } = loadPackage();
+    const creds = options.tlsCa ? grpc.credentials.createSsl(fs.readFileSync(options.tlsCa)) : grpc.credentials.createInsecure();
+    const channelOptions = { 'grpc.max_receive_message_length': 256 * 2 ** 20 };
+    const md = new grpc.Metadata();
+    if (options.token) md.set('authorization', `Bearer ${options.token}`);
+    return new EvalClient(new v1.Scoring(address, creds, channelOptions), new v1.Probing(address, creds, channelOptions), md, own);
+  }
+
+  private call(client: any, method: string, req: unknown): Promise<any> {
+    return new Promise((resolve, reject) =>
+      client[method](req, this.metadata, (err: grpc.ServiceError | null, res: any) => (err ? reject(err) : resolve(res))),
+    );
+  }
+
+  score(req: unknown) {
+    return this.call(this.scoring, 'Score', req);
+  }
+  rolling(req: unknown) {
+    return this.call(this.scoring, 'ScoreRolling', req);
+  }
+  models() {
+    return this.call(this.scoring, 'ListModels', {});
+  }
+  probe(req: unknown) {
+    return this.call(this.probing, 'Probe', req);
+  }
+
+  async close(): Promise<void> {
+    this.scoring.close();
+    this.probing.close();
+    await this.ownServer?.close();
+  }
+}
+
+/** Run `work` over items `batch` at a time, `concurrency` batches in flight, with a
+ * progress bar on stderr (quiet when stderr is not a terminal). */
+export async function forEachBatch<T>(
+  items: T[],
+  batch: number,
+  concurrency: number,
+  label: string,
+  work: (chunk: T[], start: number) => Promise<void>,
+): Promise<void> {
+  const bar = new cliProgress.SingleBar(
+    { format: `${label} [{bar}] {value}/{total} {duration_formatted} (eta {eta_formatted})`, stream: process.stderr, noTTYOutput: false },
+    cliProgress.Presets.shades_classic,
+  );
+  const show = process.stderr.isTTY;
+  if (show) bar.start(items.length, 0);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < items.length) {
+        const start = next;
+        next += batch;
+        const chunk = items.slice(start, start + batch);
+        await work(chunk, start);
+        if (show) bar.increment(chunk.length);
+      }
+    }),
+  );
+  if (show) bar.stop();
+}
+
+export function readJsonl<T>(file: string): T[] {
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .map((l, i) => [l.trim(), i + 1] as const)
+    .filter(([l]) => l.length > 0)
+    .map(([l, n]) => {
+      try {
+        return JSON.parse(l) as T;
+      } catch (e) {
+        throw new Error(`${file}:${n}: not JSON (${(e as Error).message})`);
+      }
+    });
+}
+
+/** A row-major gRPC Matrix as nested arrays. */
+export function matrixRows(m: { rows: number; cols: number; values: number[] }): number[][] {
+  return Array.from({ length: m.rows }, (_, r) => m.values.slice(r * m.cols, (r + 1) * m.cols));
+}
