@@ -4,7 +4,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { LoadedModel } from '../repository.js';
 import type { Metrics } from '../metrics.js';
-import { Batcher, CancelledError, QueueFullError } from '../batcher.js';
+import { Batcher, CancelledError, QueueFullError, type Submitted } from '../batcher.js';
 import { ScoringError, type Prepared } from '../scoring.js';
 
 export class StatusError extends Error {
@@ -35,7 +35,6 @@ export interface ServiceContext {
 
 export type Unary = (call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) => void;
 
-import type { Submitted } from '../batcher.js';
 
 /** What queueing needs of any call: its cancellation and its deadline. */
 type Call = Pick<grpc.ServerUnaryCall<any, any>, 'getDeadline'> & {

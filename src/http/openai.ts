@@ -41,8 +41,8 @@ export function openaiHandler(ctx: ServiceContext, options: OpenAIOptions = {}):
     );
   };
 
-  const routes: Record<string, (body: any) => Promise<unknown> | unknown> = {
-    'POST /v1/completions': (body) => completions(model(body.model), body),
+  const routes: Record<string, (body: any, res: http.ServerResponse) => Promise<unknown> | unknown> = {
+    'POST /v1/completions': (body, res) => completions(model(body.model), body, res),
     'GET /v1/models': () => ({
       object: 'list',
       data: [...ctx.models.values()].map((m) => ({
@@ -77,7 +77,7 @@ export function openaiHandler(ctx: ServiceContext, options: OpenAIOptions = {}):
     },
   };
 
-  async function completions(m: ServedModel, body: any) {
+  async function completions(m: ServedModel, body: any, res: http.ServerResponse) {
     const { prompts, texts: promptTexts } = toPrompts(body.prompt, m);
     const maxTokens = body.max_tokens ?? 16;
     if (maxTokens !== 0 && maxTokens !== 1)
@@ -88,7 +88,10 @@ export function openaiHandler(ctx: ServiceContext, options: OpenAIOptions = {}):
     if (logprobs !== null && (!Number.isInteger(logprobs) || logprobs < 0))
       throw new HttpError(400, 'logprobs: a whole number ≥ 0 is required');
     const prepared = m.scorer.prepareEcho(prompts, logprobs ?? 0);
-    const scores: EchoScore[] = prepared.finish(await m.batcher.submit(prepared.units).result);
+    // A client that goes away takes its work out of the queue.
+    const submitted = m.batcher.submit(prepared.units);
+    res.once('close', () => res.writableFinished || submitted.cancel());
+    const scores: EchoScore[] = prepared.finish(await submitted.result);
     const tok = m.engine.tokenizer;
     const piece = (id: number) => tok.decode([id]);
     ctx.metrics.itemsScored.inc({ model: m.entry.name }, prompts.length);
@@ -194,7 +197,7 @@ export function openaiHandler(ctx: ServiceContext, options: OpenAIOptions = {}):
           if (req.method === 'GET') body = Object.fromEntries(new URL(req.url ?? '/', 'http://x').searchParams);
           ctx.inFlight.count++;
           return Promise.resolve()
-            .then(() => handler(body))
+            .then(() => handler(body, res))
             .finally(() => ctx.inFlight.count--);
         })
         .then((payload) => send(200, payload), fail);
