@@ -90,6 +90,20 @@ describe('sharded checkpoints', () => {
   });
 });
 
+describe('tensor names', () => {
+  it('reads GPT-2 checkpoints that store tensors without the transformer. prefix', async () => {
+    const spec = FAMILY_FIXTURES.gpt2!;
+    const prefixed = makeFixture(spec);
+    const bare = makeFixture(spec);
+    const renamed = new Map([...bare.tensors].map(([n, t]) => [n.replace(/^transformer\./, ''), t]));
+    expect([...renamed.keys()].some((n) => n.startsWith('transformer.'))).toBe(false);
+    const { writeSafetensors } = await import('../src/checkpoint/safetensors.js');
+    writeSafetensors(path.join(bare.dir, 'model.safetensors'), renamed);
+    const tokens = [5, 6, 7, 8, 9];
+    expect(await logprobsOf(await load(bare.dir), tokens)).toEqual(await logprobsOf(await load(prefixed.dir), tokens));
+  });
+});
+
 describe('the graph references weights in place', () => {
   it('serialises to a model far smaller than its weights', () => {
     const fx = makeFixture({ ...FAMILY_FIXTURES.llama!, hidden: 128, intermediate: 256 });

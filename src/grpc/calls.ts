@@ -35,7 +35,6 @@ export interface ServiceContext {
 
 export type Unary = (call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) => void;
 
-
 /** What queueing needs of any call: its cancellation and its deadline. */
 type Call = Pick<grpc.ServerUnaryCall<any, any>, 'getDeadline'> & {
   on(e: 'cancelled', f: () => void): unknown;

@@ -433,12 +433,18 @@ class DecoderBuilder {
     const key = `${name}:${as}`;
     const known = this.weights.get(key);
     if (known) return known;
-    const stored = this.ckpt.get(name, shape);
+    const stored = this.ckpt.get(this.storedName(name), shape);
     const init = this.weights.get(`${name}:stored`) ?? this.g.external(name, stored);
     this.weights.set(`${name}:stored`, init);
     const value = stored.dtype === as ? init : this.g.node('Cast', [init], { name: 'weight_cast', attrs: { to: dtypeCode(as) } });
     this.weights.set(key, value);
     return value;
+  }
+
+  /** The name the checkpoint uses for a weight: the spec's, or one of its alternatives. */
+  private storedName(name: string): string {
+    if (this.ckpt.has(name)) return name;
+    return this.c.spec.alternativeNames?.(name).find((n) => this.ckpt.has(n)) ?? name;
   }
 
   private weightAs(value: string, as: DTypeName): string {

@@ -37,6 +37,9 @@ export interface FamilySpec {
   bias: { qkv: boolean; o: boolean; mlp: boolean };
   /** Read the dimensions from config.json, in the family's own key names. */
   dims: (c: RawConfig) => Dims;
+  /** Where checkpoints of the family also store a tensor (e.g. the original GPT-2 files
+   * name `h.0.attn.c_attn.weight` without the `transformer.` prefix). */
+  alternativeNames?: (name: string) => string[];
 }
 
 type RawConfig = Record<string, any>;
@@ -131,6 +134,7 @@ export const FAMILIES: FamilySpec[] = [
     norm: 'layer',
     positions: 'learned',
     bias: { qkv: true, o: true, mlp: true },
+    alternativeNames: (name) => (name.startsWith('transformer.') ? [name.slice('transformer.'.length)] : []),
     dims: (c) => {
       const hidden = int(c, 'n_embd');
       const heads = int(c, 'n_head');
