@@ -136,3 +136,50 @@ describe('ctxprobe serve', () => {
     client.close();
   });
 });
+
+describe('ctxprobe probe', () => {
+  it('prints the prober answer and writes the HTML report and SVG figures', async () => {
+    const { Prober } = await import('../src/probe.js');
+    const fx = makeFixture(FAMILY_FIXTURES.mistral!);
+    const out = tempDir('probe-cli');
+    const chunks = [
+      'instruction=Instruction: answer.',
+      'history= User: Who built it?',
+      'knowledge= Knowledge: Eiffel.',
+      'response= Bot: Eiffel did.',
+    ];
+    const printed = JSON.parse(
+      execFileSync(
+        process.execPath,
+        [
+          path.join(root, 'bin/ctxprobe.js'),
+          'probe',
+          '--model',
+          fx.dir,
+          '--threads',
+          '1',
+          '--chunk',
+          ...chunks,
+          '--exclude',
+          '0',
+          '--html',
+          path.join(out, 'r.html'),
+          '--svg',
+          path.join(out, 'fig'),
+        ],
+        { encoding: 'utf8' },
+      ),
+    );
+    const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
+    const direct = await new Prober(m.engine).probe([
+      { chunks: chunks.map((c) => ({ label: c.slice(0, c.indexOf('=')), text: c.slice(c.indexOf('=') + 1) })), excludePositions: [0] },
+    ]);
+    expect(printed.samples[0].labels).toEqual(['instruction', 'history', 'knowledge', 'response']);
+    printed.samples[0].votes.forEach((row: number[], l: number) =>
+      row.forEach((v, c) => expect(Math.abs(v - direct.samples[0]!.votes[l]![c]!)).toBeLessThan(1e-6)),
+    );
+    expect(fs.readFileSync(path.join(out, 'r.html'), 'utf8')).toMatch(/<svg[^>]*class="chart distribution"/);
+    for (const f of ['fig-votes.svg', 'fig-mass.svg', 'fig-heatmap-0.svg']) expect(fs.existsSync(path.join(out, f))).toBe(true);
+    await m.engine.release();
+  });
+});
