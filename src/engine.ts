@@ -203,8 +203,14 @@ export class Engine {
     };
   }
 
-  /** An empty past (P = 0) for rows that start at position 0. */
+  private emptyPastCache?: PastKV;
+
+  /** An empty past (P = 0) for rows that start at position 0; made once, fed every pass. */
   private emptyPast(): PastKV {
+    return (this.emptyPastCache ??= this.makeEmptyPast());
+  }
+
+  private makeEmptyPast(): PastKV {
     const c = this.config;
     const dims = [1, c.numKvHeads, 0, c.headDim];
     const t = () =>

@@ -341,7 +341,8 @@ function sumHeads(H: number, f: (h: number) => number): number {
   return s;
 }
 
-function meanMatrix(ms: number[][][]): number[][] {
+/** Element-wise mean of equally shaped matrices. */
+export function meanMatrix(ms: number[][][]): number[][] {
   return ms[0]!.map((row, i) => row.map((_, j) => ms.reduce((a, m) => a + m[i]![j]!, 0) / ms.length));
 }
 

@@ -111,7 +111,8 @@ function compareTokens(a: number[], b: number[]): number {
   return a.length - b.length;
 }
 
-function commonPrefixLength(a: number[], b: number[]): number {
+/** How many leading tokens two sequences share. */
+export function commonPrefixLength(a: number[], b: number[]): number {
   let n = 0;
   while (n < a.length && n < b.length && a[n] === b[n]) n++;
   return n;

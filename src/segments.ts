@@ -6,7 +6,7 @@
 // with the whole's. A token that straddles a chunk boundary therefore belongs to the
 // later chunk.
 import { Template } from '@huggingface/jinja';
-import { ScoringError } from './scoring.js';
+import { ScoringError, commonPrefixLength } from './scoring.js';
 import type { TextTokenizer } from './tokenizer.js';
 
 export interface TextChunk {
@@ -36,12 +36,6 @@ export interface Segmented {
   segments: Segment[];
 }
 
-function commonPrefix(a: number[], b: number[]): number {
-  let n = 0;
-  while (n < a.length && n < b.length && a[n] === b[n]) n++;
-  return n;
-}
-
 function checkSpans(segments: Segment[], field: string): void {
   segments.forEach((s, k) => {
     if (s.end <= s.start) {
@@ -61,7 +55,7 @@ export function segmentText(tok: TextTokenizer, chunks: TextChunk[], addSpecialT
   let start = 0;
   const segments: Segment[] = chunks.map((chunk, k) => {
     text += chunk.text;
-    const end = k === chunks.length - 1 ? whole.length : Math.max(start, commonPrefix(tok.encode(text, addSpecialTokens), whole));
+    const end = k === chunks.length - 1 ? whole.length : Math.max(start, commonPrefixLength(tok.encode(text, addSpecialTokens), whole));
     const segment = { label: chunk.label, start, end };
     start = end;
     return segment;

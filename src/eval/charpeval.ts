@@ -11,6 +11,7 @@
 // " <response>". Few-shot: k demonstrations (the same layout, with their ground truth)
 // between the instruction and the sample.
 import { EvalClient, forEachBatch, matrixRows } from './client.js';
+import { meanMatrix } from '../probe.js';
 
 export const RESPONSE_TYPES = ['GTRS', 'KGIR', 'KGUG', 'RECF', 'IECF', 'COEX'] as const;
 export type ResponseType = (typeof RESPONSE_TYPES)[number];
@@ -178,11 +179,10 @@ async function charpAttention(
       mass.push(matrixRows(s.mass));
     }
   });
-  const mean = (ms: number[][][]) => ms[0]!.map((row, l) => row.map((_, c) => ms.reduce((a, m) => a + m[l]![c]!, 0) / ms.length));
   return {
     labels: ['instruction', 'history', 'knowledge', 'response'],
-    votes: mean(votes),
-    mass: mean(mass),
+    votes: meanMatrix(votes),
+    mass: meanMatrix(mass),
     layers: info?.layers ?? 0,
     heads: info?.heads ?? 0,
   };

@@ -11,6 +11,7 @@
 import type { ChatMessage } from '../segments.js';
 import { messageLabels } from '../segments.js';
 import { EvalClient, forEachBatch, matrixRows } from './client.js';
+import { meanMatrix } from '../probe.js';
 
 export interface Dialogue {
   id?: string;
@@ -92,7 +93,7 @@ export async function runRefute(
       ? {
           labels: first.labels,
           dialogues: same.length,
-          values: first.heatmap.map((row, i) => row.map((_, j) => same.reduce((a, r) => a + r.heatmap[i]![j]!, 0) / same.length)),
+          values: meanMatrix(same.map((r) => r.heatmap)),
         }
       : undefined;
   const rounds = [...new Set(results.flatMap((r) => Object.keys(r.lastResponseShare)))].sort((a, b) => Number(a) - Number(b));
