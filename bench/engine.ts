@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/graph/builder.js';
-import { rng } from '../src/checkpoint/synthetic.js';
+import { rng } from '../src/model/synthetic.js';
 import { BENCH_MODEL as MODEL, benchModelDir, charpevalItems, randomIds } from './model.js';
 import { Engine } from '../src/engine.js';
 import { Scorer, type LoglikelihoodRequest } from '../src/scoring.js';
@@ -36,7 +36,7 @@ async function roofline(M: number, K: number, N: number): Promise<number> {
   const g = new GraphBuilder();
   const x = g.input('x', 'float32', [M, K]);
   const r = rng(3);
-  const w = g.constant(
+  const w = g.namedConstant(
     'w',
     'float32',
     [N, K],

@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { writeSyntheticCheckpoint, rng, type SyntheticSpec } from '../src/checkpoint/synthetic.js';
+import { writeSyntheticCheckpoint, rng, type SyntheticSpec } from '../src/model/synthetic.js';
 
 export const BENCH_MODEL: SyntheticSpec = {
   family: 'llama',

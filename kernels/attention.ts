@@ -47,33 +47,22 @@ export function probeInputs(
 ): ProbeInputs {
   return g.scope('probe_inputs', () => {
     const bins = g.node('Squeeze', [numBins, g.ints([0])], { name: 'bins_scalar' });
-    const excludedBin = g.node('Sub', [bins, g.constant('/constants/two_i64', 'int64', [], [2])], { name: 'excluded_bin' });
-    const onOff = g.constant('/constants/onehot_values', 'float32', [2], [0, 1]);
+    const excludedBin = g.node('Sub', [bins, g.int(2)], { name: 'excluded_bin' });
+    const onOff = g.constant('float32', [2], [0, 1]);
     const oneHot = g.node('OneHot', [keyBin, numBins, onOff], { name: 'key_bins_onehot', attrs: { axis: -1 } });
     const keyBinsOneHot = g.node('Unsqueeze', [oneHot, g.ints([1, 2])], { name: 'key_bins_onehot_5d' });
     const keyBinsFlat = g.node('Reshape', [keyBin, g.ints([-1])], { name: 'key_bins_flat' });
     const shape = g.node('Shape', [keyBin], { name: 'key_bin_shape' });
-    const batch = g.node('Gather', [shape, g.constant('/constants/zero_i64', 'int64', [], [0])], { name: 'batch', attrs: { axis: 0 } });
-    const keys = g.node('Gather', [shape, g.constant('/constants/one_i64', 'int64', [], [1])], { name: 'keys', attrs: { axis: 0 } });
-    const range = g.node(
-      'Range',
-      [g.constant('/constants/zero_i64', 'int64', [], [0]), batch, g.constant('/constants/one_i64', 'int64', [], [1])],
-      {
-        name: 'batch_range',
-      },
-    );
-    const offsets = g.node('Mul', [range, keys], { name: 'offsets' });
-    const batchOffsets = g.node('Reshape', [offsets, g.ints([-1, 1, 1, 1], 'offsets_shape')], { name: 'batch_offsets' });
-    const qw = g.node('Unsqueeze', [queryWeight, g.ints([1, 2])], { name: 'query_weight' });
-    const binIds = g.node(
-      'Range',
-      [g.constant('/constants/zero_i64', 'int64', [], [0]), bins, g.constant('/constants/one_i64', 'int64', [], [1])],
-      { name: 'bin_ids' },
-    );
-    const chunkBins = g.node('Cast', [g.node('Less', [binIds, excludedBin], { name: 'is_chunk_bin' })], {
-      name: 'chunk_bins',
-      attrs: { to: 1 },
+    const batch = g.node('Gather', [shape, g.int(0)], { name: 'batch', attrs: { axis: 0 } });
+    const keys = g.node('Gather', [shape, g.int(1)], { name: 'keys', attrs: { axis: 0 } });
+    const range = g.node('Range', [g.int(0), batch, g.int(1)], {
+      name: 'batch_range',
     });
+    const offsets = g.node('Mul', [range, keys], { name: 'offsets' });
+    const batchOffsets = g.node('Reshape', [offsets, g.ints([-1, 1, 1, 1])], { name: 'batch_offsets' });
+    const qw = g.node('Unsqueeze', [queryWeight, g.ints([1, 2])], { name: 'query_weight' });
+    const binIds = g.node('Range', [g.int(0), bins, g.int(1)], { name: 'bin_ids' });
+    const chunkBins = g.cast(g.node('Less', [binIds, excludedBin], { name: 'is_chunk_bin' }), 'float32', 'bool', 'chunk_bins');
     return {
       keyBin,
       keyBinsOneHot3: oneHot,
@@ -96,8 +85,8 @@ function sumQueries(g: GraphBuilder, x: string, qw: string, heads: number, withB
   const weighted = g.node('Mul', [x, withBins ? g.node('Unsqueeze', [qw, g.ints([-1])], { name: `${name}_qw` }) : qw], {
     name: `${name}_weighted`,
   });
-  const summed = g.node('ReduceSum', [weighted, g.ints([3], 'axis_3')], { name: `${name}_sum`, attrs: { keepdims: 0 } });
-  return g.node('Reshape', [summed, g.ints(withBins ? [0, heads, -1] : [0, heads], withBins ? 'heads_bins' : 'heads')], { name });
+  const summed = g.node('ReduceSum', [weighted, g.ints([3])], { name: `${name}_sum`, attrs: { keepdims: 0 } });
+  return g.node('Reshape', [summed, g.ints(withBins ? [0, heads, -1] : [0, heads])], { name });
 }
 
 // One layer's probe, from its probabilities [B, kv, G, T, S] (float32):
@@ -124,37 +113,35 @@ export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads
       },
     );
     const topIsSink = g.node('Equal', [topBins, p.excludedBin], { name: 'top_is_sink' });
-    const first = g.constant('/constants/zero_i64', 'int64', [], [0]);
-    const isSink = g.node('Cast', [g.node('Gather', [topIsSink, first], { name: 'argmax_is_sink', attrs: { axis: -1 } })], {
-      name: 'argmax_is_sink_f',
-      attrs: { to: 1 },
-    });
+    const first = g.int(0);
+    const argmaxIsSink = g.node('Gather', [topIsSink, first], { name: 'argmax_is_sink', attrs: { axis: -1 } });
+    const isSink = g.cast(argmaxIsSink, 'float32', 'bool', 'argmax_is_sink_f');
     const sinkVotes = sumQueries(g, isSink, p.queryWeight, heads, false, 'sink_votes');
-    const topIsKept = g.node('Cast', [g.node('Not', [topIsSink], { name: 'top_is_kept' })], { name: 'top_is_kept_f', attrs: { to: 1 } });
+    const topIsKept = g.cast(g.node('Not', [topIsSink], { name: 'top_is_kept' }), 'float32', 'bool', 'top_is_kept_f');
     const firstKept = g.node('ArgMax', [topIsKept], { name: 'first_kept', attrs: { axis: -1, keepdims: 1 } });
     const voted = g.node(
       'Squeeze',
-      [g.node('GatherElements', [topBins, firstKept], { name: 'vote_bin_5d', attrs: { axis: -1 } }), g.ints([-1], 'axis_last')],
+      [g.node('GatherElements', [topBins, firstKept], { name: 'vote_bin_5d', attrs: { axis: -1 } }), g.ints([-1])],
       { name: 'vote_bin' },
     );
-    const onOff = g.constant('/constants/onehot_values', 'float32', [2], [0, 1]);
+    const onOff = g.constant('float32', [2], [0, 1]);
     const voteOneHot = g.node('OneHot', [voted, p.numBins, onOff], { name: 'vote_onehot', attrs: { axis: -1 } });
     const votes = sumQueries(g, voteOneHot, p.queryWeight, heads, true, 'votes');
 
     const rowMass = g.node('MatMul', [probs, p.keyBinsOneHot], { name: 'row_mass' });
     const rowSink = g.node('Gather', [rowMass, p.excludedBin], { name: 'row_sink_mass', attrs: { axis: -1 } });
     const keptMass = g.node('Mul', [rowMass, p.chunkBins], { name: 'row_chunk_mass' });
-    const kept = g.node('ReduceSum', [keptMass, g.ints([-1], 'axis_last')], { name: 'row_kept_mass', attrs: { keepdims: 1 } });
-    const keptSafe = g.node('Max', [kept, g.scalar(1e-30, 'tiny')], { name: 'row_kept_safe' });
+    const kept = g.node('ReduceSum', [keptMass, g.ints([-1])], { name: 'row_kept_mass', attrs: { keepdims: 1 } });
+    const keptSafe = g.node('Max', [kept, g.scalar(1e-30)], { name: 'row_kept_safe' });
     const renormalised = g.node('Div', [keptMass, keptSafe], { name: 'row_mass_renormalised' });
     const mass = sumQueries(g, renormalised, p.queryWeight, heads, true, 'mass');
     const sinkMass = sumQueries(g, rowSink, p.queryWeight, heads, false, 'sink_mass');
 
-    const headMax = g.node('ReduceMax', [probs, g.ints([1, 2], 'axes_heads')], { name: 'head_max', attrs: { keepdims: 0 } });
-    const headSum = g.node('ReduceSum', [probs, g.ints([1, 2], 'axes_heads')], { name: 'head_sum', attrs: { keepdims: 0 } });
+    const headMax = g.node('ReduceMax', [probs, g.ints([1, 2])], { name: 'head_max', attrs: { keepdims: 0 } });
+    const headSum = g.node('ReduceSum', [probs, g.ints([1, 2])], { name: 'head_sum', attrs: { keepdims: 0 } });
 
     const ts = g.node('Shape', [probs], { name: 'probs_shape', attrs: { start: 3 } });
-    const shape4 = g.node('Concat', [g.ints([0, heads], 'batch_heads'), ts], { name: 'heads_layout', attrs: { axis: 0 } });
+    const shape4 = g.node('Concat', [g.ints([0, heads]), ts], { name: 'heads_layout', attrs: { axis: 0 } });
     const byHead = g.node('Reshape', [probs, shape4], { name: 'probs_by_head' });
     const someHeads = g.node('Gather', [byHead, p.rawHeads], { name: 'raw_heads', attrs: { axis: 1 } });
     const raw = g.node('Gather', [someHeads, p.rawQueries], { name: 'raw', attrs: { axis: 2 } });

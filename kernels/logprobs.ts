@@ -20,12 +20,12 @@ export interface LogprobOutputs {
 export function logprobKernel(g: GraphBuilder, logits: string, targetIds: string, topK: string): LogprobOutputs {
   return g.scope('logprobs', () => {
     const logp = g.node('LogSoftmax', [logits], { name: 'log_softmax', attrs: { axis: 1 } });
-    const target = g.node('Unsqueeze', [targetIds, g.ints([1], 'axis_1')], { name: 'target' });
+    const target = g.node('Unsqueeze', [targetIds, g.ints([1])], { name: 'target' });
     const targetLogp = g.node('GatherElements', [logp, target], { name: 'target_logprob', attrs: { axis: 1 } });
-    const logprobs = g.node('Squeeze', [targetLogp, g.ints([1], 'axis_1')], { name: 'logprobs' });
+    const logprobs = g.node('Squeeze', [targetLogp, g.ints([1])], { name: 'logprobs' });
     // Greedy as the harness means it (argmax == target); on an exact tie for the maximum
     // every maximal token counts as greedy, where torch's argmax would pick the first.
-    const best = g.node('ReduceMax', [logp, g.ints([1], 'axis_1')], { name: 'best', attrs: { keepdims: 0 } });
+    const best = g.node('ReduceMax', [logp, g.ints([1])], { name: 'best', attrs: { keepdims: 0 } });
     const greedy = g.node('GreaterOrEqual', [logprobs, best], { name: 'greedy' });
     const [topkLogprobs, topkIds] = g.nodeN('TopK', 'topk', [logp, topK], { outputs: 2, attrs: { axis: 1, largest: 1, sorted: 1 } });
     return { logprobs, greedy, topkLogprobs: topkLogprobs!, topkIds: topkIds! };

@@ -4,7 +4,7 @@ import { Command, Option, InvalidArgumentError } from 'commander';
 import { DEFAULT_REPOSITORY, loadModel, readRepository, type ModelEntry } from './repository.js';
 import { CtxprobeServer } from './server.js';
 import { loadTokens } from './security.js';
-import type { ComputeDType } from './model/decoder.js';
+import type { ComputeDType } from './dtypes.js';
 import type { ProbeSample } from './probe.js';
 
 const int = (name: string) => (value: string) => {

@@ -3,7 +3,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import ort from 'onnxruntime-node';
-import type { ComputeDType } from './model/decoder.js';
+import { DeviceError } from './errors.js';
+import type { ComputeDType } from './dtypes.js';
 
 export interface DeviceOptions {
   /** `cpu` (default), `cuda` or `cuda:N`. */
@@ -13,8 +14,6 @@ export interface DeviceOptions {
   /** Intra-op threads on CPU (0 = onnxruntime's default: one per core). */
   threads?: number;
 }
-
-export class DeviceError extends Error {}
 
 export interface ResolvedDevice {
   kind: 'cpu' | 'cuda';

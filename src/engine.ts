@@ -3,7 +3,9 @@
 import ort from 'onnxruntime-node';
 import { SafetensorsCheckpoint } from './checkpoint/safetensors.js';
 import { readModelConfig, type ModelConfig } from './model/families.js';
-import { buildDecoderGraph, kvDType, type ComputeDType } from './model/decoder.js';
+import { buildDecoderGraph } from './model/decoder.js';
+import { kvDType, type ComputeDType } from './dtypes.js';
+import { probeTap } from '../kernels/probe-tap.js';
 import { resolveDevice, type DeviceOptions, type ResolvedDevice } from './device.js';
 import { TextTokenizer } from './tokenizer.js';
 
@@ -137,7 +139,7 @@ export class Engine {
    * prepacked weights, so servers that never probe never pay for it). */
   private probeGraph(): Promise<ort.InferenceSession> {
     this.probeSession ??= (async () => {
-      const graph = buildDecoderGraph(this.config, this.ckpt, this.device.dtype, 'probe');
+      const graph = buildDecoderGraph(this.config, this.ckpt, this.device.dtype, probeTap());
       return createSession(graph.model, graph.weightsDir, this.device);
     })();
     return this.probeSession;
@@ -213,12 +215,8 @@ export class Engine {
   private makeEmptyPast(): PastKV {
     const c = this.config;
     const dims = [1, c.numKvHeads, 0, c.headDim];
-    const t = () =>
-      new ort.Tensor(
-        kvTensorType(this.device.dtype),
-        kvTensorType(this.device.dtype) === 'float16' ? new Uint16Array(0) : new Float32Array(0),
-        dims,
-      );
+    const type = kvDType(this.device.dtype);
+    const t = () => new ort.Tensor(type, type === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
     return {
       keys: Array.from({ length: c.numLayers }, t),
       values: Array.from({ length: c.numLayers }, t),
@@ -307,8 +305,4 @@ function createSession(model: Uint8Array, weightsDir: string, device: ResolvedDe
     ...device.sessionOptions,
     extra: { session: { model_external_initializers_file_folder_path: weightsDir } },
   });
-}
-
-function kvTensorType(dtype: ComputeDType): 'float32' | 'float16' {
-  return kvDType(dtype) === 'float16' ? 'float16' : 'float32';
 }

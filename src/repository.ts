@@ -9,11 +9,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { writeSyntheticCheckpoint, type SyntheticSpec } from './checkpoint/synthetic.js';
+import { writeSyntheticCheckpoint, type SyntheticSpec } from './model/synthetic.js';
 import { Engine } from './engine.js';
 import { Scorer } from './scoring.js';
 import { Prober } from './probe.js';
-import type { ComputeDType } from './model/decoder.js';
+import type { ComputeDType } from './dtypes.js';
 
 export interface ModelEntry {
   name: string;

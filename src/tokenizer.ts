@@ -2,7 +2,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { CheckpointError } from './checkpoint/safetensors.js';
+import { CheckpointError } from './errors.js';
 
 export class TextTokenizer {
   readonly bosId?: number;

@@ -5,11 +5,13 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
 import { Scorer } from '../src/scoring.js';
-import { SafetensorsCheckpoint, bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/checkpoint/safetensors.js';
+import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/dtypes.js';
 import { readModelConfig } from '../src/model/families.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
-import { resolveDevice, DeviceError } from '../src/device.js';
-import { writeSyntheticCheckpoint } from '../src/checkpoint/synthetic.js';
+import { resolveDevice } from '../src/device.js';
+import { DeviceError } from '../src/errors.js';
+import { writeSyntheticCheckpoint } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 
 const engines: Engine[] = [];
@@ -120,7 +122,7 @@ describe('bad checkpoints', () => {
     const cfg = JSON.parse(fs.readFileSync(path.join(fx.dir, 'config.json'), 'utf8'));
     fs.writeFileSync(path.join(fx.dir, 'config.json'), JSON.stringify({ ...cfg, model_type: 'mamba' }));
     expect(() => readModelConfig(fx.dir)).toThrow(
-      /config\.json: model_type "mamba" is not supported \(supported: llama, mistral, qwen2, gpt2\)/,
+      /config\.json: model_type "mamba" is not supported \(supported: llama, mistral, qwen2, phi3, gpt2\)/,
     );
   });
 

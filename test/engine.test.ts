@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { Scorer } from '../src/scoring.js';
 import { FAMILY_FIXTURES, familyEngine } from './fixtures.js';
 import { referenceForward, referenceTokenLogprobs } from './reference.js';
-import { rng } from '../src/checkpoint/synthetic.js';
+import { rng } from '../src/model/synthetic.js';
 
 function randomTokens(seed: number, n: number, vocab: number): number[] {
   const r = rng(seed);

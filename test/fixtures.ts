@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { writeSyntheticCheckpoint, type SyntheticSpec, type WriteOptions } from '../src/checkpoint/synthetic.js';
+import { writeSyntheticCheckpoint, type SyntheticSpec, type WriteOptions } from '../src/model/synthetic.js';
 import { afterAll, beforeAll } from 'vitest';
 import { Engine } from '../src/engine.js';
 import type { ReferenceModel } from './reference.js';
@@ -48,6 +48,21 @@ export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
     seed: 13,
     tied: true,
     ropeTheta: 1e6,
+  },
+  // Fused q/k/v under grouped-query attention ((heads + 2·kv_heads)·head_dim wide) and a
+  // fused gate/up projection, a head_dim apart from hidden/heads, and a sliding window.
+  phi3: {
+    family: 'phi3',
+    hidden: 32,
+    layers: 2,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 12,
+    intermediate: 40,
+    vocab: 300,
+    maxPositions: 64,
+    seed: 15,
+    slidingWindow: 7,
   },
   // Learned positions, LayerNorm, gelu_new, Conv1D weights, fused qkv, tied head.
   gpt2: { family: 'gpt2', hidden: 32, layers: 2, heads: 4, kvHeads: 4, intermediate: 64, vocab: 300, maxPositions: 64, seed: 14 },

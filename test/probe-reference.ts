@@ -3,8 +3,8 @@
 import { expect } from 'vitest';
 import type { Engine } from '../src/engine.js';
 import { Prober, type ProbeOptions, type Reducer } from '../src/probe.js';
-import { rng } from '../src/checkpoint/synthetic.js';
-import { referenceForward, type ReferenceModel } from './reference.js';
+import { rng } from '../src/model/synthetic.js';
+import { referenceForward, referenceWindow, type ReferenceModel } from './reference.js';
 
 export const LABELS = ['instruction', 'history', 'knowledge', 'response'];
 
@@ -114,8 +114,7 @@ export async function checkFamily(model: ReferenceModel, engine: Engine, seed: n
     for (const excluded of [new Set<number>(), new Set([0])]) {
       const answer = await prober.probe([{ chunkIds: chunks, excludePositions: [...excluded] }], opts);
       const got = answer.samples[0]!;
-      const window = model.config.model_type === 'mistral' ? (model.config.sliding_window ?? undefined) : undefined;
-      const ref = referenceProbe(A, spans, queries, excluded, opts, window);
+      const ref = referenceProbe(A, spans, queries, excluded, opts, referenceWindow(model.config));
       expect(got.labels).toEqual(LABELS);
       const what = `${JSON.stringify(opts)} excluded=${[...excluded]} `;
       expectMatrix(got.votes, ref.votes, ref.nearTies + 1e-6, what + 'votes');

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
 import { loadModel, type LoadedModel } from '../src/repository.js';
 import { CtxprobeServer } from '../src/server.js';
-import { f16ToF32 } from '../src/checkpoint/safetensors.js';
+import { f16ToF32 } from '../src/dtypes.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { scrape, unary } from './helpers.js';
 

@@ -1,6 +1,6 @@
 // A plain reference forward pass in float64 loops, written from the Hugging Face model
-// code (LlamaModel / MistralModel / Qwen2Model / GPT2Model), independent of the graph
-// builder: it reads config.json keys and HF tensor names itself.
+// code (LlamaModel / MistralModel / Qwen2Model / Phi3Model / GPT2Model), independent of
+// the graph builder: it reads config.json keys and HF tensor names itself.
 import type { TensorData } from '../src/checkpoint/safetensors.js';
 
 type Tensors = Map<string, TensorData>;
@@ -90,6 +90,11 @@ export function referenceInvFreq(config: Record<string, any>, headDim: number): 
   throw new Error(`reference: rope type ${type}`);
 }
 
+/** Mistral and Phi-3 window every layer: key j is visible from query t iff t - j < window. */
+export function referenceWindow(config: Record<string, any>): number | undefined {
+  return ['mistral', 'phi3'].includes(config.model_type) ? (config.sliding_window ?? undefined) : undefined;
+}
+
 export function referenceForward(m: ReferenceModel, tokens: number[]): ReferenceOutput {
   const c = m.config;
   const gpt2 = c.model_type === 'gpt2';
@@ -99,7 +104,7 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
   const nKv: number = gpt2 ? nHeads : (c.num_key_value_heads ?? nHeads);
   const D: number = c.head_dim ?? hidden / nHeads;
   const eps: number = gpt2 ? c.layer_norm_epsilon : c.rms_norm_eps;
-  const window: number | undefined = c.model_type === 'mistral' ? (c.sliding_window ?? undefined) : undefined;
+  const window = referenceWindow(c);
   const layout = gpt2 ? 'in_out' : 'out_in';
   const T = tokens.length;
   const embed = get(m, gpt2 ? 'transformer.wte.weight' : 'model.embed_tokens.weight');
@@ -137,6 +142,12 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
       qs = qkv.map((v) => heads(v.slice(0, hidden), nHeads));
       ks = qkv.map((v) => heads(v.slice(hidden, 2 * hidden), nHeads));
       vs = qkv.map((v) => heads(v.slice(2 * hidden), nHeads));
+    } else if (c.model_type === 'phi3') {
+      // Phi3Attention: qkv_proj's output is [q (heads·D) | k (kv·D) | v (kv·D)].
+      const qkv = hs.map((h) => linear(h, get(m, p + 'self_attn.qkv_proj.weight'), undefined, 'out_in'));
+      qs = qkv.map((v, t) => heads(v.slice(0, nHeads * D), nHeads).map((x) => rope(x, t)));
+      ks = qkv.map((v, t) => heads(v.slice(nHeads * D, (nHeads + nKv) * D), nKv).map((x) => rope(x, t)));
+      vs = qkv.map((v) => heads(v.slice((nHeads + nKv) * D), nKv));
     } else {
       const proj = (name: string, n: number) =>
         hs.map((h, t) => {
@@ -182,8 +193,15 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
         return x.map((v, i) => v + y[i]!);
       }
       const h = rmsNorm(x, get(m, p + 'post_attention_layernorm.weight'), eps);
-      const gate = linear(h, get(m, p + 'mlp.gate_proj.weight'), undefined, 'out_in');
-      const up = linear(h, get(m, p + 'mlp.up_proj.weight'), undefined, 'out_in');
+      let gate: Vec, up: Vec;
+      if (c.model_type === 'phi3') {
+        // Phi3MLP: gate, up = gate_up_proj(x).chunk(2): the gate is the first half.
+        const both = linear(h, get(m, p + 'mlp.gate_up_proj.weight'), undefined, 'out_in');
+        [gate, up] = [both.slice(0, both.length / 2), both.slice(both.length / 2)];
+      } else {
+        gate = linear(h, get(m, p + 'mlp.gate_proj.weight'), undefined, 'out_in');
+        up = linear(h, get(m, p + 'mlp.up_proj.weight'), undefined, 'out_in');
+      }
       const y = linear(
         gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!),
         get(m, p + 'mlp.down_proj.weight'),

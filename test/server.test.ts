@@ -5,7 +5,7 @@ import { loadModel, type LoadedModel } from '../src/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { healthClient, reflectionClient, scoringClient, scrape, unary } from './helpers.js';
-import { rng } from '../src/checkpoint/synthetic.js';
+import { rng } from '../src/model/synthetic.js';
 
 let llama: LoadedModel;
 let gpt2: LoadedModel;

@@ -5,19 +5,14 @@
 // graph reads like the model code that emitted it. Checkpoint weights enter the graph
 // as external initializers that point into the safetensors files: they are never
 // copied into the model proto.
+//
+// Small constants are named once, globally and by value, as onnxruntime-genai's model
+// builder does (`/model/constants/INT64/[-1, 512]`, `/model/constants/FLOAT/0.5`): the
+// same value is one initializer wherever it is used.
 import onnxProto from 'onnx-proto';
+import { ONNX_DTYPE, ONNX_DTYPE_LABEL, type DTypeName } from '../dtypes.js';
 
 const { onnx } = onnxProto;
-
-export const DType = {
-  float32: onnx.TensorProto.DataType.FLOAT,
-  float16: onnx.TensorProto.DataType.FLOAT16,
-  bfloat16: onnx.TensorProto.DataType.BFLOAT16,
-  int64: onnx.TensorProto.DataType.INT64,
-  int32: onnx.TensorProto.DataType.INT32,
-  bool: onnx.TensorProto.DataType.BOOL,
-} as const;
-export type DTypeName = keyof typeof DType;
 
 /** A float attribute that happens to be a whole number (alpha=1.0) must say so. */
 export class FloatAttr {
@@ -50,7 +45,7 @@ export class GraphBuilder {
   private readonly outputs: InstanceType<typeof onnx.ValueInfoProto>[] = [];
   private readonly scopeStack: string[] = [];
   private readonly usedNames = new Set<string>();
-  private readonly constants = new Map<string, string>();
+  private readonly constants = new Set<string>();
 
   /** Run `body` with node names prefixed by `/part` (e.g. scope('layers.3', …)). */
   scope<T>(part: string, body: () => T): T {
@@ -103,27 +98,49 @@ export class GraphBuilder {
     this.outputs.push(valueInfo(name, dtype, dims));
   }
 
-  /** A small constant tensor embedded in the graph (shapes, scalars, rope tables). */
-  constant(name: string, dtype: 'float32' | 'int64', dims: number[], values: ArrayLike<number>): string {
-    const key = `${dtype}:${dims.join(',')}:${Array.from(values).join(',')}`;
-    const known = this.constants.get(key);
-    if (known) return known;
-    const fullName = this.qualified(name);
+  /** A small constant, named by its type, shape and value: one initializer per value. */
+  constant(dtype: 'float32' | 'int64', dims: number[], values: ArrayLike<number>): string {
+    const list = Array.from(values);
+    const shown = dims.length === 0 ? String(list[0]) : `[${list.join(', ')}]`;
+    const shape = dims.length > 1 ? `${dims.join('x')}/` : '';
+    return this.initializer(`/model/constants/${ONNX_DTYPE_LABEL[dtype]}/${shape}${shown}`, dtype, dims, list);
+  }
+
+  /** A constant table too large to name by value (rotary frequencies): an absolute name, unscoped. */
+  namedConstant(name: string, dtype: 'float32' | 'int64', dims: number[], values: ArrayLike<number>): string {
+    return this.initializer(name, dtype, dims, Array.from(values));
+  }
+
+  private initializer(name: string, dtype: 'float32' | 'int64', dims: number[], values: number[]): string {
+    if (this.constants.has(name)) return name;
     const raw =
       dtype === 'float32'
         ? new Uint8Array(Float32Array.from(values).buffer)
-        : new Uint8Array(BigInt64Array.from(Array.from(values), (v) => BigInt(v)).buffer);
-    this.initializers.push(onnx.TensorProto.create({ name: fullName, dataType: DType[dtype], dims, rawData: raw }));
-    this.constants.set(key, fullName);
-    return fullName;
+        : new Uint8Array(BigInt64Array.from(values, (v) => BigInt(v)).buffer);
+    this.initializers.push(onnx.TensorProto.create({ name, dataType: ONNX_DTYPE[dtype], dims, rawData: raw }));
+    this.constants.add(name);
+    return name;
   }
 
-  ints(values: number[], name = 'ints'): string {
-    return this.constant(`/constants/${name}`, 'int64', [values.length], values);
+  /** A 1-D int64 constant (shapes, axes, sizes). */
+  ints(values: number[]): string {
+    return this.constant('int64', [values.length], values);
   }
 
-  scalar(value: number, name = 'scalar'): string {
-    return this.constant(`/constants/${name}`, 'float32', [], [value]);
+  /** An int64 scalar. */
+  int(value: number): string {
+    return this.constant('int64', [], [value]);
+  }
+
+  /** A float32 scalar. */
+  scalar(value: number): string {
+    return this.constant('float32', [], [value]);
+  }
+
+  /** `x` as `to` (no node when `from` already is `to`). */
+  cast(x: string, to: DTypeName, from?: DTypeName, name = `cast_to_${to}`): string {
+    if (from === to) return x;
+    return this.node('Cast', [x], { name, attrs: { to: ONNX_DTYPE[to] } });
   }
 
   /** A checkpoint weight, referenced in place inside its safetensors file. */
@@ -131,7 +148,7 @@ export class GraphBuilder {
     this.initializers.push(
       onnx.TensorProto.create({
         name,
-        dataType: DType[tensor.dtype],
+        dataType: ONNX_DTYPE[tensor.dtype],
         dims: tensor.shape,
         dataLocation: onnx.TensorProto.DataLocation.EXTERNAL,
         externalData: [
@@ -174,7 +191,7 @@ function valueInfo(name: string, dtype: DTypeName, dims: (number | string)[]) {
     name,
     type: {
       tensorType: {
-        elemType: DType[dtype],
+        elemType: ONNX_DTYPE[dtype],
         shape: { dim: dims.map((d) => (typeof d === 'number' ? { dimValue: d } : { dimParam: d })) },
       },
     },

@@ -1,7 +1,7 @@
 // gRPC Probing handlers: translate samples to the prober, queue on the model's batcher
 // (probes share the scoring queue and its limits), translate answers back.
 import * as grpc from '@grpc/grpc-js';
-import { f32ToF16 } from '../checkpoint/safetensors.js';
+import { toFloat16Bytes } from '../dtypes.js';
 import type { ProbeAnswer, ProbeSample, Reducer, SampleProbe } from '../probe.js';
 import { StatusError, callHelpers, toStatus, type ServiceContext, type Unary } from './calls.js';
 
@@ -147,10 +147,4 @@ function toSampleMessage(id: string, s: SampleProbe) {
     heatmap: matrix(s.heatmap),
     heatmapExcluded: s.heatmapExcluded,
   };
-}
-
-function toFloat16Bytes(values: Float32Array): Buffer {
-  const out = Buffer.alloc(values.length * 2);
-  for (let i = 0; i < values.length; i++) out.writeUInt16LE(f32ToF16(values[i]!), i * 2);
-  return out;
 }

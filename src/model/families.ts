@@ -1,48 +1,104 @@
 // Architectures differ by data: one FamilySpec per Hugging Face `model_type`.
 //
-// A spec says where each weight lives in the checkpoint, how the config names the
-// dimensions, and which variant of each block the family uses. The decoder in
-// decoder.ts reads the spec; it has no per-family code paths of its own.
+// A spec says where each weight lives in the checkpoint (by role: the norm before
+// attention, the norm before the MLP, …), how config.json names the dimensions, and
+// which kind of each block the family uses (separate or fused q/k/v, gated or plain
+// MLP, rotary or learned positions). Families are overrides of the Llama base. The
+// decoder in decoder.ts switches on the kinds; it has no per-family code paths.
 import fs from 'node:fs';
 import path from 'node:path';
-import { CheckpointError } from '../checkpoint/safetensors.js';
+import { CheckpointError } from '../errors.js';
 
 export type NormKind = 'rms' | 'layer';
 export type Activation = 'silu' | 'gelu_tanh' | 'gelu';
 
-export interface WeightNames {
-  embed: string;
-  /** Learned absolute positions (GPT-2); rope families have none. */
-  positionEmbed?: string;
-  layer: (i: number) => string;
-  inputNorm: string;
-  postAttentionNorm: string;
-  /** Separate q/k/v projections, or one fused `[hidden, 3·hidden]` projection. */
-  qkv: { q: string; k: string; v: string } | { fused: string };
-  o: string;
-  mlp: { gate: string; up: string; down: string } | { fc: string; proj: string };
-  finalNorm: string;
-  lmHead: string;
+/** Per-layer norms by what they normalise (names relative to the layer prefix; the
+ * `.weight` / `.bias` suffixes are added). A role a family lacks is absent. */
+export interface LayerNorms {
+  /** Before attention (Llama's `input_layernorm`). */
+  attnIn?: string;
+  /** On the attention output, before the residual add (Gemma 2's `post_attention_layernorm`). */
+  attnOut?: string;
+  /** Before the MLP (Llama's `post_attention_layernorm`: the name lies, the role does not). */
+  mlpIn?: string;
+  /** On the MLP output, before the residual add. */
+  mlpOut?: string;
+  /** On the queries and keys, per head (`[head_dim]`) or over the whole projection. */
+  q?: QkNorm;
+  k?: QkNorm;
+}
+
+export interface QkNorm {
+  name: string;
+  over: 'head' | 'projection';
+}
+
+export type QkvSpec =
+  | { kind: 'separate'; q: string; k: string; v: string }
+  /** One projection whose output is [q | k | v]: (heads + 2·kv_heads)·head_dim wide. */
+  | { kind: 'fused'; qkv: string };
+
+export type MlpSpec =
+  | { kind: 'gated'; gate: string; up: string; down: string }
+  /** One projection whose output is [gate | up] (Phi-3's `gate_up_proj`). */
+  | { kind: 'gatedFused'; gateUp: string; down: string }
+  | { kind: 'plain'; fc: string; proj: string };
+
+export type PositionSpec = { kind: 'rope' } | { kind: 'learned'; table: string };
+
+/** config.json keys of the dimensions, in the family's own names. */
+export interface ConfigKeys {
+  hidden: string;
+  layers: string;
+  heads: string;
+  /** Absent: every head has its own key/value head. */
+  kvHeads?: string;
+  headDim?: string;
+  intermediate: string;
+  vocab: string;
+  maxPositions: string;
+  normEps: string;
+  activation: string;
+  tied: string;
+}
+
+export interface ConfigDefaults {
+  maxPositions?: number;
+  normEps: number;
+  activation: string;
+  tied: boolean;
+  /** Default MLP width from the hidden size (GPT-2's n_inner: 4 × hidden). */
+  intermediate?: (hidden: number) => number;
 }
 
 export interface FamilySpec {
   family: string;
   modelTypes: string[];
-  weights: WeightNames;
+  keys: ConfigKeys;
+  defaults: ConfigDefaults;
+  embed: string;
+  positions: PositionSpec;
+  layerPrefix: (i: number) => string;
+  norm: NormKind;
+  norms: LayerNorms;
+  /** The final norm's name (without `.weight`). */
+  finalNorm: string;
+  qkv: QkvSpec;
+  o: string;
+  mlp: MlpSpec;
+  lmHead: string;
   /** `out_in`: torch.nn.Linear `[out, in]`; `in_out`: GPT-2's Conv1D `[in, out]`. */
   linearLayout: 'out_in' | 'in_out';
-  norm: NormKind;
-  positions: 'rope' | 'learned';
   /** Which projections carry a bias. */
   bias: { qkv: boolean; o: boolean; mlp: boolean };
-  /** Read the dimensions from config.json, in the family's own key names. */
-  dims: (c: RawConfig) => Dims;
+  /** The sliding window this config asks for, if any. */
+  slidingWindow: (c: RawConfig) => number | undefined;
   /** Where checkpoints of the family also store a tensor (e.g. the original GPT-2 files
    * name `h.0.attn.c_attn.weight` without the `transformer.` prefix). */
   alternativeNames?: (name: string) => string[];
 }
 
-type RawConfig = Record<string, any>;
+export type RawConfig = Record<string, any>;
 
 export interface Dims {
   hiddenSize: number;
@@ -73,92 +129,103 @@ export interface ModelConfig extends Dims {
   eosTokenId?: number;
 }
 
-const llamaLike = (family: string, modelTypes: string[], qkvBias: boolean): FamilySpec => ({
-  family,
-  modelTypes,
-  weights: {
-    embed: 'model.embed_tokens.weight',
-    layer: (i) => `model.layers.${i}.`,
-    inputNorm: 'input_layernorm',
-    postAttentionNorm: 'post_attention_layernorm',
-    qkv: { q: 'self_attn.q_proj', k: 'self_attn.k_proj', v: 'self_attn.v_proj' },
-    o: 'self_attn.o_proj',
-    mlp: { gate: 'mlp.gate_proj', up: 'mlp.up_proj', down: 'mlp.down_proj' },
-    finalNorm: 'model.norm',
-    lmHead: 'lm_head.weight',
+// ---- the families --------------------------------------------------------------------
+
+const LLAMA: FamilySpec = {
+  family: 'llama',
+  modelTypes: ['llama'],
+  keys: {
+    hidden: 'hidden_size',
+    layers: 'num_hidden_layers',
+    heads: 'num_attention_heads',
+    kvHeads: 'num_key_value_heads',
+    headDim: 'head_dim',
+    intermediate: 'intermediate_size',
+    vocab: 'vocab_size',
+    maxPositions: 'max_position_embeddings',
+    normEps: 'rms_norm_eps',
+    activation: 'hidden_act',
+    tied: 'tie_word_embeddings',
   },
-  linearLayout: 'out_in',
+  defaults: { maxPositions: 2048, normEps: 1e-6, activation: 'silu', tied: false },
+  embed: 'model.embed_tokens.weight',
+  positions: { kind: 'rope' },
+  layerPrefix: (i) => `model.layers.${i}.`,
   norm: 'rms',
-  positions: 'rope',
-  bias: { qkv: qkvBias, o: false, mlp: false },
-  dims: (c) => {
-    const heads = int(c, 'num_attention_heads');
-    const hidden = int(c, 'hidden_size');
-    return {
-      hiddenSize: hidden,
-      numLayers: int(c, 'num_hidden_layers'),
-      numHeads: heads,
-      numKvHeads: c.num_key_value_heads ?? heads,
-      headDim: c.head_dim ?? hidden / heads,
-      intermediateSize: int(c, 'intermediate_size'),
-      vocabSize: int(c, 'vocab_size'),
-      maxPositions: c.max_position_embeddings ?? 2048,
-      normEps: c.rms_norm_eps ?? 1e-6,
-      activation: activation(c.hidden_act ?? 'silu'),
-      tiedEmbeddings: c.tie_word_embeddings ?? false,
-      slidingWindow: c.use_sliding_window === false ? undefined : (c.sliding_window ?? undefined),
-    };
-  },
+  norms: { attnIn: 'input_layernorm', mlpIn: 'post_attention_layernorm' },
+  finalNorm: 'model.norm',
+  qkv: { kind: 'separate', q: 'self_attn.q_proj', k: 'self_attn.k_proj', v: 'self_attn.v_proj' },
+  o: 'self_attn.o_proj',
+  mlp: { kind: 'gated', gate: 'mlp.gate_proj', up: 'mlp.up_proj', down: 'mlp.down_proj' },
+  lmHead: 'lm_head.weight',
+  linearLayout: 'out_in',
+  bias: { qkv: false, o: false, mlp: false },
+  slidingWindow: (c) => (c.use_sliding_window === false ? undefined : (c.sliding_window ?? undefined)),
+};
+
+const family = (base: FamilySpec, overrides: Partial<FamilySpec> & Pick<FamilySpec, 'family' | 'modelTypes'>): FamilySpec => ({
+  ...base,
+  ...overrides,
 });
 
 export const FAMILIES: FamilySpec[] = [
-  llamaLike('llama', ['llama'], false),
-  llamaLike('mistral', ['mistral'], false),
-  llamaLike('qwen2', ['qwen2'], true),
+  LLAMA,
+  family(LLAMA, { family: 'mistral', modelTypes: ['mistral'] }),
+  family(LLAMA, { family: 'qwen2', modelTypes: ['qwen2'], bias: { qkv: true, o: false, mlp: false } }),
+  // Phi-3: Llama with q/k/v fused into `qkv_proj` and gate/up into `gate_up_proj`
+  // (modeling_phi3.py: query_pos = heads·head_dim, then kv_heads·head_dim each; the
+  // first half of gate_up is the gate). Partial rotary and `longrope` scaling are
+  // refused by ropeFrequencies until they are implemented.
+  family(LLAMA, {
+    family: 'phi3',
+    modelTypes: ['phi3'],
+    qkv: { kind: 'fused', qkv: 'self_attn.qkv_proj' },
+    mlp: { kind: 'gatedFused', gateUp: 'mlp.gate_up_proj', down: 'mlp.down_proj' },
+  }),
   {
     family: 'gpt2',
     modelTypes: ['gpt2'],
-    weights: {
-      embed: 'transformer.wte.weight',
-      positionEmbed: 'transformer.wpe.weight',
-      layer: (i) => `transformer.h.${i}.`,
-      inputNorm: 'ln_1',
-      postAttentionNorm: 'ln_2',
-      qkv: { fused: 'attn.c_attn' },
-      o: 'attn.c_proj',
-      mlp: { fc: 'mlp.c_fc', proj: 'mlp.c_proj' },
-      finalNorm: 'transformer.ln_f',
-      lmHead: 'lm_head.weight',
+    keys: {
+      hidden: 'n_embd',
+      layers: 'n_layer',
+      heads: 'n_head',
+      intermediate: 'n_inner',
+      vocab: 'vocab_size',
+      maxPositions: 'n_positions',
+      normEps: 'layer_norm_epsilon',
+      activation: 'activation_function',
+      tied: 'tie_word_embeddings',
     },
-    linearLayout: 'in_out',
+    defaults: { normEps: 1e-5, activation: 'gelu_new', tied: true, intermediate: (hidden) => 4 * hidden },
+    embed: 'transformer.wte.weight',
+    positions: { kind: 'learned', table: 'transformer.wpe.weight' },
+    layerPrefix: (i) => `transformer.h.${i}.`,
     norm: 'layer',
-    positions: 'learned',
+    norms: { attnIn: 'ln_1', mlpIn: 'ln_2' },
+    finalNorm: 'transformer.ln_f',
+    qkv: { kind: 'fused', qkv: 'attn.c_attn' },
+    o: 'attn.c_proj',
+    mlp: { kind: 'plain', fc: 'mlp.c_fc', proj: 'mlp.c_proj' },
+    lmHead: 'lm_head.weight',
+    linearLayout: 'in_out',
     bias: { qkv: true, o: true, mlp: true },
+    slidingWindow: () => undefined,
     alternativeNames: (name) => (name.startsWith('transformer.') ? [name.slice('transformer.'.length)] : []),
-    dims: (c) => {
-      const hidden = int(c, 'n_embd');
-      const heads = int(c, 'n_head');
-      return {
-        hiddenSize: hidden,
-        numLayers: int(c, 'n_layer'),
-        numHeads: heads,
-        numKvHeads: heads,
-        headDim: hidden / heads,
-        intermediateSize: c.n_inner ?? 4 * hidden,
-        vocabSize: int(c, 'vocab_size'),
-        maxPositions: int(c, 'n_positions'),
-        normEps: c.layer_norm_epsilon ?? 1e-5,
-        activation: activation(c.activation_function ?? 'gelu_new'),
-        tiedEmbeddings: c.tie_word_embeddings ?? true,
-      };
-    },
   },
 ];
 
-function int(c: RawConfig, key: string): number {
-  const v = c[key];
+export function familySpec(name: string): FamilySpec {
+  const spec = FAMILIES.find((f) => f.family === name);
+  if (!spec) throw new CheckpointError(`unknown family ${name} (known: ${FAMILIES.map((f) => f.family).join(', ')})`);
+  return spec;
+}
+
+// ---- reading config.json ----------------------------------------------------------------
+
+function int(c: RawConfig, key: string, fallback?: number): number {
+  const v = c[key] ?? fallback;
   if (!Number.isInteger(v) || v <= 0)
-    throw new CheckpointError(`config.json: ${key} must be a positive integer (got ${JSON.stringify(v)})`);
+    throw new CheckpointError(`config.json: ${key} must be a positive integer (got ${JSON.stringify(c[key])})`);
   return v;
 }
 
@@ -167,6 +234,27 @@ function activation(name: string): Activation {
   if (name === 'gelu_new' || name === 'gelu_pytorch_tanh' || name === 'gelu_fast') return 'gelu_tanh';
   if (name === 'gelu') return 'gelu';
   throw new CheckpointError(`config.json: activation ${name} is not supported (silu, gelu, gelu_new, gelu_pytorch_tanh)`);
+}
+
+/** The dimensions of a config, read through the family's key names and defaults. */
+export function readDims(spec: FamilySpec, c: RawConfig): Dims {
+  const { keys, defaults } = spec;
+  const hidden = int(c, keys.hidden);
+  const heads = int(c, keys.heads);
+  return {
+    hiddenSize: hidden,
+    numLayers: int(c, keys.layers),
+    numHeads: heads,
+    numKvHeads: keys.kvHeads ? int(c, keys.kvHeads, heads) : heads,
+    headDim: keys.headDim ? int(c, keys.headDim, hidden / heads) : hidden / heads,
+    intermediateSize: int(c, keys.intermediate, defaults.intermediate?.(hidden)),
+    vocabSize: int(c, keys.vocab),
+    maxPositions: int(c, keys.maxPositions, defaults.maxPositions),
+    normEps: c[keys.normEps] ?? defaults.normEps,
+    activation: activation(c[keys.activation] ?? defaults.activation),
+    tiedEmbeddings: c[keys.tied] ?? defaults.tied,
+    slidingWindow: spec.slidingWindow(c),
+  };
 }
 
 /** Rotary frequencies as transformers computes them, with `rope_scaling` applied. */
@@ -198,18 +286,15 @@ export function ropeFrequencies(c: RawConfig, headDim: number): RopeSpec {
   return { theta, invFreq: Float32Array.from(freqs) };
 }
 
-/** Read `config.json` of a checkpoint directory into the shape the graph builder uses. */
-export function readModelConfig(dir: string): ModelConfig {
-  const file = path.join(dir, 'config.json');
-  if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no config.json`);
-  const raw: RawConfig = JSON.parse(fs.readFileSync(file, 'utf8'));
+/** A parsed config.json in the shape the graph builder uses. */
+export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelConfig {
   const modelType: string = raw.model_type;
   const spec = FAMILIES.find((f) => f.modelTypes.includes(modelType));
   if (!spec) {
     const known = FAMILIES.flatMap((f) => f.modelTypes).join(', ');
     throw new CheckpointError(`${file}: model_type ${JSON.stringify(modelType)} is not supported (supported: ${known})`);
   }
-  const dims = spec.dims(raw);
+  const dims = readDims(spec, raw);
   if (dims.numHeads % dims.numKvHeads !== 0) {
     throw new CheckpointError(`${file}: num_attention_heads ${dims.numHeads} is not a multiple of num_key_value_heads ${dims.numKvHeads}`);
   }
@@ -217,8 +302,15 @@ export function readModelConfig(dir: string): ModelConfig {
     ...dims,
     modelType,
     spec,
-    rope: spec.positions === 'rope' ? ropeFrequencies(raw, dims.headDim) : undefined,
+    rope: spec.positions.kind === 'rope' ? ropeFrequencies(raw, dims.headDim) : undefined,
     bosTokenId: typeof raw.bos_token_id === 'number' ? raw.bos_token_id : undefined,
     eosTokenId: typeof raw.eos_token_id === 'number' ? raw.eos_token_id : Array.isArray(raw.eos_token_id) ? raw.eos_token_id[0] : undefined,
   };
+}
+
+/** Read `config.json` of a checkpoint directory. */
+export function readModelConfig(dir: string): ModelConfig {
+  const file = path.join(dir, 'config.json');
+  if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no config.json`);
+  return parseModelConfig(JSON.parse(fs.readFileSync(file, 'utf8')), file);
 }

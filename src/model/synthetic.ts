@@ -4,12 +4,15 @@
 // learned from a small corpus, written as tokenizer.json.
 import fs from 'node:fs';
 import path from 'node:path';
-import { FAMILIES, type FamilySpec } from '../model/families.js';
-import { writeSafetensors, writeShardedSafetensors, type TensorData } from './safetensors.js';
+import { familySpec, parseModelConfig } from './families.js';
+import { buildDecoderGraph, type WeightSource } from './decoder.js';
+import { writeSafetensors, writeShardedSafetensors, type TensorData } from '../checkpoint/safetensors.js';
+import type { ExternalTensor } from '../graph/builder.js';
 import { TOKENIZER_CORPUS } from './corpus.js';
 
 export interface SyntheticSpec {
-  family: 'llama' | 'mistral' | 'qwen2' | 'gpt2';
+  /** A family of families.ts (`llama`, `mistral`, `qwen2`, `phi3`, `gpt2`). */
+  family: string;
   hidden: number;
   layers: number;
   heads: number;
@@ -47,111 +50,88 @@ export function rng(seed: number): () => number {
   };
 }
 
-export function familySpec(family: string): FamilySpec {
-  const spec = FAMILIES.find((f) => f.family === family);
-  if (!spec) throw new Error(`unknown family ${family}`);
-  return spec;
+/** A weight source that hands the decoder nothing but records what it asks for: the
+ * tensors a checkpoint of this config must hold, with their shapes, in build order. */
+class RecordingSource implements WeightSource {
+  readonly weightsDir = '.';
+  readonly shapes = new Map<string, number[]>();
+
+  has(): boolean {
+    return true;
+  }
+
+  get(name: string, shape: number[]): ExternalTensor {
+    this.shapes.set(name, shape);
+    return { dtype: 'float32', shape, location: 'model.safetensors', offset: 0, length: 4 * shape.reduce((a, b) => a * b, 1) };
+  }
 }
 
-/** Tensors of a random model, named and laid out as its family's HF checkpoints. */
-export function syntheticTensors(s: SyntheticSpec, vocabSize: number): Map<string, TensorData> {
-  const spec = familySpec(s.family);
-  const w = spec.weights;
+/** The tensors (names and shapes) the decoder reads for a config.json. */
+export function requiredTensors(config: Record<string, unknown>): Map<string, number[]> {
+  const recorder = new RecordingSource();
+  buildDecoderGraph(parseModelConfig(config), recorder);
+  return recorder.shapes;
+}
+
+/** Random tensors for every weight the decoder reads, named and laid out as the family's
+ * HF checkpoints: 1-D `.bias` near 0, other 1-D tensors (norm weights) near 1, matrices
+ * scaled by 1/√fan_in. */
+export function syntheticTensors(s: SyntheticSpec, config: Record<string, unknown>): Map<string, TensorData> {
   const rand = rng(s.seed ?? 1234);
   const scale = s.scale ?? 0.25;
   const tensors = new Map<string, TensorData>();
-  const headDim = s.headDim ?? s.hidden / s.heads;
-  const add = (name: string, shape: number[], kind: 'weight' | 'norm' | 'bias' = 'weight') => {
+  for (const [name, shape] of requiredTensors(config)) {
     const n = shape.reduce((a, b) => a * b, 1);
     const fanIn = shape[shape.length - 1]!;
+    const kind = shape.length > 1 ? 'weight' : name.endsWith('.bias') ? 'bias' : 'norm';
     const data = new Float32Array(n);
     for (let i = 0; i < n; i++) {
       const u = rand() * 2 - 1;
       data[i] = kind === 'norm' ? 1 + 0.1 * u : kind === 'bias' ? 0.05 * u : (u * scale * 4) / Math.sqrt(fanIn);
     }
     tensors.set(name, { shape, data });
-  };
-  // torch.nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out].
-  const linear = (name: string, inF: number, outF: number, bias: boolean) => {
-    add(`${name}.weight`, spec.linearLayout === 'out_in' ? [outF, inF] : [inF, outF]);
-    if (bias) add(`${name}.bias`, [outF], 'bias');
-  };
-  const norm = (name: string) => {
-    add(`${name}.weight`, [s.hidden], 'norm');
-    if (spec.norm === 'layer') add(`${name}.bias`, [s.hidden], 'bias');
-  };
-  add(w.embed, [vocabSize, s.hidden]);
-  if (w.positionEmbed) add(w.positionEmbed, [s.maxPositions, s.hidden]);
-  for (let i = 0; i < s.layers; i++) {
-    const p = w.layer(i);
-    norm(p + w.inputNorm);
-    if ('fused' in w.qkv) linear(p + w.qkv.fused, s.hidden, 3 * s.hidden, spec.bias.qkv);
-    else {
-      linear(p + w.qkv.q, s.hidden, s.heads * headDim, spec.bias.qkv);
-      linear(p + w.qkv.k, s.hidden, s.kvHeads * headDim, spec.bias.qkv);
-      linear(p + w.qkv.v, s.hidden, s.kvHeads * headDim, spec.bias.qkv);
-    }
-    linear(p + w.o, s.heads * headDim, s.hidden, spec.bias.o);
-    norm(p + w.postAttentionNorm);
-    const m = w.mlp;
-    if ('gate' in m) {
-      linear(p + m.gate, s.hidden, s.intermediate, spec.bias.mlp);
-      linear(p + m.up, s.hidden, s.intermediate, spec.bias.mlp);
-      linear(p + m.down, s.intermediate, s.hidden, spec.bias.mlp);
-    } else {
-      linear(p + m.fc, s.hidden, s.intermediate, spec.bias.mlp);
-      linear(p + m.proj, s.intermediate, s.hidden, spec.bias.mlp);
-    }
   }
-  norm(w.finalNorm.replace(/\.weight$/, ''));
-  if (!isTied(s)) add(w.lmHead, [vocabSize, s.hidden]);
   return tensors;
 }
 
+// Families whose tokenizers have no BOS: <|endoftext|> is their only special token.
+const NO_BOS = new Set(['gpt2']);
+
+const ARCHITECTURES: Record<string, string> = {
+  llama: 'LlamaForCausalLM',
+  mistral: 'MistralForCausalLM',
+  qwen2: 'Qwen2ForCausalLM',
+  phi3: 'Phi3ForCausalLM',
+  gpt2: 'GPT2LMHeadModel',
+};
+
 function isTied(s: SyntheticSpec): boolean {
-  return s.tied ?? s.family === 'gpt2';
+  return s.tied ?? familySpec(s.family).defaults.tied;
 }
 
-/** config.json in the family's own key names. */
+/** config.json in the family's own key names (families.ts `keys`). */
 export function hfConfig(s: SyntheticSpec, vocabSize: number, ids: { bos?: number; eos: number }): Record<string, unknown> {
-  if (s.family === 'gpt2') {
-    return {
-      architectures: ['GPT2LMHeadModel'],
-      model_type: 'gpt2',
-      n_embd: s.hidden,
-      n_layer: s.layers,
-      n_head: s.heads,
-      n_inner: s.intermediate,
-      n_positions: s.maxPositions,
-      vocab_size: vocabSize,
-      activation_function: 'gelu_new',
-      layer_norm_epsilon: 1e-5,
-      bos_token_id: ids.eos,
-      eos_token_id: ids.eos,
-      tie_word_embeddings: true,
-    };
-  }
-  const arch = { llama: 'LlamaForCausalLM', mistral: 'MistralForCausalLM', qwen2: 'Qwen2ForCausalLM' }[s.family];
+  const spec = familySpec(s.family);
+  const k = spec.keys;
   return {
-    architectures: [arch],
+    architectures: [ARCHITECTURES[s.family] ?? 'ForCausalLM'],
     model_type: s.family,
-    hidden_size: s.hidden,
-    intermediate_size: s.intermediate,
-    num_hidden_layers: s.layers,
-    num_attention_heads: s.heads,
-    num_key_value_heads: s.kvHeads,
-    ...(s.headDim ? { head_dim: s.headDim } : {}),
-    hidden_act: 'silu',
-    max_position_embeddings: s.maxPositions,
-    rms_norm_eps: 1e-5,
-    rope_theta: s.ropeTheta ?? 10000,
+    [k.hidden]: s.hidden,
+    [k.intermediate]: s.intermediate,
+    [k.layers]: s.layers,
+    [k.heads]: s.heads,
+    ...(k.kvHeads ? { [k.kvHeads]: s.kvHeads } : {}),
+    ...(k.headDim && s.headDim ? { [k.headDim]: s.headDim } : {}),
+    [k.activation]: spec.defaults.activation,
+    [k.maxPositions]: s.maxPositions,
+    [k.normEps]: 1e-5,
+    ...(spec.positions.kind === 'rope' ? { rope_theta: s.ropeTheta ?? 10000 } : {}),
     ...(s.ropeScaling ? { rope_scaling: s.ropeScaling } : {}),
-    ...(s.family === 'mistral' ? { sliding_window: s.slidingWindow ?? null } : {}),
-    ...(s.family === 'qwen2' ? { use_sliding_window: false, sliding_window: s.maxPositions } : {}),
-    vocab_size: vocabSize,
-    bos_token_id: ids.bos ?? null,
+    ...(s.slidingWindow !== undefined ? { sliding_window: s.slidingWindow } : {}),
+    [k.vocab]: vocabSize,
+    bos_token_id: ids.bos ?? ids.eos,
     eos_token_id: ids.eos,
-    tie_word_embeddings: isTied(s),
+    [k.tied]: isTied(s),
     torch_dtype: 'float32',
   };
 }
@@ -159,11 +139,12 @@ export function hfConfig(s: SyntheticSpec, vocabSize: number, ids: { bos?: numbe
 /** Write a complete checkpoint directory: config, weights, tokenizer. Returns its tensors. */
 export function writeSyntheticCheckpoint(dir: string, s: SyntheticSpec, options: WriteOptions = {}): Map<string, TensorData> {
   fs.mkdirSync(dir, { recursive: true });
-  const tok = byteLevelBpe(s.vocab, s.family !== 'gpt2');
+  const tok = byteLevelBpe(s.vocab, !NO_BOS.has(s.family));
   // Real checkpoints often pad the embedding rows above the tokenizer's vocabulary.
   const vocabSize = Math.max(s.vocabSize ?? 0, Math.ceil(tok.size / 8) * 8);
-  const tensors = syntheticTensors(s, vocabSize);
-  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(hfConfig(s, vocabSize, tok.ids), null, 2));
+  const config = hfConfig(s, vocabSize, tok.ids);
+  const tensors = syntheticTensors(s, config);
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config, null, 2));
   fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok.json));
   fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(tok.config, null, 2));
   for (const f of fs.readdirSync(dir)) if (f.endsWith('.safetensors') || f.endsWith('.index.json')) fs.rmSync(path.join(dir, f));

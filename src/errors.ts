@@ -1,0 +1,111 @@
+// One error model for the whole server. Code below the transports throws these; each
+// transport maps `kind` to its own status in one table (src/grpc/status.ts,
+// src/http/status.ts) and nothing else maps errors.
+export type ErrorKind =
+  | 'invalid_argument'
+  | 'not_found'
+  | 'too_large'
+  | 'overloaded'
+  | 'cancelled'
+  | 'deadline_exceeded'
+  | 'unavailable'
+  | 'unauthenticated'
+  | 'checkpoint'
+  | 'device'
+  | 'config';
+
+export abstract class CtxprobeError extends Error {
+  abstract readonly kind: ErrorKind;
+}
+
+/** Something a client sent is wrong; `field` is its path (`items[2].continuations[0]`). */
+export class InvalidArgumentError extends CtxprobeError {
+  readonly kind = 'invalid_argument';
+  override readonly name = 'InvalidArgumentError';
+  constructor(
+    readonly field: string,
+    detail: string,
+  ) {
+    super(`${field}: ${detail}`);
+  }
+}
+
+/** A named thing (a model) does not exist here. */
+export class NotFoundError extends CtxprobeError {
+  readonly kind = 'not_found';
+  override readonly name = 'NotFoundError';
+  constructor(
+    readonly field: string,
+    detail: string,
+  ) {
+    super(`${field}: ${detail}`);
+  }
+}
+
+/** A request is larger than a configured limit allows (a body, a message). */
+export class TooLargeError extends CtxprobeError {
+  readonly kind = 'too_large';
+  override readonly name = 'TooLargeError';
+}
+
+/** The model's queue is full: try later or elsewhere. */
+export class OverloadedError extends CtxprobeError {
+  readonly kind = 'overloaded';
+  override readonly name = 'OverloadedError';
+}
+
+/** The caller went away or cancelled. */
+export class CancelledError extends CtxprobeError {
+  readonly kind = 'cancelled';
+  override readonly name = 'CancelledError';
+  constructor(message = 'the call was cancelled') {
+    super(message);
+  }
+}
+
+export class DeadlineExceededError extends CtxprobeError {
+  readonly kind = 'deadline_exceeded';
+  override readonly name = 'DeadlineExceededError';
+  constructor(message = 'deadline exceeded before the work was done') {
+    super(message);
+  }
+}
+
+/** The server cannot take work now (loading, draining): retry, maybe on another replica. */
+export class UnavailableError extends CtxprobeError {
+  readonly kind = 'unavailable';
+  override readonly name = 'UnavailableError';
+}
+
+export class UnauthenticatedError extends CtxprobeError {
+  readonly kind = 'unauthenticated';
+  override readonly name = 'UnauthenticatedError';
+}
+
+/** A checkpoint folder is unreadable, incomplete or describes something not supported. */
+export class CheckpointError extends CtxprobeError {
+  readonly kind = 'checkpoint';
+  override readonly name = 'CheckpointError';
+}
+
+/** A device or execution provider that cannot be had (e.g. CUDA without its provider). */
+export class DeviceError extends CtxprobeError {
+  readonly kind = 'device';
+  override readonly name = 'DeviceError';
+}
+
+/** A server setting (flag, environment, model repository, secret file) is wrong. */
+export class ConfigError extends CtxprobeError {
+  readonly kind = 'config';
+  override readonly name = 'ConfigError';
+}
+
+/** The kind of any thrown value; anything not ours is an internal error. */
+export function errorKind(err: unknown): ErrorKind | 'internal' {
+  return err instanceof CtxprobeError ? err.kind : 'internal';
+}
+
+export function errorMessage(err: unknown): string {
+  if (err instanceof CtxprobeError) return err.message;
+  return `internal error: ${(err as Error)?.message ?? String(err)}`;
+}
