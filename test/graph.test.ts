@@ -16,7 +16,10 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s graph', (family) => {
   const fx = makeFixture(FAMILY_FIXTURES[family]!);
   const config = readModelConfig(fx.dir);
   const ckpt = new SafetensorsCheckpoint(fx.dir);
-  const decode = (bytes: Uint8Array) => onnx.ModelProto.decode(bytes).graph!;
+  const decode = (bytes: Uint8Array) => {
+    const g = onnx.ModelProto.decode(bytes).graph!;
+    return { initializer: g.initializer ?? [], node: g.node ?? [], output: g.output ?? [] };
+  };
 
   it('names constants once, globally and by value, and nodes by location', () => {
     const graph = decode(buildDecoderGraph(config, ckpt).model);
