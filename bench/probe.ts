@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring.js';
+import { Scorer } from '../src/scoring/scorer.js';
 import { Prober } from '../src/probe.js';
 import { BENCH_MODEL, benchModelDir, randomIds } from './model.js';
 

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring.js';
+import { Scorer } from '../src/scoring/scorer.js';
 import { benchModelDir, charpevalItems } from './model.js';
 import { scoringClient, unary } from '../test/helpers.js';
 

@@ -1,13 +1,16 @@
 // The dynamic batcher: one queue per model, shared by every client.
 //
-// Requests arrive as units (scoring.ts). A scheduling round starts when the queue holds
-// a round's worth of tokens or its oldest request has waited `maxQueueDelayMs`; it takes
-// requests in arrival order up to `maxRoundTokens` and hands all their units to the
-// scorer at once, which computes each distinct prefix once (across requests and
-// clients), packs rows of similar length into passes of `maxBatchTokens`, and returns
-// every unit's answer. Cancelled or expired requests are dropped before their round.
+// Requests arrive as units (scoring/units.ts). A scheduling round starts when the queue
+// holds a round's worth of tokens or its oldest request has waited `maxQueueDelayMs`; it
+// takes requests in arrival order up to `maxRoundTokens` and hands all their units to
+// the scorer at once, which plans passes (each distinct prefix once, across requests and
+// clients; rows of similar length packed into `maxBatchTokens`) and runs them. Cancelled
+// or expired requests are dropped before their round; a round whose every request was
+// cancelled stops at the next pass.
 import type { Metrics } from './metrics.js';
-import { unitTokens, type Scorer, type Unit, type UnitScore } from './scoring.js';
+import { CancelledError, OverloadedError } from './errors.js';
+import type { Scorer } from './scoring/scorer.js';
+import { unitTokens, type Unit, type UnitScore } from './scoring/units.js';
 
 export interface BatcherOptions {
   /** Tokens gathered into one scheduling round (the scorer splits it into passes). */
@@ -17,9 +20,6 @@ export interface BatcherOptions {
   /** Tokens waiting in the queue before new requests are refused. */
   maxQueuedTokens?: number;
 }
-
-export class QueueFullError extends Error {}
-export class CancelledError extends Error {}
 
 interface Job {
   units: Unit[];
@@ -79,7 +79,7 @@ export class Batcher {
     if (this.queuedTokens + tokens > this.maxQueuedTokens) {
       return {
         result: Promise.reject(
-          new QueueFullError(`queue of model ${this.model} is full (${this.queuedTokens} tokens waiting, limit ${this.maxQueuedTokens})`),
+          new OverloadedError(`queue of model ${this.model} is full (${this.queuedTokens} tokens waiting, limit ${this.maxQueuedTokens})`),
         ),
         cancel: () => {},
       };
@@ -102,7 +102,7 @@ export class Batcher {
           this.queue.splice(at, 1);
           this.dequeued(job);
         }
-        job.reject(new CancelledError('cancelled'));
+        job.reject(new CancelledError());
       },
     };
   }
@@ -153,11 +153,9 @@ export class Batcher {
     this.metrics?.batchUnits.observe({ model: this.model }, units);
     this.metrics?.batchTokens.observe({ model: this.model }, tokens);
     this.metrics?.unitsInFlight.inc({ model: this.model }, units);
-    const computedBefore = this.scorer.tokensComputed;
     try {
       await this.score(jobs);
     } finally {
-      this.metrics?.tokensComputed.inc({ model: this.model }, this.scorer.tokensComputed - computedBefore);
       this.metrics?.unitsInFlight.dec({ model: this.model }, units);
       this.metrics?.forwardSeconds.observe({ model: this.model }, (performance.now() - now) / 1000);
       this.running = false;
@@ -174,7 +172,7 @@ export class Batcher {
     const live = jobs.filter((j) => !j.cancelled && !j.task);
     if (live.length === 0) return;
     try {
-      const scores = await this.scorer.scoreUnits(live.flatMap((j) => j.units));
+      const scores = await this.scoreJobs(live);
       let at = 0;
       for (const j of live) {
         j.resolve(scores.slice(at, at + j.units.length));
@@ -184,12 +182,22 @@ export class Batcher {
       if (live.length === 1) return live[0]!.reject(err);
       for (const j of live) {
         try {
-          j.resolve(await this.scorer.scoreUnits(j.units));
+          j.resolve(await this.scoreJobs([j]));
         } catch (e) {
           j.reject(e);
         }
       }
     }
+  }
+
+  /** Plan and run the jobs' units together; the work done goes to the metrics. */
+  private async scoreJobs(jobs: Job[]): Promise<UnitScore[]> {
+    const { scores, work } = await this.scorer.scoreUnits(
+      jobs.flatMap((j) => j.units),
+      { shouldStop: () => jobs.every((j) => j.cancelled) },
+    );
+    this.metrics?.tokensComputed.inc({ model: this.model }, work.tokensComputed);
+    return scores;
   }
 }
 

@@ -4,7 +4,8 @@
 // and keys (kernels/attention.ts); this file turns per-bin sums into the reported
 // distributions and reduces query tokens to segments.
 import type { Engine, ProbeRow } from './engine.js';
-import { ScoringError } from './scoring.js';
+import { InvalidArgumentError } from './errors.js';
+import { meanMatrix, meanVector } from './common/matrix.js';
 import {
   renderChat,
   segmentIds,
@@ -133,11 +134,11 @@ export class Prober {
     return rows * this.engine.config.numHeads * tokens * tokens * 4;
   }
 
-  /** Validate and tokenise one sample (throws ScoringError naming the field). */
+  /** Validate and tokenise one sample (throws InvalidArgumentError naming the field). */
   prepare(sample: ProbeSample, field: string): PreparedSample {
     const tok = this.engine.tokenizer;
     const given = [sample.chunks, sample.chunkIds, sample.messages].filter((x) => x !== undefined && x.length > 0).length;
-    if (given !== 1) throw new ScoringError(field, 'give exactly one of chunks, chunk_ids or messages');
+    if (given !== 1) throw new InvalidArgumentError(field, 'give exactly one of chunks, chunk_ids or messages');
     let seg: Segmented;
     if (sample.messages?.length) seg = segmentText(tok, renderChat(tok, sample.messages, `${field}.messages`), false, `${field}.messages`);
     else if (sample.chunks?.length) seg = segmentText(tok, sample.chunks, sample.addSpecialTokens ?? false, `${field}.chunks`);
@@ -146,16 +147,16 @@ export class Prober {
       sample.chunkIds!.forEach((c, k) =>
         c.ids.forEach((id, i) => {
           if (!Number.isInteger(id) || id < 0 || id >= vocab)
-            throw new ScoringError(`${field}.chunk_ids[${k}].ids[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
+            throw new InvalidArgumentError(`${field}.chunk_ids[${k}].ids[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
         }),
       );
       seg = segmentIds(sample.chunkIds!, `${field}.chunk_ids`);
     }
     const T = seg.ids.length;
     if (T > this.engine.config.maxPositions)
-      throw new ScoringError(field, `${T} tokens, over the model's ${this.engine.config.maxPositions} positions`);
+      throw new InvalidArgumentError(field, `${T} tokens, over the model's ${this.engine.config.maxPositions} positions`);
     if (this.attentionBytes(1, T) > this.maxAttentionBytes) {
-      throw new ScoringError(
+      throw new InvalidArgumentError(
         field,
         `${T} tokens need ${(this.attentionBytes(1, T) / 2 ** 20).toFixed(0)} MiB of attention per layer, over the probe limit of ${(this.maxAttentionBytes / 2 ** 20).toFixed(0)} MiB`,
       );
@@ -164,12 +165,15 @@ export class Prober {
     const queryLabels = sample.queryLabels?.length ? sample.queryLabels : [labels[labels.length - 1]!];
     for (const [k, q] of queryLabels.entries()) {
       if (!labels.includes(q))
-        throw new ScoringError(`${field}.query_labels[${k}]`, `no chunk is labelled ${JSON.stringify(q)} (labels: ${labels.join(', ')})`);
+        throw new InvalidArgumentError(
+          `${field}.query_labels[${k}]`,
+          `no chunk is labelled ${JSON.stringify(q)} (labels: ${labels.join(', ')})`,
+        );
     }
     const excluded = new Set(sample.excludePositions ?? []);
     for (const [k, p] of [...excluded].entries()) {
       if (!Number.isInteger(p) || p < 0 || p >= T)
-        throw new ScoringError(`${field}.exclude_positions[${k}]`, `position ${p} is outside the sample's ${T} tokens`);
+        throw new InvalidArgumentError(`${field}.exclude_positions[${k}]`, `position ${p} is outside the sample's ${T} tokens`);
     }
     const C = seg.segments.length;
     const keyBins = new Array<number>(T);
@@ -181,7 +185,7 @@ export class Prober {
       }
     });
     if (!queryWeights.some((w) => w > 0))
-      throw new ScoringError(`${field}.query_labels`, 'the query chunks have no tokens left after exclusions');
+      throw new InvalidArgumentError(`${field}.query_labels`, 'the query chunks have no tokens left after exclusions');
     return { seg, row: { tokens: seg.ids, keyBins, queryWeights }, queryLabels, excluded };
   }
 
@@ -190,19 +194,22 @@ export class Prober {
     return this.run(prepared, opts);
   }
 
-  /** Validate samples and options (throws ScoringError naming the field). */
+  /** Validate samples and options (throws InvalidArgumentError naming the field). */
   prepareAll(samples: ProbeSample[], options: ProbeOptions = {}): { prepared: PreparedSample[]; opts: ProbeAnswer['options'] } {
-    if (samples.length === 0) throw new ScoringError('samples', 'at least one sample is needed');
+    if (samples.length === 0) throw new InvalidArgumentError('samples', 'at least one sample is needed');
     const opts = {
       pool: options.pool ?? 'max',
       queryReduce: options.queryReduce ?? 'mean',
       keyReduce: options.keyReduce ?? 'max',
       perHead: options.perHead ?? false,
     };
-    if (!['max', 'mean'].includes(opts.pool)) throw new ScoringError('pool', `must be max or mean (got ${opts.pool})`);
+    if (!['max', 'mean'].includes(opts.pool)) throw new InvalidArgumentError('pool', `must be max or mean (got ${opts.pool})`);
     for (const side of ['queryReduce', 'keyReduce'] as const) {
       if (!['mean', 'max', 'sum'].includes(opts[side])) {
-        throw new ScoringError(side === 'queryReduce' ? 'query_reduce' : 'key_reduce', `must be mean, max or sum (got ${opts[side]})`);
+        throw new InvalidArgumentError(
+          side === 'queryReduce' ? 'query_reduce' : 'key_reduce',
+          `must be mean, max or sum (got ${opts[side]})`,
+        );
       }
     }
     return { prepared: samples.map((s, i) => this.prepare(s, `samples[${i}]`)), opts };
@@ -297,21 +304,21 @@ export class Prober {
     const T = p.seg.ids.length;
     req.layers.forEach((l, k) => {
       if (!Number.isInteger(l) || l < 0 || l >= c.numLayers)
-        throw new ScoringError(`layers[${k}]`, `layer ${l} is outside [0, ${c.numLayers})`);
+        throw new InvalidArgumentError(`layers[${k}]`, `layer ${l} is outside [0, ${c.numLayers})`);
     });
     req.heads.forEach((h, k) => {
       if (!Number.isInteger(h) || h < 0 || h >= c.numHeads)
-        throw new ScoringError(`heads[${k}]`, `head ${h} is outside [0, ${c.numHeads})`);
+        throw new InvalidArgumentError(`heads[${k}]`, `head ${h} is outside [0, ${c.numHeads})`);
     });
-    if (req.layers.length === 0) throw new ScoringError('layers', 'at least one layer is needed');
-    if (req.heads.length === 0) throw new ScoringError('heads', 'at least one head is needed');
+    if (req.layers.length === 0) throw new InvalidArgumentError('layers', 'at least one layer is needed');
+    if (req.heads.length === 0) throw new InvalidArgumentError('heads', 'at least one head is needed');
     const end = req.queryEnd > 0 ? Math.min(req.queryEnd, T) : T;
     if (!(req.queryStart >= 0 && req.queryStart < end))
-      throw new ScoringError('query_start', `query range [${req.queryStart}, ${end}) is empty or outside the sample's ${T} tokens`);
+      throw new InvalidArgumentError('query_start', `query range [${req.queryStart}, ${end}) is empty or outside the sample's ${T} tokens`);
     const queries = Array.from({ length: end - req.queryStart }, (_, k) => req.queryStart + k);
     const bytes = req.layers.length * req.heads.length * queries.length * T * bytesPerValue;
     if (bytes > this.maxRawBytes) {
-      throw new ScoringError(
+      throw new InvalidArgumentError(
         'layers',
         `${req.layers.length} layers × ${req.heads.length} heads × ${queries.length} queries × ${T} keys is ${(bytes / 2 ** 20).toFixed(1)} MiB, over the raw-attention limit of ${(this.maxRawBytes / 2 ** 20).toFixed(1)} MiB: ask for fewer layers, heads or queries`,
       );
@@ -339,15 +346,6 @@ function sumHeads(H: number, f: (h: number) => number): number {
   let s = 0;
   for (let h = 0; h < H; h++) s += f(h);
   return s;
-}
-
-/** Element-wise mean of equally shaped matrices. */
-export function meanMatrix(ms: number[][][]): number[][] {
-  return ms[0]!.map((row, i) => row.map((_, j) => ms.reduce((a, m) => a + m[i]![j]!, 0) / ms.length));
-}
-
-function meanVector(vs: number[][]): number[] {
-  return vs[0]!.map((_, i) => vs.reduce((a, v) => a + v[i]!, 0) / vs.length);
 }
 
 function meanOf(results: SampleProbe[]): ProbeMean | undefined {

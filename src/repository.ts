@@ -11,7 +11,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { writeSyntheticCheckpoint, type SyntheticSpec } from './model/synthetic.js';
 import { Engine } from './engine.js';
-import { Scorer } from './scoring.js';
+import { ConfigError } from './errors.js';
+import { Scorer } from './scoring/scorer.js';
 import { Prober } from './probe.js';
 import type { ComputeDType } from './dtypes.js';
 
@@ -41,11 +42,9 @@ export interface LoadedModel {
 
 export const DEFAULT_REPOSITORY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../models');
 
-export class RepositoryError extends Error {}
-
 /** Read every `*.json` model config of a repository folder, sorted by file name. */
 export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {
-  if (!fs.existsSync(dir)) throw new RepositoryError(`model repository ${dir} does not exist`);
+  if (!fs.existsSync(dir)) throw new ConfigError(`model repository ${dir} does not exist`);
   const entries = fs
     .readdirSync(dir)
     .filter((f) => f.endsWith('.json'))
@@ -56,14 +55,14 @@ export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {
       try {
         raw = JSON.parse(fs.readFileSync(file, 'utf8'));
       } catch (e) {
-        throw new RepositoryError(`${file}: not valid JSON (${(e as Error).message})`);
+        throw new ConfigError(`${file}: not valid JSON (${(e as Error).message})`);
       }
-      if (typeof raw.path !== 'string') throw new RepositoryError(`${file}: "path" (the checkpoint folder) is required`);
+      if (typeof raw.path !== 'string') throw new ConfigError(`${file}: "path" (the checkpoint folder) is required`);
       return { ...raw, name: raw.name ?? path.basename(f, '.json'), path: path.resolve(dir, raw.path) } as ModelEntry;
     });
   const names = new Set<string>();
   for (const e of entries) {
-    if (names.has(e.name)) throw new RepositoryError(`model name ${e.name} appears twice in ${dir}`);
+    if (names.has(e.name)) throw new ConfigError(`model name ${e.name} appears twice in ${dir}`);
     names.add(e.name);
   }
   return entries;
@@ -72,7 +71,7 @@ export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {
 /** Make the checkpoint of a synthetic entry if it is not there yet. */
 export function ensureCheckpoint(entry: ModelEntry): void {
   if (fs.existsSync(path.join(entry.path, 'config.json'))) return;
-  if (!entry.synthetic) throw new RepositoryError(`model ${entry.name}: ${entry.path} has no config.json`);
+  if (!entry.synthetic) throw new ConfigError(`model ${entry.name}: ${entry.path} has no config.json`);
   writeSyntheticCheckpoint(entry.path, entry.synthetic);
 }
 

@@ -3,6 +3,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
+import { ConfigError } from './errors.js';
 
 export interface TlsFiles {
   /** PEM server certificate chain and private key. */
@@ -12,13 +13,11 @@ export interface TlsFiles {
   clientCa?: string;
 }
 
-export class SecurityError extends Error {}
-
 function readSecret(file: string, what: string): Buffer {
   try {
     return fs.readFileSync(file);
   } catch (e) {
-    throw new SecurityError(`${what}: cannot read ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+    throw new ConfigError(`${what}: cannot read ${file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
   }
 }
 
@@ -37,13 +36,10 @@ export function loadTokens(options: { file?: string; value?: string }): string[]
     .split(/\r?\n/)
     .map((t) => t.trim())
     .filter((t) => t.length > 0 && !t.startsWith('#'));
-  if ((options.file || options.value) && tokens.length === 0) throw new SecurityError('auth token: the file or value holds no token');
-  for (const t of tokens) if (t.length < 16) throw new SecurityError('auth token: use tokens of at least 16 characters');
+  if ((options.file || options.value) && tokens.length === 0) throw new ConfigError('auth token: the file or value holds no token');
+  for (const t of tokens) if (t.length < 16) throw new ConfigError('auth token: use tokens of at least 16 characters');
   return tokens;
 }
-
-/** Methods reachable without a token: the health service, for load balancers and probes. */
-const OPEN_PREFIXES = ['/grpc.health.v1.Health/'];
 
 /** Whether an `Authorization` header carries one of `tokens` (SHA-256 digests compared
  * in constant time). */
@@ -54,22 +50,5 @@ export function tokenChecker(tokens: string[]): (header: string | undefined) => 
     if (!m) return false;
     const digest = crypto.createHash('sha256').update(m[1]!).digest();
     return digests.some((d) => crypto.timingSafeEqual(d, digest));
-  };
-}
-
-/** A server interceptor that answers UNAUTHENTICATED unless `authorization: Bearer <token>`
- * carries one of `tokens` (compared in constant time). */
-export function bearerAuth(tokens: string[]): grpc.ServerInterceptor {
-  const valid = tokenChecker(tokens);
-  return (method, call) => {
-    const open = OPEN_PREFIXES.some((p) => method.path.startsWith(p));
-    const listener = new grpc.ServerListenerBuilder()
-      .withOnReceiveMetadata((metadata, next) => {
-        const header = metadata.get('authorization')[0];
-        if (open || (typeof header === 'string' && valid(header))) next(metadata);
-        else call.sendStatus({ code: grpc.status.UNAUTHENTICATED, details: 'authorization: a valid "Bearer <token>" is required' });
-      })
-      .build();
-    return new grpc.ServerInterceptingCall(call, new grpc.ResponderBuilder().withStart((next) => next(listener)).build());
   };
 }

@@ -6,7 +6,11 @@
 // with the whole's. A token that straddles a chunk boundary therefore belongs to the
 // later chunk.
 import { Template } from '@huggingface/jinja';
-import { ScoringError, commonPrefixLength } from './scoring.js';
+import { InvalidArgumentError } from './errors.js';
+import { commonPrefixLength } from './common/sequences.js';
+import { messageLabels, type ChatMessage } from './common/labels.js';
+
+export type { ChatMessage };
 import type { TextTokenizer } from './tokenizer.js';
 
 export interface TextChunk {
@@ -17,11 +21,6 @@ export interface TextChunk {
 export interface IdChunk {
   label: string;
   ids: number[];
-}
-
-export interface ChatMessage {
-  role: string;
-  content: string;
 }
 
 export interface Segment {
@@ -39,7 +38,7 @@ export interface Segmented {
 function checkSpans(segments: Segment[], field: string): void {
   segments.forEach((s, k) => {
     if (s.end <= s.start) {
-      throw new ScoringError(
+      throw new InvalidArgumentError(
         `${field}[${k}]`,
         `chunk ${JSON.stringify(s.label)} has no token of its own after tokenisation (it merged into a neighbour or is empty)`,
       );
@@ -49,7 +48,7 @@ function checkSpans(segments: Segment[], field: string): void {
 
 /** Tokenise labelled text chunks as one text; each chunk's token span. */
 export function segmentText(tok: TextTokenizer, chunks: TextChunk[], addSpecialTokens: boolean, field = 'chunks'): Segmented {
-  if (chunks.length === 0) throw new ScoringError(field, 'at least one chunk is needed');
+  if (chunks.length === 0) throw new InvalidArgumentError(field, 'at least one chunk is needed');
   const whole = tok.encode(chunks.map((c) => c.text).join(''), addSpecialTokens);
   let text = '';
   let start = 0;
@@ -67,7 +66,7 @@ export function segmentText(tok: TextTokenizer, chunks: TextChunk[], addSpecialT
 
 /** Pre-tokenised chunks: the spans are the chunks themselves. */
 export function segmentIds(chunks: IdChunk[], field = 'chunks'): Segmented {
-  if (chunks.length === 0) throw new ScoringError(field, 'at least one chunk is needed');
+  if (chunks.length === 0) throw new InvalidArgumentError(field, 'at least one chunk is needed');
   const ids: number[] = [];
   const segments = chunks.map((c) => {
     const start = ids.length;
@@ -78,26 +77,17 @@ export function segmentIds(chunks: IdChunk[], field = 'chunks'): Segmented {
   return { ids, segments };
 }
 
-/** Labels of chat messages: `system`, then `user#1`, `assistant#1`, `user#2`, … (a turn
- * starts at each user message). */
-export function messageLabels(messages: ChatMessage[]): string[] {
-  let turn = 0;
-  return messages.map((m) => {
-    if (m.role === 'user') turn++;
-    return m.role === 'system' && turn === 0 ? 'system' : `${m.role}#${Math.max(turn, 1)}`;
-  });
-}
-
 /** Render chat messages with the model's chat template (tokenizer_config.json), one text
  * chunk per message: message k is what rendering messages[0..k] adds to messages[0..k-1]. */
 export function renderChat(tok: TextTokenizer, messages: ChatMessage[], field = 'messages', template = tok.chatTemplate): TextChunk[] {
-  if (!template) throw new ScoringError(field, 'the model has no chat_template in tokenizer_config.json: send labelled chunks instead');
-  if (messages.length === 0) throw new ScoringError(field, 'at least one message is needed');
+  if (!template)
+    throw new InvalidArgumentError(field, 'the model has no chat_template in tokenizer_config.json: send labelled chunks instead');
+  if (messages.length === 0) throw new InvalidArgumentError(field, 'at least one message is needed');
   let compiled: Template;
   try {
     compiled = new Template(template);
   } catch (e) {
-    throw new ScoringError(field, `the model's chat template does not parse: ${(e as Error).message}`);
+    throw new InvalidArgumentError(field, `the model's chat template does not parse: ${(e as Error).message}`);
   }
   const special = (name: string) => {
     const v = tok.config[name];
@@ -113,7 +103,7 @@ export function renderChat(tok: TextTokenizer, messages: ChatMessage[], field = 
         add_generation_prompt: false, // raise_exception is built into @huggingface/jinja
       });
     } catch (e) {
-      throw new ScoringError(field, `the chat template cannot render messages[0..${upTo - 1}]: ${(e as Error).message}`);
+      throw new InvalidArgumentError(field, `the chat template cannot render messages[0..${upTo - 1}]: ${(e as Error).message}`);
     }
   };
   const labels = messageLabels(messages);
@@ -121,10 +111,10 @@ export function renderChat(tok: TextTokenizer, messages: ChatMessage[], field = 
   let before = '';
   messages.forEach((m, k) => {
     if (typeof m.content !== 'string' || typeof m.role !== 'string')
-      throw new ScoringError(`${field}[${k}]`, 'role and content must be strings');
+      throw new InvalidArgumentError(`${field}[${k}]`, 'role and content must be strings');
     const upTo = render(k + 1);
     if (!upTo.startsWith(before)) {
-      throw new ScoringError(
+      throw new InvalidArgumentError(
         `${field}[${k}]`,
         'the chat template renders a conversation differently from its prefix, so messages cannot be told apart',
       );

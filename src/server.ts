@@ -10,13 +10,14 @@ import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import { ReflectionService } from '@grpc/reflection';
 import { loadPackage } from './grpc/proto.js';
-import { scoringService } from './grpc/service.js';
+import { scoringService } from './grpc/scoring.js';
 import { probingService } from './grpc/probing.js';
-import type { ServedModel, ServiceContext } from './grpc/calls.js';
-import { Batcher, type BatcherOptions } from './batcher.js';
+import type { BatcherOptions } from './batcher.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
-import { bearerAuth, serverCredentials, tokenChecker, type TlsFiles } from './security.js';
+import { Service, type ServedModel } from './serving/service.js';
+import { serverCredentials, tokenChecker, type TlsFiles } from './security.js';
+import { bearerAuth } from './grpc/auth.js';
 import { openaiHandler } from './http/openai.js';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -46,16 +47,12 @@ export interface ServerOptions {
 
 export class CtxprobeServer {
   readonly metrics = new Metrics();
-  readonly models = new Map<string, ServedModel>();
-  private readonly order: string[] = [];
+  readonly service: Service;
   private readonly health = new HealthImplementation({
     '': 'NOT_SERVING',
     [SCORING_SERVICE]: 'NOT_SERVING',
     [PROBING_SERVICE]: 'NOT_SERVING',
   });
-  private readonly inFlight = { count: 0 };
-  private loading = true;
-  private draining = false;
   private metricsServer?: { port: number; close(): Promise<void> };
   private httpServer?: http.Server;
   port = 0;
@@ -63,7 +60,17 @@ export class CtxprobeServer {
   private constructor(
     private readonly grpcServer: grpc.Server,
     private readonly options: ServerOptions,
-  ) {}
+  ) {
+    this.service = new Service(this.metrics, {
+      maxItemsPerRequest: options.maxItemsPerRequest,
+      batcher: options.batcher,
+      log: options.log,
+    });
+  }
+
+  get models(): Map<string, ServedModel> {
+    return this.service.models;
+  }
 
   static async start(options: ServerOptions = {}): Promise<CtxprobeServer> {
     const maxBytes = options.maxMessageBytes ?? 64 * 1024 * 1024;
@@ -75,19 +82,8 @@ export class CtxprobeServer {
     });
     const server = new CtxprobeServer(grpcServer, options);
     const { def, v1 } = loadPackage();
-    const log = options.log ?? (() => {});
-    const ctx: ServiceContext = {
-      models: server.models,
-      defaultModel: () => server.models.get(server.order[0] ?? ''),
-      loading: () => server.loading,
-      draining: () => server.draining,
-      metrics: server.metrics,
-      maxItemsPerRequest: options.maxItemsPerRequest ?? 4096,
-      log,
-      inFlight: server.inFlight,
-    };
-    grpcServer.addService(v1.Scoring.service, scoringService(ctx) as grpc.UntypedServiceImplementation);
-    grpcServer.addService(v1.Probing.service, probingService(ctx) as grpc.UntypedServiceImplementation);
+    grpcServer.addService(v1.Scoring.service, scoringService(server.service));
+    grpcServer.addService(v1.Probing.service, probingService(server.service));
     server.health.addToServer(grpcServer);
     new ReflectionService(def).addToServer(grpcServer);
     const host = options.host ?? '127.0.0.1';
@@ -96,7 +92,9 @@ export class CtxprobeServer {
       grpcServer.bindAsync(address, credentials, (err, bound) => (err ? reject(err) : resolve(bound))),
     );
     if ((options.httpPort ?? -1) >= 0) {
-      const handler = openaiHandler(ctx, { checkToken: options.authTokens?.length ? tokenChecker(options.authTokens) : undefined });
+      const handler = openaiHandler(server.service, {
+        checkToken: options.authTokens?.length ? tokenChecker(options.authTokens) : undefined,
+      });
       const httpServer = options.tls
         ? https.createServer({ cert: fs.readFileSync(options.tls.cert), key: fs.readFileSync(options.tls.key) }, handler)
         : http.createServer(handler);
@@ -126,15 +124,11 @@ export class CtxprobeServer {
   }
 
   addModel(loaded: LoadedModel): void {
-    const name = loaded.entry.name;
-    const batcher = new Batcher(name, loaded.scorer, this.options.batcher, this.metrics);
-    this.models.set(name, { ...loaded, batcher });
-    this.order.push(name);
-    this.metrics.modelLoadSeconds.set({ model: name }, loaded.loadSeconds);
+    this.service.addModel(loaded);
   }
 
   setServing(): void {
-    this.loading = false;
+    this.service.setServing();
     this.health.setStatus('', 'SERVING');
     this.health.setStatus(SCORING_SERVICE, 'SERVING');
     this.health.setStatus(PROBING_SERVICE, 'SERVING');
@@ -142,12 +136,10 @@ export class CtxprobeServer {
 
   /** Stop taking work, finish what is queued and in flight, then close both ports. */
   async drain(): Promise<void> {
-    this.draining = true;
     this.health.setStatus('', 'NOT_SERVING');
     this.health.setStatus(SCORING_SERVICE, 'NOT_SERVING');
     this.health.setStatus(PROBING_SERVICE, 'NOT_SERVING');
-    await Promise.all([...this.models.values()].map((m) => m.batcher.idle()));
-    while (this.inFlight.count > 0) await new Promise((r) => setTimeout(r, 5));
+    await this.service.drain();
     await new Promise<void>((resolve) => this.grpcServer.tryShutdown(() => resolve()));
     if (this.httpServer) {
       const closing = new Promise<void>((resolve) => this.httpServer!.close(() => resolve()));

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring.js';
+import { Scorer } from '../src/scoring/scorer.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/dtypes.js';
 import { readModelConfig } from '../src/model/families.js';

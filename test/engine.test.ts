@@ -1,7 +1,7 @@
 // The engine's per-token log-probs, greedy flags and top-k against the float64
 // reference forward pass, for every family: single rows, padded batches, shared past.
 import { describe, expect, it } from 'vitest';
-import { Scorer } from '../src/scoring.js';
+import { Scorer } from '../src/scoring/scorer.js';
 import { FAMILY_FIXTURES, familyEngine } from './fixtures.js';
 import { referenceForward, referenceTokenLogprobs } from './reference.js';
 import { rng } from '../src/model/synthetic.js';

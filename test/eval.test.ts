@@ -13,7 +13,7 @@ import { RESPONSE_TYPES, buildPrompt, demonstrationsFor, promptParts, runCharpev
 import { roundOf, runRefute, type Dialogue } from '../src/eval/refute.js';
 import { rocAuc, runContamination } from '../src/eval/contamination.js';
 import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring.js';
+import { Scorer } from '../src/scoring/scorer.js';
 import { Prober } from '../src/probe.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 

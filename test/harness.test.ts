@@ -3,7 +3,9 @@
 // reference forward pass on the token sequence the harness would build.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
-import { Scorer, ScoringError, rollingWindows } from '../src/scoring.js';
+import { Scorer } from '../src/scoring/scorer.js';
+import { rollingWindows } from '../src/scoring/requests.js';
+import { InvalidArgumentError } from '../src/errors.js';
 import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
 
@@ -108,7 +110,7 @@ describe('continuation log-likelihood', () => {
     ];
     for (const [req, message] of cases) {
       const err = await scorer.loglikelihood([req]).catch((e) => e);
-      expect(err).toBeInstanceOf(ScoringError);
+      expect(err).toBeInstanceOf(InvalidArgumentError);
       expect(err.message).toMatch(message);
     }
   });

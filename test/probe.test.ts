@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
 import { Prober } from '../src/probe.js';
-import { ScoringError } from '../src/scoring.js';
+import { InvalidArgumentError } from '../src/errors.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceForward } from './reference.js';
 import { LABELS, checkFamily, expectMatrix, sampleIds } from './probe-reference.js';
@@ -58,7 +58,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s probe', (family) => {
     const err = await prober
       .raw({ chunkIds: chunks }, { layers: [0, 1], heads: [0, 1, 2, 3], queryStart: 0, queryEnd: 20 })
       .catch((e) => e);
-    expect(err).toBeInstanceOf(ScoringError);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err.message).toMatch(/^layers: 2 layers × 4 heads × 20 queries × 20 keys .* over the raw-attention limit/);
   });
 });
@@ -97,7 +97,7 @@ describe('probe limits and bad samples', () => {
     ];
     for (const [sample, message] of cases) {
       const err = await prober.probe([sample]).catch((e) => e);
-      expect(err).toBeInstanceOf(ScoringError);
+      expect(err).toBeInstanceOf(InvalidArgumentError);
       expect(err.message).toMatch(message);
     }
   });

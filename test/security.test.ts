@@ -11,7 +11,8 @@ import { loadPackage } from '../src/grpc/proto.js';
 import { healthClientConstructor } from '../src/health.js';
 import { loadModel, type LoadedModel } from '../src/repository.js';
 import { CtxprobeServer } from '../src/server.js';
-import { loadTokens, SecurityError } from '../src/security.js';
+import { loadTokens } from '../src/security.js';
+import { ConfigError } from '../src/errors.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -169,7 +170,7 @@ describe('token loading', () => {
     fs.writeFileSync(file, `# rotated 2026-11\n${TOKEN}\n\nsecond-token-abcdefghijklmnop\n`);
     expect(loadTokens({ file })).toEqual([TOKEN, 'second-token-abcdefghijklmnop']);
     expect(() => loadTokens({ value: 'short' })).toThrow(/at least 16 characters/);
-    expect(() => loadTokens({ file: '/nonexistent/tokens' })).toThrow(SecurityError);
+    expect(() => loadTokens({ file: '/nonexistent/tokens' })).toThrow(ConfigError);
     expect(loadTokens({})).toEqual([]);
   });
 });

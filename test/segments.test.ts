@@ -6,9 +6,10 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
 import { TextTokenizer } from '../src/tokenizer.js';
-import { messageLabels, renderChat, segmentText } from '../src/segments.js';
+import { renderChat, segmentText } from '../src/segments.js';
+import { messageLabels } from '../src/common/labels.js';
 import { Prober } from '../src/probe.js';
-import { ScoringError } from '../src/scoring.js';
+import { InvalidArgumentError } from '../src/errors.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 
 const TEMPLATE =
@@ -91,7 +92,7 @@ describe('text chunks', () => {
         return e as Error;
       }
     })();
-    expect(err).toBeInstanceOf(ScoringError);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err!.message).toMatch(/^chunks\[1\]: chunk "gap" has no token of its own/);
   });
 });

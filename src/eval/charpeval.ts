@@ -11,7 +11,7 @@
 // " <response>". Few-shot: k demonstrations (the same layout, with their ground truth)
 // between the instruction and the sample.
 import { EvalClient, forEachBatch, matrixRows } from './client.js';
-import { meanMatrix } from '../probe.js';
+import { meanMatrix } from '../common/matrix.js';
 
 export const RESPONSE_TYPES = ['GTRS', 'KGIR', 'KGUG', 'RECF', 'IECF', 'COEX'] as const;
 export type ResponseType = (typeof RESPONSE_TYPES)[number];

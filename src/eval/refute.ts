@@ -8,10 +8,9 @@
 //                  {"role": "assistant", "content": "…"}, {"role": "user", "content": "refutation"}, …] }
 // Messages are rendered with the model's chat template (one segment per message) or,
 // with `plain`, as "Role: content" paragraphs for models without one.
-import type { ChatMessage } from '../segments.js';
-import { messageLabels } from '../segments.js';
+import { messageLabels, type ChatMessage } from '../common/labels.js';
 import { EvalClient, forEachBatch, matrixRows } from './client.js';
-import { meanMatrix } from '../probe.js';
+import { meanMatrix } from '../common/matrix.js';
 
 export interface Dialogue {
   id?: string;

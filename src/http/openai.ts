@@ -3,108 +3,74 @@
 //   POST /v1/completions   prompt: text or token ids (one or a batch), echo, logprobs,
 //                          max_tokens 0 or 1 (this server scores; it does not generate)
 //   POST /tokenize, POST /detokenize, GET /tokenizer_info, GET /v1/models
-// Requests go through each model's batcher, with its prefix sharing and limits.
+// It validates and translates JSON into the serving layer's calls (the same queues,
+// prefix sharing and limits as gRPC); errors map to statuses in status.ts only.
 import http from 'node:http';
 import crypto from 'node:crypto';
-import type { ServedModel, ServiceContext } from '../grpc/calls.js';
-import { QueueFullError } from '../batcher.js';
-import { ScoringError, type EchoScore } from '../scoring.js';
-
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly type = 'invalid_request_error',
-  ) {
-    super(message);
-  }
-}
+import { InvalidArgumentError, NotFoundError, TooLargeError, UnauthenticatedError } from '../errors.js';
+import type { ServedModel, Service } from '../serving/service.js';
+import { toHttpError } from './status.js';
 
 export interface OpenAIOptions {
-  /** When non-empty, `Authorization: Bearer <token>` is required. */
+  /** When given, `Authorization: Bearer <token>` must satisfy it. */
   checkToken?: (header: string | undefined) => boolean;
   maxBodyBytes?: number;
 }
 
-export function openaiHandler(ctx: ServiceContext, options: OpenAIOptions = {}): http.RequestListener {
+type Route = (body: any, res: http.ServerResponse) => Promise<unknown> | unknown;
+
+export function openaiHandler(service: Service, options: OpenAIOptions = {}): http.RequestListener {
   const maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
 
-  const model = (name: unknown): ServedModel => {
-    if (ctx.draining()) throw new HttpError(503, 'server is draining', 'server_error');
-    const m = typeof name === 'string' && name !== '' ? ctx.models.get(name) : ctx.defaultModel();
-    if (m) return m;
-    if (ctx.loading()) throw new HttpError(503, 'models are still loading', 'server_error');
-    throw new HttpError(
-      404,
-      `model: no model named ${JSON.stringify(name)} (serving: ${[...ctx.models.keys()].join(', ')})`,
-      'not_found_error',
-    );
+  const modelName = (name: unknown): string | undefined => {
+    if (name === undefined || name === null || name === '') return undefined;
+    if (typeof name !== 'string') throw new InvalidArgumentError('model', 'a model name (string) is required');
+    return name;
   };
 
-  const routes: Record<string, (body: any, res: http.ServerResponse) => Promise<unknown> | unknown> = {
-    'POST /v1/completions': (body, res) => completions(model(body.model), body, res),
+  const routes: Record<string, Route> = {
+    'POST /v1/completions': (body, res) => completions(service.model(modelName(body.model)), body, res),
     'GET /v1/models': () => ({
       object: 'list',
-      data: [...ctx.models.values()].map((m) => ({
-        id: m.entry.name,
-        object: 'model',
-        owned_by: 'ctxprobe',
-        max_model_len: m.scorer.maxLength,
-      })),
+      data: service.listModels().map((m) => ({ id: m.name, object: 'model', owned_by: 'ctxprobe', max_model_len: m.maxLength })),
     }),
     'POST /tokenize': (body) => {
-      const m = model(body.model);
-      if (typeof body.prompt !== 'string') throw new HttpError(400, 'prompt: a string is required');
-      const tokens = m.engine.tokenizer.encode(body.prompt, body.add_special_tokens ?? true);
-      return { count: tokens.length, max_model_len: m.scorer.maxLength, tokens };
+      const name = modelName(body.model);
+      if (typeof body.prompt !== 'string') throw new InvalidArgumentError('prompt', 'a string is required');
+      const { ids } = service.tokenize(name, [body.prompt], body.add_special_tokens ?? true)[0]!;
+      return { count: ids.length, max_model_len: service.info(service.model(name, false)).maxLength, tokens: ids };
     },
     'POST /detokenize': (body) => {
-      const m = model(body.model);
       if (!Array.isArray(body.tokens) || !body.tokens.every((t: unknown) => Number.isInteger(t)))
-        throw new HttpError(400, 'tokens: a list of token ids is required');
-      return { prompt: m.engine.tokenizer.decode(body.tokens) };
+        throw new InvalidArgumentError('tokens', 'a list of token ids is required');
+      return { prompt: service.detokenize(modelName(body.model), body.tokens) };
     },
-    'GET /tokenizer_info': (body) => {
-      const m = model(body.model);
-      const tok = m.engine.tokenizer;
-      return {
-        ...tok.config,
-        model_max_length: m.scorer.maxLength,
-        bos_token_id: tok.bosId ?? null,
-        eos_token_id: tok.eosId ?? null,
-        vocab_size: m.engine.config.vocabSize,
-      };
-    },
+    'GET /tokenizer_info': (body) => service.tokenizerInfo(modelName(body.model)),
   };
 
   async function completions(m: ServedModel, body: any, res: http.ServerResponse) {
-    const { prompts, texts: promptTexts } = toPrompts(body.prompt, m);
+    const { prompts, texts: promptTexts } = toPrompts(body.prompt, (text) => service.encodePrompt(m, text));
     const maxTokens = body.max_tokens ?? 16;
     if (maxTokens !== 0 && maxTokens !== 1)
-      throw new HttpError(400, `max_tokens: ${maxTokens} is not supported; this server scores (0) or predicts one greedy token (1)`);
-    if ((body.n ?? 1) !== 1) throw new HttpError(400, 'n: only 1 is supported');
+      throw new InvalidArgumentError(
+        'max_tokens',
+        `${maxTokens} is not supported; this server scores (0) or predicts one greedy token (1)`,
+      );
+    if ((body.n ?? 1) !== 1) throw new InvalidArgumentError('n', 'only 1 is supported');
     const echo = body.echo === true;
     const logprobs: number | null = body.logprobs ?? null;
     if (logprobs !== null && (!Number.isInteger(logprobs) || logprobs < 0))
-      throw new HttpError(400, 'logprobs: a whole number ≥ 0 is required');
-    const prepared = m.scorer.prepareEcho(prompts, logprobs ?? 0);
+      throw new InvalidArgumentError('logprobs', 'a whole number ≥ 0 is required');
     // A client that goes away takes its work out of the queue.
-    const submitted = m.batcher.submit(prepared.units);
-    res.once('close', () => res.writableFinished || submitted.cancel());
-    const scores: EchoScore[] = prepared.finish(await submitted.result);
-    const tok = m.engine.tokenizer;
-    const piece = (id: number) => tok.decode([id]);
-    ctx.metrics.itemsScored.inc({ model: m.entry.name }, prompts.length);
-    ctx.metrics.tokensScored.inc(
-      { model: m.entry.name },
-      prompts.reduce((n, p) => n + p.length, 0),
-    );
+    const gone = new AbortController();
+    res.once('close', () => res.writableFinished || gone.abort());
+    const scores = await service.echo(m, prompts, logprobs ?? 0, { signal: gone.signal });
     const choices = scores.map((s, i) => {
       const ids = [...(echo ? prompts[i]! : []), ...(maxTokens === 1 ? [s.nextToken] : [])];
       const lps: (number | null)[] = [...(echo ? [null, ...s.promptLogprobs] : []), ...(maxTokens === 1 ? [s.nextLogprob] : [])];
       // top_logprobs[t] is the distribution the token at t was drawn from: position t-1's.
       const tops = [...(echo ? [null, ...s.top.slice(0, -1)] : []), ...(maxTokens === 1 ? [s.top.at(-1)!] : [])];
-      const texts = ids.map(piece);
+      const texts = service.tokenTexts(m, ids);
       let offset = 0;
       // Text prompts echo as given (without the special tokens their encoding added).
       const echoed = echo ? (promptTexts[i] ?? texts.slice(0, prompts[i]!.length).join('')) : '';
@@ -122,8 +88,8 @@ export function openaiHandler(ctx: ServiceContext, options: OpenAIOptions = {}):
                   if (!t) return null;
                   const entries: [string, number][] = [];
                   const seen = new Set<string>();
-                  t.ids.slice(0, Math.max(1, logprobs)).forEach((id, k) => {
-                    const key = piece(id);
+                  const shown = t.ids.slice(0, Math.max(1, logprobs));
+                  service.tokenTexts(m, shown).forEach((key, k) => {
                     if (!seen.has(key)) entries.push([key, t.logprobs[k]!]);
                     seen.add(key);
                   });
@@ -149,32 +115,23 @@ export function openaiHandler(ctx: ServiceContext, options: OpenAIOptions = {}):
   }
 
   return (req, res) => {
-    const started = performance.now();
     const route = `${req.method} ${(req.url ?? '').split('?')[0]}`;
-    const send = (status: number, payload: unknown) => {
-      const method = route.replace(/^\w+ /, 'http ');
-      ctx.metrics.requests.inc({ method, code: String(status) });
-      ctx.metrics.requestSeconds.observe({ method }, (performance.now() - started) / 1000);
+    const handler = routes[route];
+    // Metric labels come from the route table, never from the raw path.
+    const record = service.begin(handler ? route.replace(/^\w+ /, 'http ') : 'http other');
+    const send = (status: number, payload: unknown, err?: unknown) => {
+      record.end(String(status), err);
       res.writeHead(status, { 'Content-Type': 'application/json' });
       res.end(JSON.stringify(payload));
     };
     const fail = (err: unknown) => {
-      const e =
-        err instanceof HttpError
-          ? err
-          : err instanceof ScoringError
-            ? new HttpError(400, err.message)
-            : err instanceof QueueFullError
-              ? new HttpError(429, err.message, 'rate_limit_error')
-              : new HttpError(500, `internal error: ${(err as Error)?.message ?? String(err)}`, 'server_error');
-      if (e.status >= 500) ctx.log({ level: 'error', route, message: e.message });
-      send(e.status, { error: { message: e.message, type: e.type, code: e.status } });
+      const { status, body } = toHttpError(err);
+      send(status, body, err);
     };
     if (options.checkToken && !options.checkToken(req.headers.authorization)) {
-      return fail(new HttpError(401, 'authorization: a valid "Bearer <token>" is required', 'authentication_error'));
+      return fail(new UnauthenticatedError('authorization: a valid "Bearer <token>" is required'));
     }
-    const handler = routes[route];
-    if (!handler) return fail(new HttpError(404, `no route ${route}`, 'not_found_error'));
+    if (!handler) return fail(new NotFoundError('route', `no route ${route}`));
     const chunks: Buffer[] = [];
     let size = 0;
     req.on('data', (c: Buffer) => {
@@ -184,21 +141,18 @@ export function openaiHandler(ctx: ServiceContext, options: OpenAIOptions = {}):
     req.on('end', () => {
       Promise.resolve()
         .then(() => {
-          if (size > maxBody) throw new HttpError(413, `request body over ${maxBody} bytes`);
+          if (size > maxBody) throw new TooLargeError(`body: request body over ${maxBody} bytes`);
           const text = Buffer.concat(chunks).toString('utf8');
           let body: any = {};
           if (text.trim()) {
             try {
               body = JSON.parse(text);
             } catch {
-              throw new HttpError(400, 'the request body is not JSON');
+              throw new InvalidArgumentError('body', 'the request body is not JSON');
             }
           }
           if (req.method === 'GET') body = Object.fromEntries(new URL(req.url ?? '/', 'http://x').searchParams);
-          ctx.inFlight.count++;
-          return Promise.resolve()
-            .then(() => handler(body, res))
-            .finally(() => ctx.inFlight.count--);
+          return handler(body, res);
         })
         .then((payload) => send(200, payload), fail);
     });
@@ -206,20 +160,18 @@ export function openaiHandler(ctx: ServiceContext, options: OpenAIOptions = {}):
 }
 
 /** `prompt` as the OpenAI API allows it: a string, a list of strings, a list of token
- * ids, or a list of lists of token ids. Text is encoded with the tokenizer's special
- * tokens, as the reference servers do. */
-function toPrompts(prompt: unknown, m: ServedModel): { prompts: number[][]; texts: (string | undefined)[] } {
+ * ids, or a list of lists of token ids. */
+function toPrompts(prompt: unknown, encode: (text: string) => number[]): { prompts: number[][]; texts: (string | undefined)[] } {
   const isIds = (x: unknown): x is number[] => Array.isArray(x) && x.every((t) => Number.isInteger(t));
-  const encode = (text: string) => m.engine.tokenizer.encode(text, true);
   if (typeof prompt === 'string') return { prompts: [encode(prompt)], texts: [prompt] };
   if (isIds(prompt) && prompt.length > 0) return { prompts: [prompt], texts: [undefined] };
   if (Array.isArray(prompt) && prompt.length > 0) {
     const prompts = prompt.map((p, i) => {
       if (typeof p === 'string') return encode(p);
       if (isIds(p)) return p;
-      throw new HttpError(400, `prompt[${i}]: a string or a list of token ids is required`);
+      throw new InvalidArgumentError(`prompt[${i}]`, 'a string or a list of token ids is required');
     });
     return { prompts, texts: prompt.map((p) => (typeof p === 'string' ? p : undefined)) };
   }
-  throw new HttpError(400, 'prompt: a string, a list of token ids, or a list of either is required');
+  throw new InvalidArgumentError('prompt', 'a string, a list of token ids, or a list of either is required');
 }

@@ -1,0 +1,27 @@
+// Bearer-token authentication for gRPC: an interceptor that answers UNAUTHENTICATED
+// (from the status table) unless the call carries a valid token. Health checks stay
+// open so orchestrators can probe.
+import * as grpc from '@grpc/grpc-js';
+import { UnauthenticatedError } from '../errors.js';
+import { tokenChecker } from '../security.js';
+import { toStatus } from './status.js';
+
+/** Methods reachable without a token: the health service, for load balancers and probes. */
+const OPEN_PREFIXES = ['/grpc.health.v1.Health/'];
+
+/** A server interceptor that answers UNAUTHENTICATED unless `authorization: Bearer <token>`
+ * carries one of `tokens` (compared in constant time). */
+export function bearerAuth(tokens: string[]): grpc.ServerInterceptor {
+  const valid = tokenChecker(tokens);
+  return (method, call) => {
+    const open = OPEN_PREFIXES.some((p) => method.path.startsWith(p));
+    const listener = new grpc.ServerListenerBuilder()
+      .withOnReceiveMetadata((metadata, next) => {
+        const header = metadata.get('authorization')[0];
+        if (open || (typeof header === 'string' && valid(header))) next(metadata);
+        else call.sendStatus(toStatus(new UnauthenticatedError('authorization: a valid "Bearer <token>" is required')));
+      })
+      .build();
+    return new grpc.ServerInterceptingCall(call, new grpc.ResponderBuilder().withStart((next) => next(listener)).build());
+  };
+}

@@ -1,0 +1,88 @@
+import type * as grpc from '@grpc/grpc-js';
+import type { EnumTypeDefinition, MessageTypeDefinition } from '@grpc/proto-loader';
+
+import type { AttentionSlice as _ctxprobe_v1_AttentionSlice, AttentionSlice__Output as _ctxprobe_v1_AttentionSlice__Output } from './ctxprobe/v1/AttentionSlice.js';
+import type { ChatMessage as _ctxprobe_v1_ChatMessage, ChatMessage__Output as _ctxprobe_v1_ChatMessage__Output } from './ctxprobe/v1/ChatMessage.js';
+import type { Chunk as _ctxprobe_v1_Chunk, Chunk__Output as _ctxprobe_v1_Chunk__Output } from './ctxprobe/v1/Chunk.js';
+import type { ContinuationScore as _ctxprobe_v1_ContinuationScore, ContinuationScore__Output as _ctxprobe_v1_ContinuationScore__Output } from './ctxprobe/v1/ContinuationScore.js';
+import type { ItemScore as _ctxprobe_v1_ItemScore, ItemScore__Output as _ctxprobe_v1_ItemScore__Output } from './ctxprobe/v1/ItemScore.js';
+import type { ListModelsRequest as _ctxprobe_v1_ListModelsRequest, ListModelsRequest__Output as _ctxprobe_v1_ListModelsRequest__Output } from './ctxprobe/v1/ListModelsRequest.js';
+import type { ListModelsResponse as _ctxprobe_v1_ListModelsResponse, ListModelsResponse__Output as _ctxprobe_v1_ListModelsResponse__Output } from './ctxprobe/v1/ListModelsResponse.js';
+import type { Matrix as _ctxprobe_v1_Matrix, Matrix__Output as _ctxprobe_v1_Matrix__Output } from './ctxprobe/v1/Matrix.js';
+import type { ModelInfo as _ctxprobe_v1_ModelInfo, ModelInfo__Output as _ctxprobe_v1_ModelInfo__Output } from './ctxprobe/v1/ModelInfo.js';
+import type { ProbeMean as _ctxprobe_v1_ProbeMean, ProbeMean__Output as _ctxprobe_v1_ProbeMean__Output } from './ctxprobe/v1/ProbeMean.js';
+import type { ProbeRequest as _ctxprobe_v1_ProbeRequest, ProbeRequest__Output as _ctxprobe_v1_ProbeRequest__Output } from './ctxprobe/v1/ProbeRequest.js';
+import type { ProbeResponse as _ctxprobe_v1_ProbeResponse, ProbeResponse__Output as _ctxprobe_v1_ProbeResponse__Output } from './ctxprobe/v1/ProbeResponse.js';
+import type { ProbeSample as _ctxprobe_v1_ProbeSample, ProbeSample__Output as _ctxprobe_v1_ProbeSample__Output } from './ctxprobe/v1/ProbeSample.js';
+import type { ProbingClient as _ctxprobe_v1_ProbingClient, ProbingDefinition as _ctxprobe_v1_ProbingDefinition } from './ctxprobe/v1/Probing.js';
+import type { RawAttentionRequest as _ctxprobe_v1_RawAttentionRequest, RawAttentionRequest__Output as _ctxprobe_v1_RawAttentionRequest__Output } from './ctxprobe/v1/RawAttentionRequest.js';
+import type { RollingItem as _ctxprobe_v1_RollingItem, RollingItem__Output as _ctxprobe_v1_RollingItem__Output } from './ctxprobe/v1/RollingItem.js';
+import type { RollingRequest as _ctxprobe_v1_RollingRequest, RollingRequest__Output as _ctxprobe_v1_RollingRequest__Output } from './ctxprobe/v1/RollingRequest.js';
+import type { RollingResponse as _ctxprobe_v1_RollingResponse, RollingResponse__Output as _ctxprobe_v1_RollingResponse__Output } from './ctxprobe/v1/RollingResponse.js';
+import type { RollingScore as _ctxprobe_v1_RollingScore, RollingScore__Output as _ctxprobe_v1_RollingScore__Output } from './ctxprobe/v1/RollingScore.js';
+import type { SampleProbe as _ctxprobe_v1_SampleProbe, SampleProbe__Output as _ctxprobe_v1_SampleProbe__Output } from './ctxprobe/v1/SampleProbe.js';
+import type { ScoreItem as _ctxprobe_v1_ScoreItem, ScoreItem__Output as _ctxprobe_v1_ScoreItem__Output } from './ctxprobe/v1/ScoreItem.js';
+import type { ScoreRequest as _ctxprobe_v1_ScoreRequest, ScoreRequest__Output as _ctxprobe_v1_ScoreRequest__Output } from './ctxprobe/v1/ScoreRequest.js';
+import type { ScoreResponse as _ctxprobe_v1_ScoreResponse, ScoreResponse__Output as _ctxprobe_v1_ScoreResponse__Output } from './ctxprobe/v1/ScoreResponse.js';
+import type { ScoringClient as _ctxprobe_v1_ScoringClient, ScoringDefinition as _ctxprobe_v1_ScoringDefinition } from './ctxprobe/v1/Scoring.js';
+import type { Span as _ctxprobe_v1_Span, Span__Output as _ctxprobe_v1_Span__Output } from './ctxprobe/v1/Span.js';
+import type { StreamScoreRequest as _ctxprobe_v1_StreamScoreRequest, StreamScoreRequest__Output as _ctxprobe_v1_StreamScoreRequest__Output } from './ctxprobe/v1/StreamScoreRequest.js';
+import type { StreamScoreResponse as _ctxprobe_v1_StreamScoreResponse, StreamScoreResponse__Output as _ctxprobe_v1_StreamScoreResponse__Output } from './ctxprobe/v1/StreamScoreResponse.js';
+import type { TokenIds as _ctxprobe_v1_TokenIds, TokenIds__Output as _ctxprobe_v1_TokenIds__Output } from './ctxprobe/v1/TokenIds.js';
+import type { TokenizeRequest as _ctxprobe_v1_TokenizeRequest, TokenizeRequest__Output as _ctxprobe_v1_TokenizeRequest__Output } from './ctxprobe/v1/TokenizeRequest.js';
+import type { TokenizeResponse as _ctxprobe_v1_TokenizeResponse, TokenizeResponse__Output as _ctxprobe_v1_TokenizeResponse__Output } from './ctxprobe/v1/TokenizeResponse.js';
+import type { Tokens as _ctxprobe_v1_Tokens, Tokens__Output as _ctxprobe_v1_Tokens__Output } from './ctxprobe/v1/Tokens.js';
+import type { TopToken as _ctxprobe_v1_TopToken, TopToken__Output as _ctxprobe_v1_TopToken__Output } from './ctxprobe/v1/TopToken.js';
+import type { TopTokens as _ctxprobe_v1_TopTokens, TopTokens__Output as _ctxprobe_v1_TopTokens__Output } from './ctxprobe/v1/TopTokens.js';
+
+type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> = {
+  new(...args: ConstructorParameters<Constructor>): Subtype;
+};
+
+export interface ProtoGrpcType {
+  ctxprobe: {
+    v1: {
+      AttentionDType: EnumTypeDefinition
+      AttentionSlice: MessageTypeDefinition<_ctxprobe_v1_AttentionSlice, _ctxprobe_v1_AttentionSlice__Output>
+      ChatMessage: MessageTypeDefinition<_ctxprobe_v1_ChatMessage, _ctxprobe_v1_ChatMessage__Output>
+      Chunk: MessageTypeDefinition<_ctxprobe_v1_Chunk, _ctxprobe_v1_Chunk__Output>
+      ContinuationScore: MessageTypeDefinition<_ctxprobe_v1_ContinuationScore, _ctxprobe_v1_ContinuationScore__Output>
+      ItemScore: MessageTypeDefinition<_ctxprobe_v1_ItemScore, _ctxprobe_v1_ItemScore__Output>
+      ListModelsRequest: MessageTypeDefinition<_ctxprobe_v1_ListModelsRequest, _ctxprobe_v1_ListModelsRequest__Output>
+      ListModelsResponse: MessageTypeDefinition<_ctxprobe_v1_ListModelsResponse, _ctxprobe_v1_ListModelsResponse__Output>
+      Matrix: MessageTypeDefinition<_ctxprobe_v1_Matrix, _ctxprobe_v1_Matrix__Output>
+      ModelInfo: MessageTypeDefinition<_ctxprobe_v1_ModelInfo, _ctxprobe_v1_ModelInfo__Output>
+      Pool: EnumTypeDefinition
+      ProbeMean: MessageTypeDefinition<_ctxprobe_v1_ProbeMean, _ctxprobe_v1_ProbeMean__Output>
+      ProbeRequest: MessageTypeDefinition<_ctxprobe_v1_ProbeRequest, _ctxprobe_v1_ProbeRequest__Output>
+      ProbeResponse: MessageTypeDefinition<_ctxprobe_v1_ProbeResponse, _ctxprobe_v1_ProbeResponse__Output>
+      ProbeSample: MessageTypeDefinition<_ctxprobe_v1_ProbeSample, _ctxprobe_v1_ProbeSample__Output>
+      /**
+       * Attention statistics over labelled chunks, computed inside the model graph.
+       */
+      Probing: SubtypeConstructor<typeof grpc.Client, _ctxprobe_v1_ProbingClient> & { service: _ctxprobe_v1_ProbingDefinition }
+      RawAttentionRequest: MessageTypeDefinition<_ctxprobe_v1_RawAttentionRequest, _ctxprobe_v1_RawAttentionRequest__Output>
+      Reduce: EnumTypeDefinition
+      RollingItem: MessageTypeDefinition<_ctxprobe_v1_RollingItem, _ctxprobe_v1_RollingItem__Output>
+      RollingRequest: MessageTypeDefinition<_ctxprobe_v1_RollingRequest, _ctxprobe_v1_RollingRequest__Output>
+      RollingResponse: MessageTypeDefinition<_ctxprobe_v1_RollingResponse, _ctxprobe_v1_RollingResponse__Output>
+      RollingScore: MessageTypeDefinition<_ctxprobe_v1_RollingScore, _ctxprobe_v1_RollingScore__Output>
+      SampleProbe: MessageTypeDefinition<_ctxprobe_v1_SampleProbe, _ctxprobe_v1_SampleProbe__Output>
+      ScoreItem: MessageTypeDefinition<_ctxprobe_v1_ScoreItem, _ctxprobe_v1_ScoreItem__Output>
+      ScoreRequest: MessageTypeDefinition<_ctxprobe_v1_ScoreRequest, _ctxprobe_v1_ScoreRequest__Output>
+      ScoreResponse: MessageTypeDefinition<_ctxprobe_v1_ScoreResponse, _ctxprobe_v1_ScoreResponse__Output>
+      Scoring: SubtypeConstructor<typeof grpc.Client, _ctxprobe_v1_ScoringClient> & { service: _ctxprobe_v1_ScoringDefinition }
+      Span: MessageTypeDefinition<_ctxprobe_v1_Span, _ctxprobe_v1_Span__Output>
+      StreamScoreRequest: MessageTypeDefinition<_ctxprobe_v1_StreamScoreRequest, _ctxprobe_v1_StreamScoreRequest__Output>
+      StreamScoreResponse: MessageTypeDefinition<_ctxprobe_v1_StreamScoreResponse, _ctxprobe_v1_StreamScoreResponse__Output>
+      TokenIds: MessageTypeDefinition<_ctxprobe_v1_TokenIds, _ctxprobe_v1_TokenIds__Output>
+      TokenizeRequest: MessageTypeDefinition<_ctxprobe_v1_TokenizeRequest, _ctxprobe_v1_TokenizeRequest__Output>
+      TokenizeResponse: MessageTypeDefinition<_ctxprobe_v1_TokenizeResponse, _ctxprobe_v1_TokenizeResponse__Output>
+      Tokens: MessageTypeDefinition<_ctxprobe_v1_Tokens, _ctxprobe_v1_Tokens__Output>
+      TopToken: MessageTypeDefinition<_ctxprobe_v1_TopToken, _ctxprobe_v1_TopToken__Output>
+      TopTokens: MessageTypeDefinition<_ctxprobe_v1_TopTokens, _ctxprobe_v1_TopTokens__Output>
+      Truncation: EnumTypeDefinition
+    }
+  }
+}
+

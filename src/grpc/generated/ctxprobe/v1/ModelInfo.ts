@@ -1,0 +1,62 @@
+// Generated from proto/ctxprobe/v1/ctxprobe.proto by scripts/proto-types.mjs: do not edit.
+
+
+export interface ModelInfo {
+  'name'?: (string);
+  /**
+   * llama, mistral, qwen2, gpt2
+   */
+  'family'?: (string);
+  /**
+   * config.json model_type
+   */
+  'modelType'?: (string);
+  'layers'?: (number);
+  'heads'?: (number);
+  'kvHeads'?: (number);
+  'headDim'?: (number);
+  'hidden'?: (number);
+  'vocab'?: (number);
+  /**
+   * context length used for truncation and rolling windows
+   */
+  'maxLength'?: (number);
+  /**
+   * cpu, cuda:N
+   */
+  'device'?: (string);
+  /**
+   * float32, float16, bfloat16
+   */
+  'dtype'?: (string);
+}
+
+export interface ModelInfo__Output {
+  'name': (string);
+  /**
+   * llama, mistral, qwen2, gpt2
+   */
+  'family': (string);
+  /**
+   * config.json model_type
+   */
+  'modelType': (string);
+  'layers': (number);
+  'heads': (number);
+  'kvHeads': (number);
+  'headDim': (number);
+  'hidden': (number);
+  'vocab': (number);
+  /**
+   * context length used for truncation and rolling windows
+   */
+  'maxLength': (number);
+  /**
+   * cpu, cuda:N
+   */
+  'device': (string);
+  /**
+   * float32, float16, bfloat16
+   */
+  'dtype': (string);
+}

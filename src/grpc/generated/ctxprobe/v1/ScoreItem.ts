@@ -1,0 +1,62 @@
+// Generated from proto/ctxprobe/v1/ctxprobe.proto by scripts/proto-types.mjs: do not edit.
+
+import type { Tokens as _ctxprobe_v1_Tokens, Tokens__Output as _ctxprobe_v1_Tokens__Output } from '../../ctxprobe/v1/Tokens.js';
+import type { Truncation as _ctxprobe_v1_Truncation, Truncation__Output as _ctxprobe_v1_Truncation__Output } from '../../ctxprobe/v1/Truncation.js';
+
+export interface ScoreItem {
+  /**
+   * echoed back; the client's own key for the item
+   */
+  'id'?: (string);
+  'contextText'?: (string);
+  'contextIds'?: (_ctxprobe_v1_Tokens | null);
+  /**
+   * One or more continuations of the same kind as the context. Several continuations
+   * share the context's KV cache: it is computed once.
+   */
+  'continuationsText'?: (string)[];
+  'continuationsIds'?: (_ctxprobe_v1_Tokens)[];
+  /**
+   * text only: run the tokenizer's special tokens (BOS) on both encodings
+   */
+  'addBos'?: (boolean);
+  /**
+   * also return the k most likely tokens at each position (0: none)
+   */
+  'topK'?: (number);
+  'truncation'?: (_ctxprobe_v1_Truncation);
+  /**
+   * The context, as text or token ids. Empty text scores after BOS (EOS where the model
+   * has none); trailing whitespace moves to the front of every continuation.
+   */
+  'context'?: "contextText"|"contextIds";
+}
+
+export interface ScoreItem__Output {
+  /**
+   * echoed back; the client's own key for the item
+   */
+  'id': (string);
+  'contextText'?: (string);
+  'contextIds'?: (_ctxprobe_v1_Tokens__Output | null);
+  /**
+   * One or more continuations of the same kind as the context. Several continuations
+   * share the context's KV cache: it is computed once.
+   */
+  'continuationsText': (string)[];
+  'continuationsIds': (_ctxprobe_v1_Tokens__Output)[];
+  /**
+   * text only: run the tokenizer's special tokens (BOS) on both encodings
+   */
+  'addBos': (boolean);
+  /**
+   * also return the k most likely tokens at each position (0: none)
+   */
+  'topK': (number);
+  'truncation': (_ctxprobe_v1_Truncation__Output);
+  /**
+   * The context, as text or token ids. Empty text scores after BOS (EOS where the model
+   * has none); trailing whitespace moves to the front of every continuation.
+   */
+  'context'?: "contextText"|"contextIds";
+}

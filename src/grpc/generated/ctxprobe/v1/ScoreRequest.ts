@@ -1,0 +1,19 @@
+// Generated from proto/ctxprobe/v1/ctxprobe.proto by scripts/proto-types.mjs: do not edit.
+
+import type { ScoreItem as _ctxprobe_v1_ScoreItem, ScoreItem__Output as _ctxprobe_v1_ScoreItem__Output } from '../../ctxprobe/v1/ScoreItem.js';
+
+export interface ScoreRequest {
+  /**
+   * empty: the default model
+   */
+  'model'?: (string);
+  'items'?: (_ctxprobe_v1_ScoreItem)[];
+}
+
+export interface ScoreRequest__Output {
+  /**
+   * empty: the default model
+   */
+  'model': (string);
+  'items': (_ctxprobe_v1_ScoreItem__Output)[];
+}

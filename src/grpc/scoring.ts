@@ -1,0 +1,147 @@
+// gRPC Scoring handlers: validate and translate messages (generated types) into the
+// serving layer's calls and its answers back. They hold no model logic.
+import * as grpc from '@grpc/grpc-js';
+import { InvalidArgumentError } from '../errors.js';
+import type { Service } from '../serving/service.js';
+import type { ContinuationScore, LoglikelihoodRequest, RollingRequest } from '../scoring/requests.js';
+import type { ScoringHandlers } from './generated/ctxprobe/v1/Scoring.js';
+import type { ScoreItem__Output } from './generated/ctxprobe/v1/ScoreItem.js';
+import type { ContinuationScore as ContinuationScoreMessage } from './generated/ctxprobe/v1/ContinuationScore.js';
+import type { StreamScoreResponse } from './generated/ctxprobe/v1/StreamScoreResponse.js';
+import { callContext, unary } from './calls.js';
+import { codeName, toStatus } from './status.js';
+
+export function scoringService(service: Service): ScoringHandlers {
+  return {
+    ListModels: unary(service, 'ListModels', () => ({ models: service.listModels() })),
+
+    Tokenize: unary(service, 'Tokenize', (req) => ({
+      results: service.tokenize(req.model, req.texts, req.addSpecialTokens),
+    })),
+
+    Score: unary(service, 'Score', async (req, call) => {
+      const m = service.model(req.model);
+      service.checkItems(req.items.length);
+      const results = await service.score(
+        m,
+        req.items.map((item, i) => toLoglikelihoodRequest(item, `items[${i}]`)),
+        call,
+      );
+      return {
+        model: m.entry.name,
+        items: results.map((conts, i) => ({ id: req.items[i]!.id, continuations: conts.map(toContinuationMessage) })),
+      };
+    }),
+
+    ScoreRolling: unary(service, 'ScoreRolling', async (req, call) => {
+      const m = service.model(req.model);
+      service.checkItems(req.items.length);
+      const requests: RollingRequest[] = req.items.map((item, i) => {
+        const minKPercent = item.minKPercent || undefined;
+        if (item.input === 'text') return { text: item.text!, minKPercent };
+        if (item.input === 'tokenIds') return { text: item.tokenIds!.ids, minKPercent };
+        throw new InvalidArgumentError(`items[${i}]`, 'set text or token_ids');
+      });
+      const results = await service.scoreRolling(m, requests, call);
+      return {
+        model: m.entry.name,
+        items: results.map((r, i) => ({
+          id: req.items[i]!.id,
+          logprob: r.logprob,
+          numTokens: r.numTokens,
+          meanLoss: r.meanLoss,
+          perplexity: r.perplexity,
+          minKPercent: r.minKPercent,
+          minKLogprob: r.minKLogprob,
+          tokenLogprobs: r.tokenLogprobs,
+          numWindows: r.numWindows,
+        })),
+      };
+    }),
+
+    // One call for the whole stream; each item is answered (or refused) on its own.
+    ScoreStream: (call) => {
+      const record = service.begin('ScoreStream');
+      const ctx = callContext(call);
+      let pending = 0;
+      let halfClosed = false;
+      let count = 0;
+      const maybeEnd = () => {
+        if (!halfClosed || pending > 0) return;
+        record.end(codeName(grpc.status.OK));
+        call.end();
+      };
+      call.on('data', (msg) => {
+        const index = count++;
+        pending++;
+        const id = msg.item?.id ?? '';
+        let model = msg.model;
+        Promise.resolve()
+          .then(async (): Promise<StreamScoreResponse> => {
+            const m = service.model(msg.model);
+            model = m.entry.name;
+            if (!msg.item) throw new InvalidArgumentError(`message ${index}: item`, 'required');
+            const [conts] = await service.score(m, [toLoglikelihoodRequest(msg.item, `message ${index}: item`)], ctx);
+            return { model, item: { id, continuations: conts!.map(toContinuationMessage) }, errorCode: 0, errorMessage: '' };
+          })
+          .catch((err: unknown): StreamScoreResponse => {
+            const status = toStatus(err);
+            service.metrics.requests.inc({ method: 'ScoreStream.item', code: codeName(status.code) });
+            return { model, item: { id, continuations: [] }, errorCode: status.code, errorMessage: status.details };
+          })
+          .then((response) => {
+            if (!call.cancelled && call.writable) call.write(response);
+            pending--;
+            maybeEnd();
+          });
+      });
+      call.on('end', () => {
+        halfClosed = true;
+        maybeEnd();
+      });
+      call.on('error', () => {});
+      call.on('cancelled', () => {
+        halfClosed = true;
+        pending = 0;
+        record.end(codeName(grpc.status.CANCELLED));
+      });
+    },
+  };
+}
+
+function toLoglikelihoodRequest(item: ScoreItem__Output, field: string): LoglikelihoodRequest {
+  const texts = item.continuationsText;
+  const ids = item.continuationsIds;
+  if (texts.length > 0 && ids.length > 0) {
+    throw new InvalidArgumentError(field, 'set continuations_text or continuations_ids, not both');
+  }
+  if (item.truncation !== 'TRUNCATION_LEFT' && item.truncation !== 'TRUNCATION_ERROR') {
+    throw new InvalidArgumentError(`${field}.truncation`, `unknown value ${JSON.stringify(item.truncation)}`);
+  }
+  // No context at all: the harness's empty context (scored after BOS).
+  const context =
+    item.context === 'contextText' ? item.contextText! : item.context === 'contextIds' ? item.contextIds!.ids : texts.length > 0 ? '' : [];
+  return {
+    context,
+    continuations: texts.length > 0 ? texts : ids.map((t) => t.ids),
+    addBos: item.addBos,
+    topK: item.topK,
+    truncation: item.truncation === 'TRUNCATION_ERROR' ? 'error' : 'left',
+    field,
+  };
+}
+
+function toContinuationMessage(c: ContinuationScore): ContinuationScoreMessage {
+  return {
+    logprob: c.logprob,
+    isGreedy: c.isGreedy,
+    tokenIds: c.tokenIds,
+    tokenLogprobs: c.tokenLogprobs,
+    tokenGreedy: c.tokenGreedy,
+    numTokens: c.numTokens,
+    numChars: c.numChars,
+    numBytes: c.numBytes,
+    topK: (c.topK ?? []).map((t) => ({ tokens: t.ids.map((id, k) => ({ id, logprob: t.logprobs[k] })) })),
+    truncatedTokens: c.truncatedTokens,
+  };
+}

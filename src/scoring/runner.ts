@@ -1,0 +1,87 @@
+// The runner: executes a plan (planner.ts) on the engine and returns every unit's
+// scores plus the work done. A prefix pass's KV is kept until the last pass that
+// continues it has run, then dropped.
+import type { Engine, PastKV, ScoredPosition } from '../engine.js';
+import { CancelledError } from '../errors.js';
+import { planTokens, type Plan, type ScorePass } from './planner.js';
+import type { Unit, UnitScore } from './units.js';
+
+export interface Work {
+  /** Tokens run through the model (a shared prefix counts once). */
+  tokensComputed: number;
+  passes: number;
+}
+
+export interface PlanResult {
+  scores: UnitScore[];
+  work: Work;
+}
+
+export interface RunOptions {
+  /** Checked between passes: when it says stop, the run ends with CancelledError. */
+  shouldStop?: () => boolean;
+}
+
+export async function runPlan(engine: Engine, units: readonly Unit[], plan: Plan, options: RunOptions = {}): Promise<PlanResult> {
+  const scores: UnitScore[] = new Array(units.length);
+  const lastUse = new Map<number, number>();
+  plan.passes.forEach((p, i) => p.kind === 'score' && p.past !== undefined && lastUse.set(p.past, i));
+  const kept = new Map<number, PastKV>();
+  for (const [i, pass] of plan.passes.entries()) {
+    if (options.shouldStop?.()) throw new CancelledError();
+    switch (pass.kind) {
+      case 'prefix': {
+        const rows = pass.rows.map((r) => ({ tokens: r.tokens, startPosition: 0, pastRow: 0 }));
+        const { present } = await engine.forward({ rows, scored: [], topK: 0, keepPresent: true });
+        kept.set(i, present!);
+        break;
+      }
+      case 'score':
+        await runScorePass(engine, units, pass, pass.past === undefined ? undefined : kept.get(pass.past), scores);
+        if (pass.past !== undefined && lastUse.get(pass.past) === i) kept.delete(pass.past);
+        break;
+    }
+  }
+  return { scores, work: { tokensComputed: planTokens(plan), passes: plan.passes.length } };
+}
+
+async function runScorePass(
+  engine: Engine,
+  units: readonly Unit[],
+  pass: ScorePass,
+  past: PastKV | undefined,
+  results: UnitScore[],
+): Promise<void> {
+  const scored: ScoredPosition[] = [];
+  pass.rows.forEach((r, row) => {
+    units[r.unit]!.targets.forEach((target, j) => scored.push({ row, index: r.scoredFrom + j, target }));
+  });
+  const topK = Math.max(0, ...pass.rows.map((r) => units[r.unit]!.topK));
+  const out = await engine.forward({
+    rows: pass.rows.map((r) => ({ tokens: r.tokens, startPosition: r.startPosition, pastRow: r.pastRow })),
+    past,
+    scored,
+    topK,
+    keepPresent: false,
+  });
+  let n = 0;
+  for (const r of pass.rows) {
+    const unit = units[r.unit]!;
+    const count = unit.targets.length;
+    const res: UnitScore = {
+      logprobs: Array.from(out.logprobs.subarray(n, n + count)),
+      greedy: out.greedy.slice(n, n + count),
+    };
+    if (unit.topK > 0) {
+      res.topK = Array.from({ length: count }, (_, j) => {
+        const base = (n + j) * topK;
+        return {
+          ids: Array.from(out.topkIds!.subarray(base, base + unit.topK), Number),
+          logprobs: Array.from(out.topkLogprobs!.subarray(base, base + unit.topK)),
+        };
+      });
+    }
+    results[r.unit] = res;
+    n += count;
+  }
+}

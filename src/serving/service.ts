@@ -1,0 +1,284 @@
+// The serving layer both transports share: the served models and their batchers, model
+// lookup, every operation a client can ask for (tokenise, score, probe, …) with its
+// queueing, cancellation and deadline, the metrics of scored items, and the
+// bookkeeping of calls (in flight, counted, logged). gRPC (src/grpc/) and HTTP
+// (src/http/) validate and translate their wire formats into these calls; they never
+// touch an engine, and neither imports the other. Errors are the ones of src/errors.ts;
+// each transport maps them to its statuses.
+import { Batcher, type BatcherOptions, type Submitted } from '../batcher.js';
+import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundError, UnavailableError, errorMessage } from '../errors.js';
+import type { Metrics } from '../metrics.js';
+import type { LoadedModel } from '../repository.js';
+import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../probe.js';
+import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring/requests.js';
+import type { Prepared } from '../scoring/units.js';
+
+export interface ServedModel extends LoadedModel {
+  batcher: Batcher;
+}
+
+/** What one call brings to the serving layer: how to learn the caller went away, and
+ * when its answer stops being useful. */
+export interface CallContext {
+  signal?: AbortSignal;
+  /** Milliseconds since the epoch; absent or Infinity: no deadline. */
+  deadline?: number;
+}
+
+export interface ServiceOptions {
+  /** Items (continuations' items, rolling texts, prompts, samples) per request. */
+  maxItemsPerRequest?: number;
+  batcher?: BatcherOptions;
+  log?: (line: Record<string, unknown>) => void;
+}
+
+export interface ModelInfo {
+  name: string;
+  family: string;
+  modelType: string;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  hidden: number;
+  vocab: number;
+  maxLength: number;
+  device: string;
+  dtype: string;
+}
+
+/** One call being answered: `end` records it once, whatever happened. */
+export interface CallRecord {
+  end(code: string, err?: unknown): void;
+}
+
+export class Service {
+  readonly models = new Map<string, ServedModel>();
+  readonly maxItemsPerRequest: number;
+  private readonly order: string[] = [];
+  private loading = true;
+  private draining = false;
+  private inFlight = 0;
+  private readonly log: (line: Record<string, unknown>) => void;
+
+  constructor(
+    readonly metrics: Metrics,
+    private readonly options: ServiceOptions = {},
+  ) {
+    this.maxItemsPerRequest = options.maxItemsPerRequest ?? 4096;
+    this.log = options.log ?? (() => {});
+  }
+
+  // ---- lifecycle -----------------------------------------------------------------------
+
+  addModel(loaded: LoadedModel): ServedModel {
+    const name = loaded.entry.name;
+    const served = { ...loaded, batcher: new Batcher(name, loaded.scorer, this.options.batcher, this.metrics) };
+    this.models.set(name, served);
+    this.order.push(name);
+    this.metrics.modelLoadSeconds.set({ model: name }, loaded.loadSeconds);
+    return served;
+  }
+
+  setServing(): void {
+    this.loading = false;
+  }
+
+  /** Refuse new work, then resolve once queued and running work has finished. */
+  async drain(): Promise<void> {
+    this.draining = true;
+    await Promise.all([...this.models.values()].map((m) => m.batcher.idle()));
+    while (this.inFlight > 0) await new Promise((r) => setTimeout(r, 5));
+  }
+
+  get callsInFlight(): number {
+    return this.inFlight;
+  }
+
+  /** Start answering a call: it counts as in flight until `end`, which records its
+   * status code (the transport's own name for it), duration and, for failures, a log line. */
+  begin(method: string): CallRecord {
+    const started = performance.now();
+    this.inFlight++;
+    let ended = false;
+    return {
+      end: (code, err) => {
+        if (ended) return;
+        ended = true;
+        this.inFlight--;
+        const seconds = (performance.now() - started) / 1000;
+        this.metrics.requests.inc({ method, code });
+        this.metrics.requestSeconds.observe({ method }, seconds);
+        const internal = err !== undefined && errorMessage(err).startsWith('internal error');
+        this.log({
+          level: internal ? 'error' : 'debug',
+          method,
+          code,
+          ms: +(seconds * 1000).toFixed(2),
+          ...(err !== undefined ? { message: errorMessage(err) } : {}),
+        });
+      },
+    };
+  }
+
+  // ---- models --------------------------------------------------------------------------
+
+  /** The model a request names (empty: the first configured). `forWork`: refuse while
+   * draining, so callers go to another replica. */
+  model(name: string | undefined, forWork = true): ServedModel {
+    if (forWork && this.draining) throw new UnavailableError('server is draining: send to another replica');
+    const m = name ? this.models.get(name) : this.models.get(this.order[0] ?? '');
+    if (m) return m;
+    if (this.loading) throw new UnavailableError('models are still loading: wait for health SERVING');
+    throw new NotFoundError('model', `no model named ${JSON.stringify(name)} (serving: ${[...this.models.keys()].join(', ')})`);
+  }
+
+  listModels(): ModelInfo[] {
+    return [...this.models.values()].map((m) => this.info(m));
+  }
+
+  info({ entry, engine, scorer }: ServedModel): ModelInfo {
+    return {
+      name: entry.name,
+      family: engine.info.family,
+      modelType: engine.info.modelType,
+      layers: engine.info.layers,
+      heads: engine.info.heads,
+      kvHeads: engine.info.kvHeads,
+      headDim: engine.info.headDim,
+      hidden: engine.info.hidden,
+      vocab: engine.info.vocab,
+      maxLength: scorer.maxLength,
+      device: engine.info.device,
+      dtype: engine.info.dtype,
+    };
+  }
+
+  // ---- tokens --------------------------------------------------------------------------
+
+  tokenize(model: string | undefined, texts: string[], addSpecialTokens: boolean): { ids: number[]; tokens: string[] }[] {
+    const tok = this.model(model, false).engine.tokenizer;
+    return texts.map((text) => {
+      const ids = tok.encode(text, addSpecialTokens);
+      return { ids, tokens: ids.map((id) => tok.tokenString(id)) };
+    });
+  }
+
+  detokenize(model: string | undefined, ids: number[]): string {
+    return this.model(model, false).engine.tokenizer.decode(ids);
+  }
+
+  /** What a remote tokenizer needs (lm-evaluation-harness's `tokenizer_info`). */
+  tokenizerInfo(model: string | undefined): Record<string, unknown> {
+    const m = this.model(model, false);
+    const tok = m.engine.tokenizer;
+    return {
+      ...tok.config,
+      model_max_length: m.scorer.maxLength,
+      bos_token_id: tok.bosId ?? null,
+      eos_token_id: tok.eosId ?? null,
+      vocab_size: m.engine.config.vocabSize,
+    };
+  }
+
+  /** Encode text prompts with the tokenizer's special tokens, as reference servers do. */
+  encodePrompt(model: ServedModel, text: string): number[] {
+    return model.engine.tokenizer.encode(text, true);
+  }
+
+  /** Each token's text on its own (OpenAI `logprobs.tokens`). */
+  tokenTexts(model: ServedModel, ids: number[]): string[] {
+    const tok = model.engine.tokenizer;
+    return ids.map((id) => tok.decode([id]));
+  }
+
+  // ---- scoring -------------------------------------------------------------------------
+
+  checkItems(count: number, field = 'items'): void {
+    if (count === 0) throw new InvalidArgumentError(field, `at least one ${field === 'samples' ? 'sample' : 'item'} is needed`);
+    if (count > this.maxItemsPerRequest) {
+      throw new InvalidArgumentError(field, `${count} ${field}, over the limit of ${this.maxItemsPerRequest} per call`);
+    }
+  }
+
+  /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`). */
+  score(m: ServedModel, requests: LoglikelihoodRequest[], call: CallContext): Promise<ContinuationScore[][]> {
+    return this.scoreUnits(m, m.scorer.prepareLoglikelihood(requests), call);
+  }
+
+  /** Rolling log-likelihoods (perplexity, mean loss, Min-K% Prob). */
+  scoreRolling(m: ServedModel, requests: RollingRequest[], call: CallContext): Promise<RollingScore[]> {
+    return this.scoreUnits(m, m.scorer.prepareRolling(requests), call);
+  }
+
+  /** Every prompt token's log-prob and the greedy next token (OpenAI-style `echo`). */
+  echo(m: ServedModel, prompts: number[][], topK: number, call: CallContext): Promise<EchoScore[]> {
+    // Counted per prompt: an echo's units also hold shared prompt heads.
+    const counted = { items: prompts.length, tokens: prompts.reduce((n, p) => n + p.length, 0) };
+    return this.scoreUnits(m, m.scorer.prepareEcho(prompts, topK), call, counted);
+  }
+
+  private async scoreUnits<T>(
+    m: ServedModel,
+    prepared: Prepared<T>,
+    call: CallContext,
+    counted?: { items: number; tokens: number },
+  ): Promise<T> {
+    const scores = await this.queued(m.batcher.submit(prepared.units), call);
+    const model = m.entry.name;
+    this.metrics.itemsScored.inc({ model }, counted?.items ?? prepared.units.length);
+    this.metrics.tokensScored.inc({ model }, counted?.tokens ?? prepared.units.reduce((n, u) => n + u.targets.length, 0));
+    return prepared.finish(scores);
+  }
+
+  // ---- probing -------------------------------------------------------------------------
+
+  async probe(m: ServedModel, samples: ProbeSample[], options: ProbeOptions, call: CallContext): Promise<ProbeAnswer> {
+    if (samples.length > this.maxItemsPerRequest) {
+      throw new InvalidArgumentError('samples', `${samples.length} samples, over the limit of ${this.maxItemsPerRequest} per call`);
+    }
+    const { prepared, opts } = m.prober.prepareAll(samples, options);
+    const tokens = prepared.reduce((n, p) => n + p.row.tokens.length, 0);
+    const answer = await this.queued(
+      m.batcher.submitTask(tokens, () => m.prober.run(prepared, opts)),
+      call,
+    );
+    this.metrics.itemsScored.inc({ model: m.entry.name }, prepared.length);
+    return answer;
+  }
+
+  async rawAttention(m: ServedModel, sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4, call: CallContext): Promise<RawSlice[]> {
+    const prepared = m.prober.prepareRaw(sample, req, bytesPerValue);
+    return this.queued(
+      m.batcher.submitTask(prepared.prepared.row.tokens.length, () => m.prober.runRaw(prepared)),
+      call,
+    );
+  }
+
+  /** Wait for queued work; the caller going away or its deadline takes it out of the queue. */
+  private async queued<T>(submitted: Submitted<T>, call: CallContext): Promise<T> {
+    const cancel = () => submitted.cancel();
+    let expired = false;
+    const deadline = call.deadline ?? Infinity;
+    const timer = Number.isFinite(deadline)
+      ? setTimeout(
+          () => {
+            expired = true;
+            cancel();
+          },
+          Math.max(0, deadline - Date.now()),
+        )
+      : undefined;
+    if (call.signal?.aborted) cancel();
+    call.signal?.addEventListener('abort', cancel);
+    try {
+      return await submitted.result;
+    } catch (err) {
+      if (err instanceof CancelledError && (expired || Date.now() >= deadline)) throw new DeadlineExceededError();
+      throw err;
+    } finally {
+      clearTimeout(timer);
+      call.signal?.removeEventListener('abort', cancel);
+    }
+  }
+}

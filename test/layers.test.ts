@@ -1,0 +1,61 @@
+// The seams as rules over imports: transports share the serving layer and never import
+// each other; checkpoint/ imports nothing above it; clients and kernels stay out of the
+// server's insides. Read from the source, so a new import that crosses a seam fails here.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+function sources(dir: string): string[] {
+  return fs
+    .readdirSync(path.join(root, dir), { withFileTypes: true })
+    .flatMap((e) => (e.isDirectory() ? sources(path.join(dir, e.name)) : e.name.endsWith('.ts') ? [path.join(dir, e.name)] : []));
+}
+
+/** Project files a source file imports values from (type-only imports of request and
+ * answer shapes are not a dependency on the code), relative to the root. */
+function imports(file: string): string[] {
+  const text = fs.readFileSync(path.join(root, file), 'utf8');
+  return [...text.matchAll(/^import (?!type )[^;]*?from '(\.{1,2}\/[^']+)'/gms)].map((m) =>
+    path.relative(root, path.resolve(path.dirname(path.join(root, file)), m[1]!)).replace(/\.js$/, '.ts'),
+  );
+}
+
+const rules: [string, RegExp, RegExp][] = [
+  ['HTTP does not import gRPC', /^src\/http\//, /^src\/grpc\//],
+  ['gRPC does not import HTTP', /^src\/grpc\//, /^src\/http\//],
+  [
+    'transports talk to the serving layer, not to engines, scorers or probers',
+    /^src\/(grpc|http)\//,
+    /^src\/(engine|model\/|scoring\/(scorer|planner|runner)|probe\.ts|batcher)/,
+  ],
+  ['checkpoint/ imports nothing above it', /^src\/checkpoint\//, /^src\/(model|scoring|serving|grpc|http|engine)/],
+  ['eval clients use the API, not server internals', /^src\/eval\//, /^src\/(probe|segments|scoring|serving|engine|model)/],
+  ['the planner is pure', /^src\/scoring\/planner\.ts$/, /^src\/(engine|batcher|serving)/],
+];
+
+describe('layers', () => {
+  const files = [...sources('src'), ...sources('kernels')];
+  it.each(rules)('%s', (_, from, to) => {
+    const crossings = files
+      .filter((f) => from.test(f))
+      .flatMap((f) =>
+        imports(f)
+          .filter((i) => to.test(i))
+          .map((i) => `${f} → ${i}`),
+      );
+    expect(crossings).toEqual([]);
+  });
+
+  it('decoder.ts has no probe-specific code beyond the tap hooks', () => {
+    const code = fs.readFileSync(path.join(root, 'src/model/decoder.ts'), 'utf8').replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, '');
+    expect(code).not.toMatch(/\bprobe|key_bin|heatmap|votes/i);
+  });
+
+  it('the generated gRPC types match proto/ (npm run proto:types)', () => {
+    expect(() => execFileSync('node', [path.join(root, 'scripts/proto-types.mjs'), '--check'], { stdio: 'pipe' })).not.toThrow();
+  });
+});

@@ -1,0 +1,74 @@
+// The pass planner on its own: units in, passes out, no engine. Expected plans are
+// worked out by hand from the packing rule (rows × longest row ≤ budget, longest first).
+import { describe, expect, it } from 'vitest';
+import { plan, planTokens, packByLength } from '../src/scoring/planner.js';
+import type { Unit } from '../src/scoring/units.js';
+
+const unit = (prefix: number[], tail: number[]): Unit => ({ prefix, tail, targets: tail.map((t) => t + 100), topK: 0 });
+
+const units: Unit[] = [
+  unit([1, 2, 3, 4], [5]), // 0: shares its prefix with 1
+  unit([1, 2, 3, 4], [7, 8]), // 1
+  unit([], [1, 2, 3, 4, 5, 6]), // 2: no prefix
+  unit([9, 9], [1]), // 3: a prefix nobody shares: scored as one whole row
+  unit([], [4, 4, 4]), // 4
+];
+
+describe('plan', () => {
+  it('computes a shared prefix once, its tails against it, and packs solo rows by the budget', () => {
+    const p = plan(units, { maxBatchTokens: 8, prefixSharing: true });
+    expect(p.passes).toEqual([
+      { kind: 'score', rows: [{ unit: 2, tokens: [1, 2, 3, 4, 5, 6], startPosition: 0, scoredFrom: 0, pastRow: 0 }] },
+      {
+        kind: 'score',
+        rows: [
+          // Units without a prefix come first, then those whose prefix nobody shares;
+          // the sort by length is stable.
+          { unit: 4, tokens: [4, 4, 4], startPosition: 0, scoredFrom: 0, pastRow: 0 },
+          { unit: 3, tokens: [9, 9, 1], startPosition: 0, scoredFrom: 2, pastRow: 0 },
+        ],
+      },
+      { kind: 'prefix', rows: [{ tokens: [1, 2, 3, 4] }] },
+      {
+        kind: 'score',
+        past: 2,
+        rows: [
+          { unit: 1, tokens: [7, 8], startPosition: 4, scoredFrom: 0, pastRow: 0 },
+          { unit: 0, tokens: [5], startPosition: 4, scoredFrom: 0, pastRow: 0 },
+        ],
+      },
+    ]);
+    // The shared prefix counts once: 6 + (3 + 3) + 4 + (2 + 1).
+    expect(planTokens(p)).toBe(19);
+  });
+
+  it('without sharing, every unit is one whole row', () => {
+    const p = plan(units, { maxBatchTokens: 8, prefixSharing: false });
+    expect(p.passes.map((pass) => pass.kind)).toEqual(['score', 'score', 'score', 'score']);
+    expect(p.passes.map((pass) => pass.rows.map((r) => (r as { unit: number }).unit))).toEqual([[1], [2], [0], [3, 4]]);
+    expect(planTokens(p)).toBe(5 + 6 + 6 + 3 + 3);
+  });
+
+  it('puts groups of different prefixes in one prefix pass when the budget allows, each tail on its own past row', () => {
+    const grouped = [unit([1, 2], [3]), unit([1, 2], [4]), unit([7, 8, 9], [1]), unit([7, 8, 9], [2])];
+    const p = plan(grouped, { maxBatchTokens: 64, prefixSharing: true });
+    // Prefix rows are packed longest first, like every row.
+    expect(p.passes[0]).toEqual({ kind: 'prefix', rows: [{ tokens: [7, 8, 9] }, { tokens: [1, 2] }] });
+    expect(p.passes.slice(1)).toEqual([
+      {
+        kind: 'score',
+        past: 0,
+        rows: [
+          { unit: 2, tokens: [1], startPosition: 3, scoredFrom: 0, pastRow: 0 },
+          { unit: 3, tokens: [2], startPosition: 3, scoredFrom: 0, pastRow: 0 },
+          { unit: 0, tokens: [3], startPosition: 2, scoredFrom: 0, pastRow: 1 },
+          { unit: 1, tokens: [4], startPosition: 2, scoredFrom: 0, pastRow: 1 },
+        ],
+      },
+    ]);
+  });
+
+  it('always places a row longer than the budget, alone', () => {
+    expect(packByLength([[1, 2, 3, 4, 5], [1]], (r) => r.length, 2)).toEqual([[[1, 2, 3, 4, 5]], [[1]]]);
+  });
+});
