@@ -18,10 +18,8 @@ export abstract class CtxprobeError extends Error {
   abstract readonly kind: ErrorKind;
 }
 
-/** Something a client sent is wrong; `field` is its path (`items[2].continuations[0]`). */
-export class InvalidArgumentError extends CtxprobeError {
-  readonly kind = 'invalid_argument';
-  override readonly name = 'InvalidArgumentError';
+/** An error about one field of a request; the message starts with its path. */
+abstract class FieldError extends CtxprobeError {
   constructor(
     readonly field: string,
     detail: string,
@@ -30,16 +28,16 @@ export class InvalidArgumentError extends CtxprobeError {
   }
 }
 
-/** A named thing (a model) does not exist here. */
-export class NotFoundError extends CtxprobeError {
+/** Something a client sent is wrong; `field` is its path (`items[2].continuations[0]`). */
+export class InvalidArgumentError extends FieldError {
+  readonly kind = 'invalid_argument';
+  override readonly name = 'InvalidArgumentError';
+}
+
+/** A named thing (a model, a route) does not exist here. */
+export class NotFoundError extends FieldError {
   readonly kind = 'not_found';
   override readonly name = 'NotFoundError';
-  constructor(
-    readonly field: string,
-    detail: string,
-  ) {
-    super(`${field}: ${detail}`);
-  }
 }
 
 /** A request is larger than a configured limit allows (a body, a message). */

@@ -8,6 +8,7 @@
 import { Batcher, type BatcherOptions, type Submitted } from '../batcher.js';
 import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundError, UnavailableError, errorMessage } from '../errors.js';
 import type { Metrics } from '../metrics.js';
+import type { EngineInfo } from '../engine.js';
 import type { LoadedModel } from '../repository.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring/requests.js';
@@ -32,20 +33,9 @@ export interface ServiceOptions {
   log?: (line: Record<string, unknown>) => void;
 }
 
-export interface ModelInfo {
-  name: string;
-  family: string;
-  modelType: string;
-  layers: number;
-  heads: number;
-  kvHeads: number;
-  headDim: number;
-  hidden: number;
-  vocab: number;
-  maxLength: number;
-  device: string;
-  dtype: string;
-}
+/** What ListModels and /v1/models tell: the engine's facts, the served name and the
+ * context length this server scores with. */
+export type ModelInfo = Omit<EngineInfo, 'graphNodes' | 'sessionSeconds'> & { name: string };
 
 /** One call being answered: `end` records it once, whatever happened. */
 export interface CallRecord {
@@ -138,20 +128,8 @@ export class Service {
   }
 
   info({ entry, engine, scorer }: ServedModel): ModelInfo {
-    return {
-      name: entry.name,
-      family: engine.info.family,
-      modelType: engine.info.modelType,
-      layers: engine.info.layers,
-      heads: engine.info.heads,
-      kvHeads: engine.info.kvHeads,
-      headDim: engine.info.headDim,
-      hidden: engine.info.hidden,
-      vocab: engine.info.vocab,
-      maxLength: scorer.maxLength,
-      device: engine.info.device,
-      dtype: engine.info.dtype,
-    };
+    const { graphNodes: _nodes, sessionSeconds: _seconds, ...facts } = engine.info;
+    return { name: entry.name, ...facts, maxLength: scorer.maxLength };
   }
 
   // ---- tokens --------------------------------------------------------------------------
