@@ -64,6 +64,22 @@ export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
     seed: 15,
     slidingWindow: 7,
   },
+  // Per-head q/k RMSNorm before rotary, a head_dim apart from hidden/heads.
+  qwen3: {
+    family: 'qwen3',
+    hidden: 32,
+    layers: 2,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 12,
+    intermediate: 40,
+    vocab: 300,
+    maxPositions: 64,
+    seed: 16,
+  },
+  // No pre-norms: q/k RMSNorm over the whole projections, norms on the attention and MLP
+  // outputs before each residual add.
+  olmo2: { family: 'olmo2', hidden: 32, layers: 2, heads: 4, kvHeads: 4, intermediate: 40, vocab: 300, maxPositions: 64, seed: 17 },
   // Learned positions, LayerNorm, gelu_new, Conv1D weights, fused qkv, tied head.
   gpt2: { family: 'gpt2', hidden: 32, layers: 2, heads: 4, kvHeads: 4, intermediate: 64, vocab: 300, maxPositions: 64, seed: 14 },
 };

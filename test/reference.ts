@@ -1,6 +1,7 @@
 // A plain reference forward pass in float64 loops, written from the Hugging Face model
-// code (LlamaModel / MistralModel / Qwen2Model / Phi3Model / GPT2Model), independent of
-// the graph builder: it reads config.json keys and HF tensor names itself.
+// code (LlamaModel / MistralModel / Qwen2Model / Qwen3Model / Phi3Model / Olmo2Model /
+// GPT2Model), independent of the graph builder: it reads config.json keys and HF tensor
+// names itself.
 import type { TensorData } from '../src/checkpoint/safetensors.js';
 
 type Tensors = Map<string, TensorData>;
@@ -102,7 +103,9 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
   const nLayers: number = gpt2 ? c.n_layer : c.num_hidden_layers;
   const nHeads: number = gpt2 ? c.n_head : c.num_attention_heads;
   const nKv: number = gpt2 ? nHeads : (c.num_key_value_heads ?? nHeads);
-  const D: number = c.head_dim ?? hidden / nHeads;
+  const D: number = c.head_dim ?? (c.model_type === 'qwen3' ? 128 : hidden / nHeads);
+  const olmo2 = c.model_type === 'olmo2';
+  const qwen3 = c.model_type === 'qwen3';
   const eps: number = gpt2 ? c.layer_norm_epsilon : c.rms_norm_eps;
   const window = referenceWindow(c);
   const layout = gpt2 ? 'in_out' : 'out_in';
@@ -132,8 +135,13 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
   for (let l = 0; l < nLayers; l++) {
     const p = gpt2 ? `transformer.h.${l}.` : `model.layers.${l}.`;
     const opt = (n: string) => m.tensors.get(n);
+    // OLMo 2 has no norm before attention.
     const hs = xs.map((x) =>
-      gpt2 ? layerNorm(x, get(m, p + 'ln_1.weight'), get(m, p + 'ln_1.bias'), eps) : rmsNorm(x, get(m, p + 'input_layernorm.weight'), eps),
+      gpt2
+        ? layerNorm(x, get(m, p + 'ln_1.weight'), get(m, p + 'ln_1.bias'), eps)
+        : olmo2
+          ? x
+          : rmsNorm(x, get(m, p + 'input_layernorm.weight'), eps),
     );
     let qs: Vec[][], ks: Vec[][], vs: Vec[][];
     const heads = (v: Vec, n: number) => Array.from({ length: n }, (_, h) => v.slice(h * D, (h + 1) * D));
@@ -151,8 +159,15 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
     } else {
       const proj = (name: string, n: number) =>
         hs.map((h, t) => {
-          const hd = heads(linear(h, get(m, `${p}self_attn.${name}.weight`), opt(`${p}self_attn.${name}.bias`), 'out_in'), n);
-          return name === 'v_proj' ? hd : hd.map((v) => rope(v, t));
+          let full: Vec = linear(h, get(m, `${p}self_attn.${name}.weight`), opt(`${p}self_attn.${name}.bias`), 'out_in');
+          if (name === 'v_proj') return heads(full, n);
+          const normName = `${p}self_attn.${name[0]}_norm.weight`;
+          // Olmo2Attention: q_norm / k_norm over the whole projection, before the heads split.
+          if (olmo2) full = rmsNorm(full, get(m, normName), eps);
+          let hd: Vec[] = heads(full, n);
+          // Qwen3Attention: q_norm / k_norm over each head, before rotary.
+          if (qwen3) hd = hd.map((v) => rmsNorm(v, get(m, normName), eps));
+          return hd.map((v) => rope(v, t));
         });
       qs = proj('q_proj', nHeads);
       ks = proj('k_proj', nKv);
@@ -180,7 +195,9 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
     attention.push(layerAttn);
     const o = gpt2 ? 'attn.c_proj' : 'self_attn.o_proj';
     xs = xs.map((x, t) => {
-      const a = linear(ctx[t]!, get(m, `${p}${o}.weight`), opt(`${p}${o}.bias`), layout);
+      let a = linear(ctx[t]!, get(m, `${p}${o}.weight`), opt(`${p}${o}.bias`), layout);
+      // Olmo2DecoderLayer: post_attention_layernorm normalises the attention output.
+      if (olmo2) a = rmsNorm(a, get(m, p + 'post_attention_layernorm.weight'), eps);
       return x.map((v, i) => v + a[i]!);
     });
     xs = xs.map((x) => {
@@ -192,7 +209,7 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
         const y = linear(f, get(m, p + 'mlp.c_proj.weight'), get(m, p + 'mlp.c_proj.bias'), 'in_out');
         return x.map((v, i) => v + y[i]!);
       }
-      const h = rmsNorm(x, get(m, p + 'post_attention_layernorm.weight'), eps);
+      const h = olmo2 ? x : rmsNorm(x, get(m, p + 'post_attention_layernorm.weight'), eps);
       let gate: Vec, up: Vec;
       if (c.model_type === 'phi3') {
         // Phi3MLP: gate, up = gate_up_proj(x).chunk(2): the gate is the first half.
@@ -202,12 +219,14 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
         gate = linear(h, get(m, p + 'mlp.gate_proj.weight'), undefined, 'out_in');
         up = linear(h, get(m, p + 'mlp.up_proj.weight'), undefined, 'out_in');
       }
-      const y = linear(
+      let y = linear(
         gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!),
         get(m, p + 'mlp.down_proj.weight'),
         undefined,
         'out_in',
       );
+      // Olmo2DecoderLayer: post_feedforward_layernorm normalises the MLP output.
+      if (olmo2) y = rmsNorm(y, get(m, p + 'post_feedforward_layernorm.weight'), eps);
       return x.map((v, i) => v + y[i]!);
     });
   }

@@ -64,6 +64,8 @@ export interface ConfigKeys {
 
 export interface ConfigDefaults {
   maxPositions?: number;
+  /** When the config has no head_dim: this, else hidden / heads (Qwen3's class says 128). */
+  headDim?: number;
   normEps: number;
   activation: string;
   tied: boolean;
@@ -93,12 +95,28 @@ export interface FamilySpec {
   bias: { qkv: boolean; o: boolean; mlp: boolean };
   /** The sliding window this config asks for, if any. */
   slidingWindow: (c: RawConfig) => number | undefined;
+  /** Config values that would change the computation in ways not implemented: refused
+   * at load with the key and value named, never ignored. */
+  unsupported: ConfigRule[];
   /** Where checkpoints of the family also store a tensor (e.g. the original GPT-2 files
    * name `h.0.attn.c_attn.weight` without the `transformer.` prefix). */
   alternativeNames?: (name: string) => string[];
 }
 
 export type RawConfig = Record<string, any>;
+
+export interface ConfigRule {
+  key: string;
+  /** Whether this value (undefined when absent) is one the family computes correctly. */
+  supported: (value: unknown) => boolean;
+  /** What is not implemented. */
+  why: string;
+}
+
+const absentOr =
+  (...ok: unknown[]) =>
+  (v: unknown) =>
+    v === undefined || v === null || ok.includes(v);
 
 export interface Dims {
   hiddenSize: number;
@@ -160,7 +178,20 @@ const LLAMA: FamilySpec = {
   lmHead: 'lm_head.weight',
   linearLayout: 'out_in',
   bias: { qkv: false, o: false, mlp: false },
-  slidingWindow: (c) => (c.use_sliding_window === false ? undefined : (c.sliding_window ?? undefined)),
+  // LlamaModel has no sliding window: a `sliding_window` key in its config is ignored there too.
+  slidingWindow: () => undefined,
+  unsupported: [
+    { key: 'attention_bias', supported: absentOr(false), why: 'q/k/v/o projection biases' },
+    { key: 'mlp_bias', supported: absentOr(false), why: 'MLP projection biases' },
+  ],
+};
+
+// Qwen2 and Qwen3 window only the layers from `max_window_layers` on, and only with
+// `use_sliding_window: true` (the config class defaults it to false).
+const perLayerWindows: ConfigRule = {
+  key: 'use_sliding_window',
+  supported: absentOr(false),
+  why: 'sliding windows on the layers from max_window_layers on',
 };
 
 const family = (base: FamilySpec, overrides: Partial<FamilySpec> & Pick<FamilySpec, 'family' | 'modelTypes'>): FamilySpec => ({
@@ -170,8 +201,35 @@ const family = (base: FamilySpec, overrides: Partial<FamilySpec> & Pick<FamilySp
 
 export const FAMILIES: FamilySpec[] = [
   LLAMA,
-  family(LLAMA, { family: 'mistral', modelTypes: ['mistral'] }),
-  family(LLAMA, { family: 'qwen2', modelTypes: ['qwen2'], bias: { qkv: true, o: false, mlp: false } }),
+  family(LLAMA, { family: 'mistral', modelTypes: ['mistral'], slidingWindow: (c) => c.sliding_window ?? undefined }),
+  family(LLAMA, {
+    family: 'qwen2',
+    modelTypes: ['qwen2'],
+    bias: { qkv: true, o: false, mlp: false },
+    unsupported: [perLayerWindows],
+  }),
+  // Qwen3: per-head RMSNorm of queries and keys before rotary (modeling_qwen3.py),
+  // head_dim 128 unless the config says otherwise.
+  family(LLAMA, {
+    family: 'qwen3',
+    modelTypes: ['qwen3'],
+    defaults: { ...LLAMA.defaults, headDim: 128 },
+    norms: { ...LLAMA.norms, q: { name: 'self_attn.q_norm', over: 'head' }, k: { name: 'self_attn.k_norm', over: 'head' } },
+    unsupported: [...LLAMA.unsupported, perLayerWindows],
+  }),
+  // OLMo 2: no pre-norms; RMSNorm of the attention and MLP outputs before each residual
+  // add (`post_attention_layernorm`, `post_feedforward_layernorm`) and of the whole q and
+  // k projections (modeling_olmo2.py).
+  family(LLAMA, {
+    family: 'olmo2',
+    modelTypes: ['olmo2'],
+    norms: {
+      attnOut: 'post_attention_layernorm',
+      mlpOut: 'post_feedforward_layernorm',
+      q: { name: 'self_attn.q_norm', over: 'projection' },
+      k: { name: 'self_attn.k_norm', over: 'projection' },
+    },
+  }),
   // Phi-3: Llama with q/k/v fused into `qkv_proj` and gate/up into `gate_up_proj`
   // (modeling_phi3.py: query_pos = heads·head_dim, then kv_heads·head_dim each; the
   // first half of gate_up is the gate). Partial rotary and `longrope` scaling are
@@ -181,6 +239,7 @@ export const FAMILIES: FamilySpec[] = [
     modelTypes: ['phi3'],
     qkv: { kind: 'fused', qkv: 'self_attn.qkv_proj' },
     mlp: { kind: 'gatedFused', gateUp: 'mlp.gate_up_proj', down: 'mlp.down_proj' },
+    slidingWindow: (c) => c.sliding_window ?? undefined,
   }),
   {
     family: 'gpt2',
@@ -210,6 +269,10 @@ export const FAMILIES: FamilySpec[] = [
     linearLayout: 'in_out',
     bias: { qkv: true, o: true, mlp: true },
     slidingWindow: () => undefined,
+    unsupported: [
+      { key: 'scale_attn_weights', supported: absentOr(true), why: 'attention scores not divided by √head_dim' },
+      { key: 'scale_attn_by_inverse_layer_idx', supported: absentOr(false), why: 'attention scores divided by the layer number' },
+    ],
     alternativeNames: (name) => (name.startsWith('transformer.') ? [name.slice('transformer.'.length)] : []),
   },
 ];
@@ -246,7 +309,7 @@ export function readDims(spec: FamilySpec, c: RawConfig): Dims {
     numLayers: int(c, keys.layers),
     numHeads: heads,
     numKvHeads: keys.kvHeads ? int(c, keys.kvHeads, heads) : heads,
-    headDim: keys.headDim ? int(c, keys.headDim, hidden / heads) : hidden / heads,
+    headDim: keys.headDim ? int(c, keys.headDim, defaults.headDim ?? hidden / heads) : hidden / heads,
     intermediateSize: int(c, keys.intermediate, defaults.intermediate?.(hidden)),
     vocabSize: int(c, keys.vocab),
     maxPositions: int(c, keys.maxPositions, defaults.maxPositions),
@@ -293,6 +356,13 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
   if (!spec) {
     const known = FAMILIES.flatMap((f) => f.modelTypes).join(', ');
     throw new CheckpointError(`${file}: model_type ${JSON.stringify(modelType)} is not supported (supported: ${known})`);
+  }
+  for (const rule of spec.unsupported) {
+    if (!rule.supported(raw[rule.key])) {
+      throw new CheckpointError(
+        `${file}: ${rule.key} = ${JSON.stringify(raw[rule.key])} is not supported for ${spec.family} (${rule.why})`,
+      );
+    }
   }
   const dims = readDims(spec, raw);
   if (dims.numHeads % dims.numKvHeads !== 0) {

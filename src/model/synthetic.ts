@@ -102,6 +102,8 @@ const ARCHITECTURES: Record<string, string> = {
   mistral: 'MistralForCausalLM',
   qwen2: 'Qwen2ForCausalLM',
   phi3: 'Phi3ForCausalLM',
+  qwen3: 'Qwen3ForCausalLM',
+  olmo2: 'Olmo2ForCausalLM',
   gpt2: 'GPT2LMHeadModel',
 };
 

@@ -1,0 +1,59 @@
+// Config keys that change the computation: each family refuses, by key and value, every
+// value it does not implement, and reads windows the way transformers does.
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { FAMILIES, parseModelConfig } from '../src/model/families.js';
+import { CheckpointError } from '../src/errors.js';
+import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
+
+const configs = Object.fromEntries(
+  Object.entries(FAMILY_FIXTURES).map(([family, spec]) => {
+    const fx = makeFixture(spec);
+    return [family, JSON.parse(fs.readFileSync(path.join(fx.dir, 'config.json'), 'utf8'))];
+  }),
+);
+
+// A value each rule must refuse (the opposite of the default).
+const REFUSED: Record<string, unknown> = {
+  attention_bias: true,
+  mlp_bias: true,
+  use_sliding_window: true,
+  scale_attn_weights: false,
+  scale_attn_by_inverse_layer_idx: true,
+};
+
+describe('config keys that change the computation', () => {
+  it('every family has a fixture, so every rule below is walked', () => {
+    expect(FAMILIES.map((f) => f.family).sort()).toEqual(Object.keys(FAMILY_FIXTURES).sort());
+  });
+
+  for (const spec of FAMILIES) {
+    for (const rule of spec.unsupported) {
+      it(`${spec.family}: ${rule.key} = ${JSON.stringify(REFUSED[rule.key])} is refused by name; the default loads`, () => {
+        expect(rule.key in REFUSED, `add a refused value for ${rule.key}`).toBe(true);
+        const raw = configs[spec.family]!;
+        expect(() => parseModelConfig({ ...raw, [rule.key]: REFUSED[rule.key] })).toThrow(CheckpointError);
+        expect(() => parseModelConfig({ ...raw, [rule.key]: REFUSED[rule.key] })).toThrow(
+          new RegExp(`${rule.key} = ${JSON.stringify(REFUSED[rule.key])} is not supported for ${spec.family}`),
+        );
+        expect(() => parseModelConfig(raw)).not.toThrow();
+      });
+    }
+  }
+
+  it('windows as transformers does: Mistral and Phi-3 by sliding_window, Llama never, Qwen only when asked', () => {
+    expect(parseModelConfig({ ...configs.mistral, sliding_window: 9 }).slidingWindow).toBe(9);
+    expect(parseModelConfig({ ...configs.phi3, sliding_window: 9 }).slidingWindow).toBe(9);
+    // LlamaModel ignores the key; Qwen2/3 configs default use_sliding_window to false.
+    expect(parseModelConfig({ ...configs.llama, sliding_window: 9 }).slidingWindow).toBeUndefined();
+    expect(parseModelConfig({ ...configs.qwen2, sliding_window: 9 }).slidingWindow).toBeUndefined();
+    expect(parseModelConfig({ ...configs.qwen3, sliding_window: 9, use_sliding_window: false }).slidingWindow).toBeUndefined();
+  });
+
+  it("takes Qwen3's head_dim default of 128 from its config class", () => {
+    const { head_dim: _, ...raw } = configs.qwen3!;
+    expect(parseModelConfig(raw).headDim).toBe(128);
+    expect(parseModelConfig(configs.qwen3!).headDim).toBe(12);
+  });
+});
