@@ -12,6 +12,8 @@
 // between the instruction and the sample.
 import { EvalClient, forEachBatch, matrixRows } from './client.js';
 import { meanMatrix } from '../common/matrix.js';
+import type { ContinuationScore__Output } from '../grpc/generated/ctxprobe/v1/ContinuationScore.js';
+import type { ModelInfo__Output } from '../grpc/generated/ctxprobe/v1/ModelInfo.js';
 
 export const RESPONSE_TYPES = ['GTRS', 'KGIR', 'KGUG', 'RECF', 'IECF', 'COEX'] as const;
 export type ResponseType = (typeof RESPONSE_TYPES)[number];
@@ -122,12 +124,12 @@ export async function runCharpeval(
         continuationsText: RESPONSE_TYPES.map((t) => ` ${s.responses[t]}`),
       })),
     });
-    res.items.forEach((item: any, k: number) => {
+    res.items.forEach((item, k: number) => {
       const i = start + k;
-      const per = <T>(f: (c: any) => T) =>
-        Object.fromEntries(RESPONSE_TYPES.map((t, j) => [t, f(item.continuations[j])])) as Record<ResponseType, T>;
-      const logprobs = per((c) => c.logprob as number);
-      const numChars = per((c) => c.numChars as number);
+      const per = <T>(f: (c: ContinuationScore__Output) => T) =>
+        Object.fromEntries(RESPONSE_TYPES.map((t, j) => [t, f(item.continuations[j]!)])) as Record<ResponseType, T>;
+      const logprobs = per((c) => c.logprob);
+      const numChars = per((c) => c.numChars);
       const sorted = [...RESPONSE_TYPES].sort((a, b) => logprobs[b] - logprobs[a]);
       const predicted = argmax(logprobs);
       const predictedNorm = argmax(
@@ -146,7 +148,7 @@ export async function runCharpeval(
       };
     });
   });
-  const info = (await client.models()).models.find((m: any) => !options.model || m.name === options.model);
+  const info = (await client.models()).models.find((m) => !options.model || m.name === options.model);
   const report: CharpReport = { model: info?.name ?? '', samples: samples.length, shots, ...summarise(results), results };
   if (options.attention) report.attention = await charpAttention(client, samples, options, info);
   return report;
@@ -158,7 +160,7 @@ async function charpAttention(
   client: EvalClient,
   samples: CharpSample[],
   options: { shots?: number; demos?: CharpSample[]; model?: string },
-  info: any,
+  info: ModelInfo__Output | undefined,
 ) {
   const shots = options.shots ?? 0;
   const chunked = samples.map((s, i) => {

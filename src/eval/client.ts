@@ -6,6 +6,15 @@ import cliProgress from 'cli-progress';
 import { loadPackage } from '../grpc/proto.js';
 import { loadModel, readRepository, type ModelEntry } from '../repository.js';
 import { CtxprobeServer } from '../server.js';
+import type { ScoringClient } from '../grpc/generated/ctxprobe/v1/Scoring.js';
+import type { ProbingClient } from '../grpc/generated/ctxprobe/v1/Probing.js';
+import type { ScoreRequest } from '../grpc/generated/ctxprobe/v1/ScoreRequest.js';
+import type { ScoreResponse__Output } from '../grpc/generated/ctxprobe/v1/ScoreResponse.js';
+import type { RollingRequest } from '../grpc/generated/ctxprobe/v1/RollingRequest.js';
+import type { RollingResponse__Output } from '../grpc/generated/ctxprobe/v1/RollingResponse.js';
+import type { ListModelsResponse__Output } from '../grpc/generated/ctxprobe/v1/ListModelsResponse.js';
+import type { ProbeRequest } from '../grpc/generated/ctxprobe/v1/ProbeRequest.js';
+import type { ProbeResponse__Output } from '../grpc/generated/ctxprobe/v1/ProbeResponse.js';
 
 export interface ConnectOptions {
   /** host:port of a running server; otherwise one is started here on `model`. */
@@ -20,8 +29,8 @@ export interface ConnectOptions {
 
 export class EvalClient {
   private constructor(
-    private readonly scoring: any,
-    private readonly probing: any,
+    private readonly scoring: ScoringClient,
+    private readonly probing: ProbingClient,
     private readonly metadata: grpc.Metadata,
     private readonly ownServer?: CtxprobeServer,
   ) {}
@@ -46,23 +55,25 @@ export class EvalClient {
     return new EvalClient(new v1.Scoring(address, creds, channelOptions), new v1.Probing(address, creds, channelOptions), md, own);
   }
 
-  private call(client: any, method: string, req: unknown): Promise<any> {
-    return new Promise((resolve, reject) =>
-      client[method](req, this.metadata, (err: grpc.ServiceError | null, res: any) => (err ? reject(err) : resolve(res))),
-    );
+  /** A unary call as a promise, with the connection's metadata. */
+  private call<Req, Res>(
+    method: (req: Req, md: grpc.Metadata, callback: (err: grpc.ServiceError | null, res?: Res) => void) => unknown,
+    req: Req,
+  ): Promise<Res> {
+    return new Promise((resolve, reject) => method(req, this.metadata, (err, res) => (err ? reject(err) : resolve(res!))));
   }
 
-  score(req: unknown) {
-    return this.call(this.scoring, 'Score', req);
+  score(req: ScoreRequest): Promise<ScoreResponse__Output> {
+    return this.call(this.scoring.Score.bind(this.scoring), req);
   }
-  rolling(req: unknown) {
-    return this.call(this.scoring, 'ScoreRolling', req);
+  rolling(req: RollingRequest): Promise<RollingResponse__Output> {
+    return this.call(this.scoring.ScoreRolling.bind(this.scoring), req);
   }
-  models() {
-    return this.call(this.scoring, 'ListModels', {});
+  models(): Promise<ListModelsResponse__Output> {
+    return this.call(this.scoring.ListModels.bind(this.scoring), {});
   }
-  probe(req: unknown) {
-    return this.call(this.probing, 'Probe', req);
+  probe(req: ProbeRequest): Promise<ProbeResponse__Output> {
+    return this.call(this.probing.Probe.bind(this.probing), req);
   }
 
   async close(): Promise<void> {
@@ -118,6 +129,7 @@ export function readJsonl<T>(file: string): T[] {
 }
 
 /** A row-major gRPC Matrix as nested arrays. */
-export function matrixRows(m: { rows: number; cols: number; values: number[] }): number[][] {
+export function matrixRows(m: { rows: number; cols: number; values: number[] } | null | undefined): number[][] {
+  if (!m) return []; // a message field the server left unset
   return Array.from({ length: m.rows }, (_, r) => m.values.slice(r * m.cols, (r + 1) * m.cols));
 }

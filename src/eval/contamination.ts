@@ -75,15 +75,13 @@ export async function runContamination(
         model: options.model ?? '',
         items: chunk.map((text, j) => ({ id: String(start + j), text, minKPercent: k })),
       });
-      res.items.forEach(
-        (r: any, j: number) => (out[start + j] = { meanLoss: r.meanLoss, minKLogprob: r.minKLogprob, numTokens: r.numTokens }),
-      );
+      res.items.forEach((r, j: number) => (out[start + j] = { meanLoss: r.meanLoss, minKLogprob: r.minKLogprob, numTokens: r.numTokens }));
     });
     return out;
   };
   const a = await score(setA, 'set A');
   const b = await score(setB, 'set B');
-  const model = (await client.models()).models.find((m: any) => !options.model || m.name === options.model)?.name ?? '';
+  const model = (await client.models()).models.find((m) => !options.model || m.name === options.model)?.name ?? '';
   return {
     model,
     minKPercent: k,

@@ -67,9 +67,9 @@ export async function runRefute(
     });
     const res = await client.probe({ model: options.model ?? '', samples, pool: options.pool === 'mean' ? 'POOL_MEAN' : 'POOL_MAX' });
     meta = { pool: res.pool, queryReduce: res.queryReduce, keyReduce: res.keyReduce, model: res.model };
-    res.samples.forEach((s: any, k: number) => {
+    res.samples.forEach((s, k: number) => {
       const d = chunk[k]!;
-      const labels: string[] = s.spans.map((x: any) => x.label);
+      const labels: string[] = s.spans.map((x) => x.label);
       const mass = matrixRows(s.mass);
       const share: Record<string, number> = {};
       labels.forEach((label, c) => {

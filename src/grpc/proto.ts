@@ -1,8 +1,10 @@
-// Loads proto/ctxprobe/v1/ctxprobe.proto with @grpc/proto-loader (no generated code).
+// Loads proto/ctxprobe/v1/ctxprobe.proto with @grpc/proto-loader at run time; its types
+// come from src/grpc/generated (npm run proto:types).
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import type { ProtoGrpcType } from './generated/ctxprobe.js';
 
 export const PROTO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../proto');
 export const PROTO_FILE = 'ctxprobe/v1/ctxprobe.proto';
@@ -16,8 +18,9 @@ export const LOADER_OPTIONS: protoLoader.Options = {
   includeDirs: [PROTO_DIR],
 };
 
+/** The package, typed by the types generated from the same proto (scripts/proto-types.mjs). */
 export function loadPackage() {
   const def = protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS);
-  const pkg = grpc.loadPackageDefinition(def) as any;
-  return { def, v1: pkg.ctxprobe.v1 as { Scoring: grpc.ServiceClientConstructor; Probing: grpc.ServiceClientConstructor } };
+  const pkg = grpc.loadPackageDefinition(def) as unknown as ProtoGrpcType;
+  return { def, v1: pkg.ctxprobe.v1 };
 }
