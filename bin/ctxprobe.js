@@ -1,6 +1,11 @@
 #!/usr/bin/env node
-// Runs the TypeScript CLI in place through tsx (no build step).
-import { register } from 'tsx/esm/api';
+// Runs the compiled CLI (dist/, built by `npm run build`, which `npm ci` runs as the
+// `prepare` step). For development without a build: `npx tsx src/cli.ts …`.
+import fs from 'node:fs';
 
-register();
-await import('../src/cli.ts');
+const cli = new URL('../dist/src/cli.js', import.meta.url);
+if (!fs.existsSync(cli)) {
+  process.stderr.write('ctxprobe: dist/ is missing: run `npm run build` (npm ci runs it)\n');
+  process.exit(1);
+}
+await import(cli.href);

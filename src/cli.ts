@@ -3,7 +3,7 @@ import path from 'node:path';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { DEFAULT_REPOSITORY, loadModel, readRepository, type ModelEntry } from './repository.js';
 import { CtxprobeServer } from './server.js';
-import { loadTokens } from './security.js';
+import { resolveSecurity } from './security.js';
 import type { ComputeDType } from './dtypes.js';
 import type { ProbeSample } from './probe.js';
 
@@ -76,7 +76,25 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       .argParser(portOrOff)
       .env('CTXPROBE_HTTP_PORT'),
   )
-  .addOption(new Option('--metrics-host <host>', 'address of the Prometheus endpoint (default: --host)').env('CTXPROBE_METRICS_HOST'))
+  .addOption(
+    new Option('--metrics-host <host>', 'address of the Prometheus endpoint (its own; not --host)')
+      .default('127.0.0.1')
+      .env('CTXPROBE_METRICS_HOST'),
+  )
+  .addOption(new Option('--metrics-tls', 'serve /metrics over the TLS identity of --tls-cert, too').env('CTXPROBE_METRICS_TLS'))
+  .addOption(new Option('--metrics-auth', 'require the bearer tokens on /metrics, too').env('CTXPROBE_METRICS_AUTH'))
+  .addOption(new Option('--tls-cert <file>', 'PEM certificate chain: serve gRPC and HTTP over TLS').env('CTXPROBE_TLS_CERT'))
+  .addOption(new Option('--tls-key <file>', 'PEM private key of --tls-cert').env('CTXPROBE_TLS_KEY'))
+  .addOption(
+    new Option('--tls-client-ca <file>', 'PEM CA bundle: both ports require client certificates it signed (mutual TLS)').env(
+      'CTXPROBE_TLS_CLIENT_CA',
+    ),
+  )
+  .addOption(
+    new Option('--auth-token-file <file>', 'bearer tokens, one per line: every call but health checks needs one').env(
+      'CTXPROBE_AUTH_TOKEN_FILE',
+    ),
+  )
   .addOption(
     new Option('--metrics-port <port>', 'Prometheus /metrics port (-1: none)')
       .default(9464)
@@ -117,13 +135,20 @@ withModelFlags(program.command('serve').description('serve the models of a repos
   )
   .action(async (flags) => {
     const serverLog = (l: Record<string, unknown>) => (l.level !== 'debug' || flags.logLevel === 'debug') && log(l);
-    if (Boolean(flags.tlsCert) !== Boolean(flags.tlsKey)) throw new InvalidArgumentError('--tls-cert and --tls-key go together');
-    if (flags.tlsClientCa && !flags.tlsCert) throw new InvalidArgumentError('--tls-client-ca needs --tls-cert and --tls-key');
-    // The token may also come as a value in CTXPROBE_AUTH_TOKEN (e.g. from a Kubernetes secret).
-    const authTokens = loadTokens({ file: flags.authTokenFile, value: process.env.CTXPROBE_AUTH_TOKEN });
+    // The token may also come as a value in CTXPROBE_AUTH_TOKEN (e.g. from a Kubernetes
+    // secret); there is no flag for it, as process arguments are visible to every user.
+    const { tls, tokens: authTokens } = resolveSecurity({
+      tlsCert: flags.tlsCert,
+      tlsKey: flags.tlsKey,
+      tlsClientCa: flags.tlsClientCa,
+      authTokenFile: flags.authTokenFile,
+      authToken: process.env.CTXPROBE_AUTH_TOKEN,
+    });
     const server = await CtxprobeServer.start({
-      tls: flags.tlsCert ? { cert: flags.tlsCert, key: flags.tlsKey, clientCa: flags.tlsClientCa } : undefined,
+      tls,
       authTokens,
+      metricsTls: flags.metricsTls,
+      metricsAuth: flags.metricsAuth,
       host: flags.host,
       port: flags.port,
       metricsHost: flags.metricsHost,
@@ -140,7 +165,8 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       address: server.address,
       metricsPort: server.metricsPort,
       httpPort: server.httpPort,
-      tls: flags.tlsCert ? (flags.tlsClientCa ? 'mutual' : 'server') : 'off',
+      metricsHost: flags.metricsHost,
+      tls: tls ? (tls.clientCa ? 'mutual' : 'server') : 'off',
       auth: authTokens.length > 0 ? 'bearer' : 'off',
       health: 'NOT_SERVING',
     });
@@ -407,10 +433,24 @@ program
   .addOption(new Option('--address <host:port>', 'server address').default('127.0.0.1:50051').env('CTXPROBE_HEALTH_ADDRESS'))
   .option('--service <name>', 'service to check (empty: the whole server)', '')
   .addOption(new Option('--tls-ca <file>', 'PEM CA to verify a TLS server with').env('CTXPROBE_HEALTH_TLS_CA'))
+  .addOption(new Option('--tls-cert <file>', 'PEM client certificate, for a server with mutual TLS').env('CTXPROBE_HEALTH_TLS_CERT'))
+  .addOption(new Option('--tls-key <file>', 'PEM key of --tls-cert').env('CTXPROBE_HEALTH_TLS_KEY'))
+  .addOption(
+    new Option('--server-name <name>', "the name in the server's certificate, when --address is not it (e.g. 127.0.0.1 in a pod)").env(
+      'CTXPROBE_HEALTH_SERVER_NAME',
+    ),
+  )
   .option('--timeout-ms <ms>', 'give up after', int('timeout-ms'), 3000)
   .action(async (flags) => {
     const { checkHealth } = await import('./health.js');
-    const status = await checkHealth(flags.address, { service: flags.service, tlsCa: flags.tlsCa, timeoutMs: flags.timeoutMs });
+    const status = await checkHealth(flags.address, {
+      service: flags.service,
+      tlsCa: flags.tlsCa,
+      tlsCert: flags.tlsCert,
+      tlsKey: flags.tlsKey,
+      serverName: flags.serverName,
+      timeoutMs: flags.timeoutMs,
+    });
     console.log(status);
     process.exit(status === 'SERVING' ? 0 : 1);
   });

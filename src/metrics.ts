@@ -1,5 +1,7 @@
 // Prometheus metrics (prom-client), served on their own HTTP port at /metrics.
 import http from 'node:http';
+import https from 'node:https';
+import { httpsOptions, type TlsMaterial } from './security.js';
 import client from 'prom-client';
 
 export class Metrics {
@@ -99,10 +101,18 @@ export class Metrics {
     });
   }
 
-  /** Serve /metrics over HTTP; resolves with the bound port. */
-  async serve(host: string, port: number): Promise<{ port: number; close(): Promise<void> }> {
-    const server = http.createServer((req, res) => {
-      if (req.method === 'GET' && req.url?.split('?')[0] === '/metrics') {
+  /** Serve /metrics over HTTP (or HTTPS with `tls`; a bearer token with `checkToken`);
+   * resolves with the bound port. */
+  async serve(
+    host: string,
+    port: number,
+    options: { tls?: TlsMaterial; checkToken?: (header: string | undefined) => boolean } = {},
+  ): Promise<{ port: number; close(): Promise<void> }> {
+    const handler: http.RequestListener = (req, res) => {
+      if (options.checkToken && !options.checkToken(req.headers.authorization)) {
+        res.writeHead(401, { 'WWW-Authenticate': 'Bearer' });
+        res.end('authorization: a valid "Bearer <token>" is required\n');
+      } else if (req.method === 'GET' && req.url?.split('?')[0] === '/metrics') {
         this.registry.metrics().then(
           (body) => {
             res.writeHead(200, { 'Content-Type': this.registry.contentType });
@@ -117,7 +127,8 @@ export class Metrics {
         res.writeHead(404);
         res.end('not found: metrics are at /metrics\n');
       }
-    });
+    };
+    const server = options.tls ? https.createServer(httpsOptions(options.tls), handler) : http.createServer(handler);
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(port, host, () => resolve());
@@ -125,7 +136,11 @@ export class Metrics {
     const address = server.address();
     return {
       port: typeof address === 'object' && address ? address.port : port,
-      close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+      close: () =>
+        new Promise<void>((resolve) => {
+          server.close(() => resolve());
+          server.closeAllConnections();
+        }),
     };
   }
 }

@@ -8,7 +8,7 @@
 // missing: that is how the small default model exists on a fresh machine.
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { PACKAGE_ROOT } from './paths.js';
 import { writeSyntheticCheckpoint, type SyntheticSpec } from './model/synthetic.js';
 import { Engine } from './engine.js';
 import { ConfigError } from './errors.js';
@@ -40,7 +40,7 @@ export interface LoadedModel {
   loadSeconds: number;
 }
 
-export const DEFAULT_REPOSITORY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../models');
+export const DEFAULT_REPOSITORY = path.join(PACKAGE_ROOT, 'models');
 
 /** Read every `*.json` model config of a repository folder, sorted by file name. */
 export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {

@@ -16,10 +16,10 @@ import type { BatcherOptions } from './batcher.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
 import { Service, type ServedModel } from './serving/service.js';
-import { serverCredentials, tokenChecker, type TlsFiles } from './security.js';
+import { httpsOptions, loadTls, serverCredentials, tokenChecker, type TlsFiles } from './security.js';
 import { bearerAuth } from './grpc/auth.js';
 import { openaiHandler } from './http/openai.js';
-import fs from 'node:fs';
+import { ConfigError } from './errors.js';
 import http from 'node:http';
 import https from 'node:https';
 
@@ -34,12 +34,18 @@ export interface ServerOptions {
   httpPort?: number;
   /** Prometheus port; 0 picks a free one, -1 serves no metrics. */
   metricsPort?: number;
+  /** Address of /metrics; default loopback, whatever `host` is (scrape from a sidecar or
+   * set it to the pod address; see deploy/README.md). */
   metricsHost?: string;
+  /** Serve /metrics over the server's TLS identity (and client CA), too. */
+  metricsTls?: boolean;
+  /** Require the bearer tokens on /metrics, too. */
+  metricsAuth?: boolean;
   maxMessageBytes?: number;
   maxItemsPerRequest?: number;
   batcher?: BatcherOptions;
   log?: (line: Record<string, unknown>) => void;
-  /** Serve over TLS (mutual TLS when a client CA is given). */
+  /** Serve gRPC and HTTP over TLS (mutual TLS on both when a client CA is given). */
   tls?: TlsFiles;
   /** When non-empty, every call but health checks needs `authorization: Bearer <token>`. */
   authTokens?: string[];
@@ -74,7 +80,9 @@ export class CtxprobeServer {
 
   static async start(options: ServerOptions = {}): Promise<CtxprobeServer> {
     const maxBytes = options.maxMessageBytes ?? 64 * 1024 * 1024;
-    const credentials = serverCredentials(options.tls);
+    const tlsMaterial = options.tls ? loadTls(options.tls) : undefined;
+    const credentials = serverCredentials(tlsMaterial);
+    const checkToken = options.authTokens?.length ? tokenChecker(options.authTokens) : undefined;
     const grpcServer = new grpc.Server({
       'grpc.max_receive_message_length': maxBytes,
       'grpc.max_send_message_length': maxBytes,
@@ -95,9 +103,7 @@ export class CtxprobeServer {
       const handler = openaiHandler(server.service, {
         checkToken: options.authTokens?.length ? tokenChecker(options.authTokens) : undefined,
       });
-      const httpServer = options.tls
-        ? https.createServer({ cert: fs.readFileSync(options.tls.cert), key: fs.readFileSync(options.tls.key) }, handler)
-        : http.createServer(handler);
+      const httpServer = tlsMaterial ? https.createServer(httpsOptions(tlsMaterial), handler) : http.createServer(handler);
       await new Promise<void>((resolve, reject) => {
         httpServer.once('error', reject);
         httpServer.listen(options.httpPort, host, () => resolve());
@@ -105,7 +111,13 @@ export class CtxprobeServer {
       server.httpServer = httpServer;
     }
     if ((options.metricsPort ?? 9464) >= 0) {
-      server.metricsServer = await server.metrics.serve(options.metricsHost ?? host, options.metricsPort ?? 9464);
+      if (options.metricsTls && !tlsMaterial) throw new ConfigError('--metrics-tls needs --tls-cert and --tls-key');
+      if (options.metricsAuth && !checkToken)
+        throw new ConfigError('--metrics-auth needs bearer tokens (--auth-token-file or CTXPROBE_AUTH_TOKEN)');
+      server.metricsServer = await server.metrics.serve(options.metricsHost ?? '127.0.0.1', options.metricsPort ?? 9464, {
+        tls: options.metricsTls ? tlsMaterial : undefined,
+        checkToken: options.metricsAuth ? checkToken : undefined,
+      });
     }
     return server;
   }

@@ -183,3 +183,25 @@ describe('ctxprobe probe', () => {
     await m.engine.release();
   });
 });
+
+describe('the README settings table', () => {
+  it('lists only flags `ctxprobe serve` declares, each with the environment variable it names', () => {
+    const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
+    const table = readme.slice(readme.indexOf('## Settings'), readme.indexOf('\n## ', readme.indexOf('## Settings') + 1));
+    const rows = table.split('\n').filter((l) => l.startsWith('| `--'));
+    expect(rows.length).toBeGreaterThan(20);
+    const help = execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'serve', '--help'], { encoding: 'utf8' }).replace(
+      /\s+/g,
+      ' ',
+    );
+    const cli = fs.readFileSync(path.join(root, 'src/cli.ts'), 'utf8');
+    for (const row of rows) {
+      const [flags, envs] = row.split('|').slice(1, 3) as [string, string];
+      for (const [, flag] of flags.matchAll(/`(--[a-z-]+)/g)) expect(help, row).toMatch(new RegExp(` ${flag}[ ,]`));
+      for (const [, env] of envs.matchAll(/`(CTXPROBE_[A-Z_]+)`/g)) {
+        // Declared on a flag (help says `env: X`), or read directly (a secret value with no flag).
+        expect(help.includes(`env: ${env})`) || cli.includes(`process.env.${env}`), `${env} in: ${row}`).toBe(true);
+      }
+    }
+  });
+});

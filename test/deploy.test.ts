@@ -1,7 +1,8 @@
 // Deployment configuration, checked as far as this machine can: promtool on the
 // Prometheus config, every Grafana query against the metrics a running server really
 // exports, the Kubernetes manifests' wiring, the container files' safety basics.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
+import os from 'node:os';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +14,7 @@ import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { scoringClient, scrape, unary } from './helpers.js';
 
 const deploy = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../deploy');
+const root = path.dirname(deploy);
 const read = (p: string) => fs.readFileSync(path.join(deploy, p), 'utf8');
 const promtool = ['/usr/bin/promtool', '/usr/local/bin/promtool'].find((p) => fs.existsSync(p));
 if (!promtool) console.warn('skipping promtool check: no promtool (apt-get install prometheus)');
@@ -64,6 +66,76 @@ describe('Grafana dashboard against a running server', () => {
   });
 });
 
+describe.skipIf(!promtool)('errors and alerts over both transports (promtool test rules)', () => {
+  // gRPC codes and HTTP statuses share the `code` label of ctxprobe_requests_total.
+  it('count HTTP 500 and 429 with INTERNAL and RESOURCE_EXHAUSTED, and HTTP 200 as no error', () => {
+    const dashboard = JSON.parse(read('grafana/dashboards/ctxprobe.json'));
+    const errors = dashboard.panels.find((p: any) => /errors/i.test(p.title)).targets[0].expr.replace('$__rate_interval', '5m');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-promtool-'));
+    const series = (method: string, code: string, perMinute: number) => ({
+      series: `ctxprobe_requests_total{instance="a",method="${method}",code="${code}"}`,
+      values: `0+${perMinute}x30`,
+    });
+    const test = {
+      rule_files: [path.join(deploy, 'prometheus/alerts.yml')],
+      evaluation_interval: '1m',
+      tests: [
+        {
+          interval: '1m',
+          input_series: [
+            series('Score', 'OK', 600),
+            series('http /v1/completions', '200', 600),
+            series('http /v1/completions', '500', 60),
+            series('http /v1/completions', '429', 120),
+          ],
+          promql_expr_test: [
+            {
+              expr: errors,
+              eval_time: '10m',
+              exp_samples: [
+                { labels: '{method="http /v1/completions",code="500"}', value: 1 },
+                { labels: '{method="http /v1/completions",code="429"}', value: 2 },
+              ],
+            },
+          ],
+          alert_rule_test: [
+            {
+              eval_time: '15m',
+              alertname: 'CtxprobeErrors',
+              exp_alerts: [
+                {
+                  exp_labels: { severity: 'ticket', instance: 'a', method: 'http /v1/completions' },
+                  exp_annotations: { summary: 'ctxprobe a answers http /v1/completions with internal errors' },
+                },
+              ],
+            },
+            {
+              eval_time: '15m',
+              alertname: 'CtxprobeQueueFull',
+              exp_alerts: [
+                {
+                  exp_labels: { severity: 'ticket', instance: 'a' },
+                  exp_annotations: { summary: 'ctxprobe a refuses work: its queue is full' },
+                },
+              ],
+            },
+          ],
+        },
+      ],
+    };
+    fs.writeFileSync(path.join(dir, 'test.yml'), JSON.stringify(test));
+    const run = spawnSync(promtool!, ['test', 'rules', path.join(dir, 'test.yml')], { encoding: 'utf8' });
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+  });
+
+  it('ship the same alerts to the Prometheus Operator as a PrometheusRule', () => {
+    const rule = parseYaml(read('k8s/prometheusrule.yaml'));
+    expect(rule.kind).toBe('PrometheusRule');
+    expect(rule.spec).toEqual(parseYaml(read('prometheus/alerts.yml')));
+    expect(parseYaml(read('k8s/kustomization.yaml')).resources).toContain('prometheusrule.yaml');
+  });
+});
+
 describe('Kubernetes manifests', () => {
   const kustomization = parseYaml(read('k8s/kustomization.yaml'));
   const docs = (kustomization.resources as string[]).flatMap((f) => parseAllDocuments(read(`k8s/${f}`)).map((d) => d.toJS()));
@@ -81,7 +153,17 @@ describe('Kubernetes manifests', () => {
     expect(c.resources.limits['nvidia.com/gpu']).toBe(1);
     expect(c.resources.limits.memory).toBeTruthy();
     const grpcPort = c.ports.find((p: any) => p.name === 'grpc').containerPort;
-    for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) expect(c[probe].grpc.port).toBe(grpcPort);
+    // The server speaks TLS, which Kubernetes' own gRPC probe cannot: each probe runs
+    // `ctxprobe health` over TLS with a CA from the mounted TLS secret.
+    expect(c.args).toContain('--tls-cert');
+    const tlsMount = c.volumeMounts.find((m: any) => m.name === 'tls').mountPath;
+    for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
+      const cmd: string[] = c[probe].exec.command;
+      expect(cmd.slice(0, 3)).toEqual(['node', 'bin/ctxprobe.js', 'health']);
+      expect(cmd[cmd.indexOf('--address') + 1]).toBe(`127.0.0.1:${grpcPort}`);
+      expect(cmd[cmd.indexOf('--tls-ca') + 1]!.startsWith(tlsMount + '/')).toBe(true);
+      expect(cmd).toContain('--server-name');
+    }
     expect(pod.terminationGracePeriodSeconds).toBeGreaterThanOrEqual(60);
     expect(pod.securityContext.runAsNonRoot).toBe(true);
     expect(c.securityContext.readOnlyRootFilesystem).toBe(true);
@@ -125,6 +207,41 @@ describe('containers and compose', () => {
     expect(cuda).toMatch(/^FROM nvidia\/cuda:12\.[\d.]+-cudnn-runtime/m);
     expect(cuda).toMatch(/ONNXRUNTIME_NODE_INSTALL=cuda12 node script\/install\.js/);
   });
+
+  it('ship compiled JavaScript: the runtime stage holds dist/ and production dependencies, and runs from them', () => {
+    for (const file of ['docker/Dockerfile', 'docker/Dockerfile.cuda']) {
+      const runtime = read(file)
+        .split(/^FROM /m)
+        .at(-1)!;
+      for (const part of ['dist', 'node_modules', 'bin', 'proto', 'models', 'package.json'])
+        expect(runtime).toMatch(new RegExp(`^COPY .*\\b${part}\\b`, 'm'));
+      expect(read(file)).toMatch(/npm ci && npm prune --omit=dev/);
+      expect(runtime).not.toMatch(/tsx|src\//);
+    }
+    // The same layout here: compiled dist/, production dependencies only (no tsx, no
+    // TypeScript), then the CLI the HEALTHCHECK and ENTRYPOINT run.
+    const app = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-image-'));
+    for (const f of ['package.json', 'package-lock.json', '.npmrc']) fs.copyFileSync(path.join(root, f), path.join(app, f));
+    execFileSync('npm', ['ci', '--omit=dev', '--ignore-scripts', '--prefer-offline', '--no-audit', '--no-fund'], {
+      cwd: app,
+      stdio: 'pipe',
+    });
+    for (const dir of ['dist', 'bin', 'proto', 'models']) fs.cpSync(path.join(root, dir), path.join(app, dir), { recursive: true });
+    expect(fs.existsSync(path.join(app, 'node_modules/tsx'))).toBe(false);
+    expect(fs.existsSync(path.join(app, 'node_modules/typescript'))).toBe(false);
+    const help = execFileSync(process.execPath, [path.join(app, 'bin/ctxprobe.js'), 'serve', '--help'], { encoding: 'utf8' });
+    expect(help).toMatch(/--tls-cert/);
+    const health = spawnSync(
+      process.execPath,
+      [path.join(app, 'bin/ctxprobe.js'), 'health', '--address', '127.0.0.1:1', '--timeout-ms', '200'],
+      {
+        encoding: 'utf8',
+      },
+    );
+    expect(health.status).toBe(1);
+    expect(health.stdout).toMatch(/^UNREACHABLE/);
+    fs.rmSync(app, { recursive: true, force: true });
+  }, 120_000);
 
   it('compose mounts models read-only, scrapes the server, and keeps secrets out of the repo', () => {
     const compose = parseYaml(read('compose.yaml'));

@@ -1,6 +1,6 @@
 // TLS (server and mutual) and bearer tokens, end to end on loopback with certificates
 // generated for the test by openssl. Health and metrics stay open for probes.
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,52 +14,10 @@ import { CtxprobeServer } from '../src/server.js';
 import { loadTokens } from '../src/security.js';
 import { ConfigError } from '../src/errors.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+import { makeCertificates } from './certs.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const TOKEN = 'test-token-0123456789abcdef';
-
-/** A CA, a server certificate for localhost / 127.0.0.1, a client certificate, and an unrelated CA. */
-function makeCertificates(dir: string) {
-  const run = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  const key = (name: string) => run('genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-out', `${name}.key`);
-  for (const ca of ['ca', 'other-ca']) {
-    key(ca);
-    run('req', '-x509', '-new', '-key', `${ca}.key`, '-out', `${ca}.pem`, '-days', '2', '-subj', `/CN=${ca}`);
-  }
-  fs.writeFileSync(path.join(dir, 'server.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
-  for (const [name, ext] of [
-    ['server', ['-extfile', 'server.ext']],
-    ['client', []],
-  ] as const) {
-    key(name);
-    run('req', '-new', '-key', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
-    run(
-      'x509',
-      '-req',
-      '-in',
-      `${name}.csr`,
-      '-CA',
-      'ca.pem',
-      '-CAkey',
-      'ca.key',
-      '-CAcreateserial',
-      '-out',
-      `${name}.pem`,
-      '-days',
-      '2',
-      ...ext,
-    );
-  }
-  const f = (n: string) => path.join(dir, n);
-  return {
-    ca: f('ca.pem'),
-    otherCa: f('other-ca.pem'),
-    serverCert: f('server.pem'),
-    serverKey: f('server.key'),
-    clientCert: f('client.pem'),
-    clientKey: f('client.key'),
-  };
-}
 
 let certs: ReturnType<typeof makeCertificates>;
 let model: LoadedModel;

@@ -1,12 +1,12 @@
 // Loads proto/ctxprobe/v1/ctxprobe.proto with @grpc/proto-loader at run time; its types
 // come from src/grpc/generated (npm run proto:types).
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { PACKAGE_ROOT } from '../paths.js';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { ProtoGrpcType } from './generated/ctxprobe.js';
 
-export const PROTO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../proto');
+export const PROTO_DIR = path.join(PACKAGE_ROOT, 'proto');
 export const PROTO_FILE = 'ctxprobe/v1/ctxprobe.proto';
 
 export const LOADER_OPTIONS: protoLoader.Options = {
