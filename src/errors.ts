@@ -5,6 +5,7 @@ export type ErrorKind =
   | 'invalid_argument'
   | 'not_found'
   | 'too_large'
+  | 'unsupported_media_type'
   | 'overloaded'
   | 'cancelled'
   | 'deadline_exceeded'
@@ -44,6 +45,12 @@ export class NotFoundError extends FieldError {
 export class TooLargeError extends CtxprobeError {
   readonly kind = 'too_large';
   override readonly name = 'TooLargeError';
+}
+
+/** A body in a format the endpoint does not take (HTTP: not JSON). */
+export class UnsupportedMediaTypeError extends CtxprobeError {
+  readonly kind = 'unsupported_media_type';
+  override readonly name = 'UnsupportedMediaTypeError';
 }
 
 /** The model's queue is full: try later or elsewhere. */

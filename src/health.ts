@@ -7,9 +7,14 @@ import * as protoLoader from '@grpc/proto-loader';
 
 const require = createRequire(import.meta.url);
 
-export function healthClientConstructor(): grpc.ServiceClientConstructor {
+/** grpc.health.v1 as a package definition (also what reflection lists it from). */
+export function healthPackageDefinition(): protoLoader.PackageDefinition {
   const protoPath = path.join(path.dirname(require.resolve('grpc-health-check/package.json')), 'proto/health/v1/health.proto');
-  const pkg = grpc.loadPackageDefinition(protoLoader.loadSync(protoPath, { keepCase: true, enums: String }));
+  return protoLoader.loadSync(protoPath, { keepCase: true, enums: String });
+}
+
+export function healthClientConstructor(): grpc.ServiceClientConstructor {
+  const pkg = grpc.loadPackageDefinition(healthPackageDefinition());
   const health = (pkg.grpc as grpc.GrpcObject).health as grpc.GrpcObject;
   return (health.v1 as grpc.GrpcObject).Health as grpc.ServiceClientConstructor;
 }

@@ -10,18 +10,18 @@ import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import { ReflectionService } from '@grpc/reflection';
 import { loadPackage } from './grpc/proto.js';
+import { healthPackageDefinition } from './health.js';
 import { scoringService } from './grpc/scoring.js';
 import { probingService } from './grpc/probing.js';
 import type { BatcherOptions } from './batcher.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
 import { Service, type ServedModel } from './serving/service.js';
-import { httpsOptions, loadTls, serverCredentials, tokenChecker, type TlsFiles } from './security.js';
+import { loadTls, serverCredentials, tokenChecker, type TlsFiles } from './security.js';
 import { bearerAuth } from './grpc/auth.js';
-import { openaiHandler } from './http/openai.js';
+import { buildHttpApp } from './http/openai.js';
+import type { FastifyInstance } from 'fastify';
 import { ConfigError } from './errors.js';
-import http from 'node:http';
-import https from 'node:https';
 
 export const SCORING_SERVICE = 'ctxprobe.v1.Scoring';
 export const PROBING_SERVICE = 'ctxprobe.v1.Probing';
@@ -60,7 +60,7 @@ export class CtxprobeServer {
     [PROBING_SERVICE]: 'NOT_SERVING',
   });
   private metricsServer?: { port: number; close(): Promise<void> };
-  private httpServer?: http.Server;
+  private httpApp?: FastifyInstance;
   port = 0;
 
   private constructor(
@@ -93,22 +93,17 @@ export class CtxprobeServer {
     grpcServer.addService(v1.Scoring.service, scoringService(server.service));
     grpcServer.addService(v1.Probing.service, probingService(server.service));
     server.health.addToServer(grpcServer);
-    new ReflectionService(def).addToServer(grpcServer);
+    // Reflection lists the health service too, so grpcurl and grpc_health_probe users find it.
+    new ReflectionService({ ...def, ...healthPackageDefinition() }).addToServer(grpcServer);
     const host = options.host ?? '127.0.0.1';
     const address = `${host.includes(':') ? `[${host}]` : host}:${options.port ?? 50051}`;
     server.port = await new Promise<number>((resolve, reject) =>
       grpcServer.bindAsync(address, credentials, (err, bound) => (err ? reject(err) : resolve(bound))),
     );
     if ((options.httpPort ?? -1) >= 0) {
-      const handler = openaiHandler(server.service, {
-        checkToken: options.authTokens?.length ? tokenChecker(options.authTokens) : undefined,
-      });
-      const httpServer = tlsMaterial ? https.createServer(httpsOptions(tlsMaterial), handler) : http.createServer(handler);
-      await new Promise<void>((resolve, reject) => {
-        httpServer.once('error', reject);
-        httpServer.listen(options.httpPort, host, () => resolve());
-      });
-      server.httpServer = httpServer;
+      const app = buildHttpApp(server.service, { checkToken, tls: tlsMaterial, maxBodyBytes: options.maxMessageBytes });
+      await app.listen({ port: options.httpPort, host });
+      server.httpApp = app;
     }
     if ((options.metricsPort ?? 9464) >= 0) {
       if (options.metricsTls && !tlsMaterial) throw new ConfigError('--metrics-tls needs --tls-cert and --tls-key');
@@ -127,7 +122,7 @@ export class CtxprobeServer {
   }
 
   get httpPort(): number | undefined {
-    const a = this.httpServer?.address();
+    const a = this.httpApp?.server.address();
     return typeof a === 'object' && a ? a.port : undefined;
   }
 
@@ -153,11 +148,7 @@ export class CtxprobeServer {
     this.health.setStatus(PROBING_SERVICE, 'NOT_SERVING');
     await this.service.drain();
     await new Promise<void>((resolve) => this.grpcServer.tryShutdown(() => resolve()));
-    if (this.httpServer) {
-      const closing = new Promise<void>((resolve) => this.httpServer!.close(() => resolve()));
-      this.httpServer.closeIdleConnections();
-      await closing;
-    }
+    await this.httpApp?.close();
     await this.metricsServer?.close();
   }
 

@@ -125,8 +125,18 @@ describe('/v1/completions', () => {
       expect(res.status, JSON.stringify(body)).toBe(status);
       expect(res.body.error.message).toMatch(message);
     }
-    const notJson = await fetch(base + '/v1/completions', { method: 'POST', body: '{' });
+    const notJson = await fetch(base + '/v1/completions', { method: 'POST', body: '{', headers: { 'content-type': 'application/json' } });
     expect(notJson.status).toBe(400);
+    // A browser page can send these cross-origin without a preflight: only JSON is taken.
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {
+      const res = await fetch(base + '/v1/completions', {
+        method: 'POST',
+        body: JSON.stringify({ prompt: 'x' }),
+        headers: { 'content-type': type },
+      });
+      expect(res.status, type).toBe(415);
+      expect(((await res.json()) as any).error.message).toMatch(/^content-type: application\/json is required/);
+    }
   });
 });
 
@@ -143,5 +153,168 @@ describe('tokenizer routes', () => {
     expect(info.model_max_length).toBe(128);
     const models = (await (await fetch(base + '/v1/models')).json()) as any;
     expect(models.data.map((m: any) => m.id)).toEqual(['qwen-tiny']);
+  });
+});
+
+describe('the remote tokenizer flow of lm-evaluation-harness (tokenizer_backend=remote)', () => {
+  // lm_eval/utils.py RemoteTokenizer: GET /tokenizer_info (with a JSON content type and
+  // no body), POST /tokenize {prompt, add_special_tokens: false}; TemplateAPI's
+  // _encode_pair then splits encode(context + continuation) after encode(context).
+  const remote = {
+    info: async () => (await (await fetch(base + '/tokenizer_info', { headers: { 'Content-Type': 'application/json' } })).json()) as any,
+    encode: async (text: string) => (await post('/tokenize', { prompt: text, add_special_tokens: false })).body.tokens as number[],
+  };
+
+  it('auto-detects (eos_token is a string), and scores exactly as gRPC Score does on text', async () => {
+    const info = await remote.info();
+    expect(typeof info.eos_token).toBe('string');
+    expect(typeof info.bos_token === 'string' || info.bos_token === null).toBe(true);
+    // eos_token_id as the harness derives it: encode(eos_token)[0].
+    expect((await remote.encode(info.eos_token))[0]).toBe(info.eos_token_id);
+    const context = 'Knowledge: The tower was built in 1889. User: When? Bot:';
+    const conts = [' In 1889.', ' Never.'];
+    const ctx = await remote.encode(context);
+    const prompts = await Promise.all(conts.map((c) => remote.encode(context + c)));
+    const { body: out } = await post('/v1/completions', {
+      model: 'qwen-tiny',
+      prompt: prompts,
+      temperature: 0,
+      max_tokens: 1,
+      logprobs: 1,
+      seed: 1234,
+      echo: true,
+    });
+    const parsed = harnessParse(
+      out,
+      prompts.map(() => ctx.length),
+    );
+    const client = scoringClient(server.port);
+    const grpcRes = await unary(client, 'Score', { items: [{ contextText: context, continuationsText: conts }] });
+    client.close();
+    grpcRes.items[0].continuations.forEach((c: any, i: number) => {
+      expect(Math.abs(parsed[i]![0] - c.logprob)).toBeLessThan(1e-5);
+      expect(parsed[i]![1]).toBe(c.isGreedy);
+    });
+  });
+
+  it('serves tokenizer_config.json special tokens written as AddedToken objects as strings', async () => {
+    const tok = model.engine.tokenizer;
+    const saved = { ...tok.config };
+    tok.config.eos_token = { __type: 'AddedToken', content: tok.tokenString(tok.eosId!), lstrip: false };
+    delete tok.config.bos_token;
+    try {
+      const info = await remote.info();
+      expect(info.eos_token).toBe(tok.tokenString(tok.eosId!));
+      expect(info.bos_token).toBe(tok.bosId === undefined ? null : tok.tokenString(tok.bosId));
+    } finally {
+      for (const k of Object.keys(tok.config)) delete tok.config[k];
+      Object.assign(tok.config, saved);
+    }
+  });
+});
+
+describe('the rest of the HTTP surface', () => {
+  it('keeps top_logprobs in likelihood order with N distinct entries, number-like keys included', async () => {
+    const tok = model.engine.tokenizer;
+    const prompt = tok.encode('In 1889 there were 12 of 3 and 45 or 6 7 8 9 0 1 2.');
+    const res = await fetch(base + '/v1/completions', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt, echo: true, max_tokens: 0, logprobs: 5 }),
+    });
+    const text = await res.text();
+    const raw = text.slice(text.indexOf('"top_logprobs":'), text.indexOf('"text_offset":'));
+    // Read each top_logprobs object in the order its keys stand in the text.
+    const objects = [...raw.matchAll(/\{("(?:[^"\\]|\\.)*":-?[\d.e+-]+(?:,"(?:[^"\\]|\\.)*":-?[\d.e+-]+)*)\}/g)].map((m) =>
+      [...m[1]!.matchAll(/"((?:[^"\\]|\\.)*)":(-?[\d.e+-]+)/g)].map((e) => [JSON.parse(`"${e[1]}"`), Number(e[2])] as [string, number]),
+    );
+    expect(objects.length).toBe(prompt.length - 1);
+    for (const entries of objects) {
+      expect(entries).toHaveLength(5);
+      expect(new Set(entries.map(([k]) => k)).size).toBe(5);
+      for (let k = 1; k < entries.length; k++) expect(entries[k]![1]).toBeLessThanOrEqual(entries[k - 1]![1]);
+    }
+    expect(objects.some((entries) => entries.some(([k]) => /^\d+$/.test(k.trim())))).toBe(true);
+  });
+
+  it('honours add_special_tokens for text prompts and offsets text by the text, not by an added BOS', async () => {
+    const tok = model.engine.tokenizer;
+    const text = 'Hello there, general Kenobi';
+    const withSpecial = (await post('/v1/completions', { prompt: text, echo: true, max_tokens: 0, logprobs: 0 })).body.choices[0];
+    const plain = (await post('/v1/completions', { prompt: text, echo: true, max_tokens: 0, logprobs: 0, add_special_tokens: false })).body
+      .choices[0];
+    expect(plain.logprobs.tokens.length).toBe(tok.encode(text, false).length);
+    expect(withSpecial.logprobs.tokens.length).toBe(tok.encode(text, true).length);
+    for (const choice of [withSpecial, plain]) {
+      expect(choice.text).toBe(text);
+      const { tokens, text_offset: offsets } = choice.logprobs;
+      // Each text token starts where its text does in the echoed prompt.
+      tokens.forEach((t: string, k: number) => {
+        if (text.startsWith(t, offsets[k])) expect(text.slice(offsets[k], offsets[k] + t.length)).toBe(t);
+      });
+      expect(offsets.at(-1) + tokens.at(-1).length).toBe(text.length);
+    }
+  });
+
+  it('answers GET /health for load balancers: 200 while serving', async () => {
+    const res = await fetch(base + '/health');
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ status: 'SERVING' });
+  });
+
+  it('labels metrics by route: 2,000 random paths add one series, not 2,000', async () => {
+    const before = await scrape(server.metricsPort!);
+    await Promise.all(
+      Array.from({ length: 2000 }, (_, i) => fetch(`${base}/x${i}/${Math.random().toString(36).slice(2)}`).then((r) => r.arrayBuffer())),
+    );
+    const after = await scrape(server.metricsPort!);
+    const added = [...after.keys()].filter((k) => !before.has(k));
+    expect(added.length).toBeLessThan(20);
+    expect(
+      after.get('ctxprobe_requests_total{method="http other",code="404"}')! -
+        (before.get('ctxprobe_requests_total{method="http other",code="404"}') ?? 0),
+    ).toBe(2000);
+  });
+
+  it('refuses every malformed body with a 4xx naming the field', async () => {
+    const vocab = model.engine.config.vocabSize;
+    const cases: [string, unknown, number, RegExp][] = [
+      ['/v1/completions', null, 400, /^body: must be object/],
+      ['/v1/completions', { prompt: 'x', model: { name: 'qwen-tiny' } }, 400, /^model: must be string/],
+      ['/v1/completions', { prompt: 'x', echo: 'yes' }, 400, /^echo: must be boolean/],
+      ['/v1/completions', { prompt: 'x', max_tokens: '1' }, 400, /^max_tokens: must be integer/],
+      ['/v1/completions', { prompt: 'x', max_tokens: 2 }, 400, /^max_tokens: 2 is not supported/],
+      ['/v1/completions', { prompt: 'x', max_tokens: 0, stream: true }, 400, /^stream: streaming is not supported/],
+      ['/v1/completions', { prompt: 'x', frequency_penalty: 1 }, 400, /^frequency_penalty: unknown field/],
+      ['/v1/completions', { prompt: [[1, 2], 'a', [-1]] }, 400, /^prompt\[2\]: a string or a non-empty list of token ids/],
+      ['/v1/completions', { prompt: { text: 'x' } }, 400, /^prompt: a string, a list of token ids, or a list of either/],
+      ['/v1/completions', { max_tokens: 0 }, 400, /^prompt: is required/],
+      ['/v1/completions', { prompt: 'x', logprobs: 1000, max_tokens: 0 }, 400, /^logprobs: must be a whole number in \[0, 100\]/],
+      ['/detokenize', { tokens: [1, vocab + 5] }, 400, /^tokens\[1\]: token id \d+ is outside the vocabulary/],
+      ['/detokenize', { tokens: 'abc' }, 400, /^tokens: must be array/],
+      ['/tokenize', { prompt: 7 }, 400, /^prompt: must be string/],
+    ];
+    for (const [route, body, status, message] of cases) {
+      const res = await post(route, body);
+      expect(res.status, `${route} ${JSON.stringify(body)}`).toBe(status);
+      expect(res.body.error.message, `${route} ${JSON.stringify(body)}`).toMatch(message);
+    }
+  });
+
+  it('applies the per-request item limit to prompts, as gRPC does to items', async () => {
+    const small = await CtxprobeServer.start({ port: 0, metricsPort: -1, httpPort: 0, maxItemsPerRequest: 3 });
+    small.addModel(model);
+    small.setServing();
+    try {
+      const res = await fetch(`http://127.0.0.1:${small.httpPort}/v1/completions`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: ['a', 'b', 'c', 'd'], max_tokens: 0 }),
+      });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as any).error.message).toMatch(/^prompt: /);
+    } finally {
+      await small.drain();
+    }
   });
 });

@@ -244,5 +244,6 @@ describe('gRPC Scoring service', () => {
     stream.end();
     reflection.close();
     expect(services).toContain('ctxprobe.v1.Scoring');
+    expect(services).toContain('grpc.health.v1.Health');
   });
 });

@@ -6,6 +6,7 @@ const GRPC_CODE: Record<ErrorKind | 'internal', grpc.status> = {
   invalid_argument: grpc.status.INVALID_ARGUMENT,
   not_found: grpc.status.NOT_FOUND,
   too_large: grpc.status.RESOURCE_EXHAUSTED,
+  unsupported_media_type: grpc.status.INVALID_ARGUMENT,
   overloaded: grpc.status.RESOURCE_EXHAUSTED,
   cancelled: grpc.status.CANCELLED,
   deadline_exceeded: grpc.status.DEADLINE_EXCEEDED,

@@ -1,177 +1,330 @@
 // An OpenAI-compatible HTTP endpoint for log-likelihood work, so lm-evaluation-harness's
-// `local-completions` model drives the server unchanged:
+// `local-completions` model drives the server unchanged (its remote tokenizer included):
 //   POST /v1/completions   prompt: text or token ids (one or a batch), echo, logprobs,
 //                          max_tokens 0 or 1 (this server scores; it does not generate)
-//   POST /tokenize, POST /detokenize, GET /tokenizer_info, GET /v1/models
-// It validates and translates JSON into the serving layer's calls (the same queues,
-// prefix sharing and limits as gRPC); errors map to statuses in status.ts only.
-import http from 'node:http';
+//   POST /tokenize, POST /detokenize, GET /tokenizer_info, GET /v1/models, GET /health
+// On fastify: JSON bodies only (other content types: 415), each validated against a
+// JSON schema (no type coercion; unknown fields refused), translated into the serving
+// layer's calls. Errors become statuses in status.ts only.
 import crypto from 'node:crypto';
-import { InvalidArgumentError, NotFoundError, TooLargeError, UnauthenticatedError } from '../errors.js';
-import type { ServedModel, Service } from '../serving/service.js';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import {
+  CtxprobeError,
+  InvalidArgumentError,
+  NotFoundError,
+  TooLargeError,
+  UnauthenticatedError,
+  UnsupportedMediaTypeError,
+} from '../errors.js';
+import { httpsOptions, type TlsMaterial } from '../security.js';
+import type { CallRecord, ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
 
-export interface OpenAIOptions {
-  /** When given, `Authorization: Bearer <token>` must satisfy it. */
+export interface HttpOptions {
+  /** When given, `Authorization: Bearer <token>` must satisfy it (all but /health). */
   checkToken?: (header: string | undefined) => boolean;
   maxBodyBytes?: number;
+  /** Serve over TLS (mutual TLS when the material has a client CA). */
+  tls?: TlsMaterial;
 }
 
-type Route = (body: any, res: http.ServerResponse) => Promise<unknown> | unknown;
+// Extra candidates fetched per position so that `top_logprobs` still has N entries when
+// several tokens decode to the same text (the keys are texts).
+const TOP_SPARE = 8;
 
-export function openaiHandler(service: Service, options: OpenAIOptions = {}): http.RequestListener {
-  const maxBody = options.maxBodyBytes ?? 64 * 1024 * 1024;
+/** An object whose keys keep their order in the JSON (a plain object would move
+ * integer-like keys such as "1" to the front). */
+class OrderedObject {
+  constructor(readonly entries: [string, number][]) {}
+}
 
-  const modelName = (name: unknown): string | undefined => {
-    if (name === undefined || name === null || name === '') return undefined;
-    if (typeof name !== 'string') throw new InvalidArgumentError('model', 'a model name (string) is required');
-    return name;
-  };
+export function buildHttpApp(service: Service, options: HttpOptions = {}): FastifyInstance {
+  const app = Fastify({
+    bodyLimit: options.maxBodyBytes ?? 64 * 1024 * 1024,
+    ...(options.tls ? { https: httpsOptions(options.tls) } : {}),
+    // Types as sent: "1" is not 1 and "yes" is not true; unknown fields are refused.
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false, verbose: true } },
+    forceCloseConnections: 'idle',
+    logger: false,
+  });
+  // A browser page can post text/plain or a form cross-origin without a preflight:
+  // only JSON is taken.
+  app.removeContentTypeParser(['text/plain']);
 
-  const routes: Record<string, Route> = {
-    'POST /v1/completions': (body, res) => completions(service.model(modelName(body.model)), body, res),
-    'GET /v1/models': () => ({
-      object: 'list',
-      data: service.listModels().map((m) => ({ id: m.name, object: 'model', owned_by: 'ctxprobe', max_model_len: m.maxLength })),
-    }),
-    'POST /tokenize': (body) => {
-      const name = modelName(body.model);
-      if (typeof body.prompt !== 'string') throw new InvalidArgumentError('prompt', 'a string is required');
-      const { ids } = service.tokenize(name, [body.prompt], body.add_special_tokens ?? true)[0]!;
-      return { count: ids.length, max_model_len: service.info(service.model(name, false)).maxLength, tokens: ids };
-    },
-    'POST /detokenize': (body) => {
-      if (!Array.isArray(body.tokens) || !body.tokens.every((t: unknown) => Number.isInteger(t)))
-        throw new InvalidArgumentError('tokens', 'a list of token ids is required');
-      return { prompt: service.detokenize(modelName(body.model), body.tokens) };
-    },
-    'GET /tokenizer_info': (body) => service.tokenizerInfo(modelName(body.model)),
-  };
-
-  async function completions(m: ServedModel, body: any, res: http.ServerResponse) {
-    const { prompts, texts: promptTexts } = toPrompts(body.prompt, (text) => service.encodePrompt(m, text));
-    const maxTokens = body.max_tokens ?? 16;
-    if (maxTokens !== 0 && maxTokens !== 1)
-      throw new InvalidArgumentError(
-        'max_tokens',
-        `${maxTokens} is not supported; this server scores (0) or predicts one greedy token (1)`,
-      );
-    if ((body.n ?? 1) !== 1) throw new InvalidArgumentError('n', 'only 1 is supported');
-    const echo = body.echo === true;
-    const logprobs: number | null = body.logprobs ?? null;
-    if (logprobs !== null && (!Number.isInteger(logprobs) || logprobs < 0))
-      throw new InvalidArgumentError('logprobs', 'a whole number ≥ 0 is required');
-    // A client that goes away takes its work out of the queue.
-    const gone = new AbortController();
-    res.once('close', () => res.writableFinished || gone.abort());
-    const scores = await service.echo(m, prompts, logprobs ?? 0, { signal: gone.signal });
-    const choices = scores.map((s, i) => {
-      const ids = [...(echo ? prompts[i]! : []), ...(maxTokens === 1 ? [s.nextToken] : [])];
-      const lps: (number | null)[] = [...(echo ? [null, ...s.promptLogprobs] : []), ...(maxTokens === 1 ? [s.nextLogprob] : [])];
-      // top_logprobs[t] is the distribution the token at t was drawn from: position t-1's.
-      const tops = [...(echo ? [null, ...s.top.slice(0, -1)] : []), ...(maxTokens === 1 ? [s.top.at(-1)!] : [])];
-      const texts = service.tokenTexts(m, ids);
-      let offset = 0;
-      // Text prompts echo as given (without the special tokens their encoding added).
-      const echoed = echo ? (promptTexts[i] ?? texts.slice(0, prompts[i]!.length).join('')) : '';
-      return {
-        index: i,
-        text: echoed + (maxTokens === 1 ? texts.at(-1)! : ''),
-        finish_reason: 'length',
-        logprobs:
-          logprobs === null
-            ? null
-            : {
-                tokens: texts,
-                token_logprobs: lps,
-                top_logprobs: tops.map((t) => {
-                  if (!t) return null;
-                  const entries: [string, number][] = [];
-                  const seen = new Set<string>();
-                  const shown = t.ids.slice(0, Math.max(1, logprobs));
-                  service.tokenTexts(m, shown).forEach((key, k) => {
-                    if (!seen.has(key)) entries.push([key, t.logprobs[k]!]);
-                    seen.add(key);
-                  });
-                  return Object.fromEntries(entries);
-                }),
-                text_offset: texts.map((t) => ((offset += t.length), offset - t.length)),
-              },
-      };
-    });
-    const promptTokens = prompts.reduce((n, p) => n + p.length, 0);
-    return {
-      id: `cmpl-${crypto.randomUUID()}`,
-      object: 'text_completion',
-      created: Math.floor(Date.now() / 1000),
-      model: m.entry.name,
-      choices,
-      usage: {
-        prompt_tokens: promptTokens,
-        completion_tokens: maxTokens * prompts.length,
-        total_tokens: promptTokens + maxTokens * prompts.length,
-      },
-    };
-  }
-
-  return (req, res) => {
-    const route = `${req.method} ${(req.url ?? '').split('?')[0]}`;
-    const handler = routes[route];
+  const records = new WeakMap<FastifyRequest, { record: CallRecord; failure?: unknown }>();
+  app.addHook('onRequest', async (req) => {
     // Metric labels come from the route table, never from the raw path.
-    const record = service.begin(handler ? route.replace(/^\w+ /, 'http ') : 'http other');
-    const send = (status: number, payload: unknown, err?: unknown) => {
-      record.end(String(status), err);
-      res.writeHead(status, { 'Content-Type': 'application/json' });
-      res.end(JSON.stringify(payload));
-    };
-    const fail = (err: unknown) => {
-      const { status, body } = toHttpError(err);
-      send(status, body, err);
-    };
-    if (options.checkToken && !options.checkToken(req.headers.authorization)) {
-      return fail(new UnauthenticatedError('authorization: a valid "Bearer <token>" is required'));
+    const route = req.routeOptions.url;
+    records.set(req, { record: service.begin(route ? `http ${route}` : 'http other') });
+    if (options.checkToken && route !== '/health' && !options.checkToken(req.headers.authorization)) {
+      throw new UnauthenticatedError('authorization: a valid "Bearer <token>" is required');
     }
-    if (!handler) return fail(new NotFoundError('route', `no route ${route}`));
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size <= maxBody) chunks.push(c);
+  });
+  const end = (req: FastifyRequest, code: string) => {
+    const r = records.get(req);
+    r?.record.end(code, r.failure);
+  };
+  app.addHook('onResponse', async (req, reply) => end(req, String(reply.statusCode)));
+  app.addHook('onRequestAbort', async (req) => end(req, '499'));
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    const failure = fromFastify(err);
+    const r = records.get(req);
+    if (r) r.failure = failure;
+    const { status, body } = toHttpError(failure);
+    return reply.status(status).send(body);
+  });
+  app.setNotFoundHandler((req) => {
+    throw new NotFoundError('route', `no route ${req.method} ${req.url.split('?')[0]}`);
+  });
+
+  const modelName = (name: string | undefined) => (name === '' ? undefined : name);
+  const schema = completionsSchema(service.maxItemsPerRequest);
+
+  app.post('/v1/completions', { schema: { body: schema } }, async (req, reply) => {
+    const body = req.body as CompletionsBody;
+    const m = service.model(modelName(body.model));
+    return reply.type('application/json').send(toJson(await completions(service, m, body, reply)));
+  });
+  app.get('/v1/models', async () => ({
+    object: 'list',
+    data: service.listModels().map((m) => ({ id: m.name, object: 'model', owned_by: 'ctxprobe', max_model_len: m.maxLength })),
+  }));
+  app.post('/tokenize', { schema: { body: TOKENIZE_SCHEMA } }, async (req) => {
+    const body = req.body as { model?: string; prompt: string; add_special_tokens?: boolean };
+    const name = modelName(body.model);
+    const { ids } = service.tokenize(name, [body.prompt], body.add_special_tokens ?? true)[0]!;
+    return { count: ids.length, max_model_len: service.info(service.model(name, false)).maxLength, tokens: ids };
+  });
+  app.post('/detokenize', { schema: { body: DETOKENIZE_SCHEMA } }, async (req) => {
+    const body = req.body as { model?: string; tokens: number[] };
+    return { prompt: service.detokenize(modelName(body.model), body.tokens) };
+  });
+  app.get('/tokenizer_info', { schema: { querystring: MODEL_QUERY } }, async (req) =>
+    service.tokenizerInfo(modelName((req.query as { model?: string }).model)),
+  );
+  // For load balancers: 200 while serving, 503 while loading or draining; no token needed.
+  app.get('/health', async (_req, reply) => {
+    const status = service.health();
+    return reply.status(status === 'SERVING' ? 200 : 503).send({ status });
+  });
+  return app;
+}
+
+interface CompletionsBody {
+  model?: string;
+  prompt: string | string[] | number[] | number[][];
+  max_tokens?: number;
+  echo?: boolean;
+  logprobs?: number | null;
+  n?: number;
+  stream?: boolean;
+  add_special_tokens?: boolean;
+}
+
+async function completions(service: Service, m: ServedModel, body: CompletionsBody, reply: FastifyReply) {
+  const maxTokens = body.max_tokens ?? 16;
+  if (maxTokens > 1)
+    throw new InvalidArgumentError('max_tokens', `${maxTokens} is not supported; this server scores (0) or predicts one greedy token (1)`);
+  if (body.stream) throw new InvalidArgumentError('stream', 'streaming is not supported; this server answers whole');
+  if ((body.n ?? 1) !== 1) throw new InvalidArgumentError('n', 'only 1 is supported');
+  const echo = body.echo === true;
+  const logprobs = body.logprobs ?? null;
+  const addSpecial = body.add_special_tokens ?? true;
+  const prompts = toPrompts(body.prompt).map((p) =>
+    typeof p === 'string' ? { ...service.encodePrompt(m, p, addSpecial), text: p } : { ids: p, added: [] as boolean[], text: undefined },
+  );
+  // A client that goes away takes its work out of the queue.
+  const gone = new AbortController();
+  reply.raw.once('close', () => reply.raw.writableFinished || gone.abort());
+  const want = logprobs ?? 0;
+  const scores = await service.echo(
+    m,
+    prompts.map((p) => p.ids),
+    want,
+    { signal: gone.signal },
+    TOP_SPARE,
+  );
+  const choices = scores.map((s, i) => {
+    const prompt = prompts[i]!;
+    const ids = [...(echo ? prompt.ids : []), ...(maxTokens === 1 ? [s.nextToken] : [])];
+    const lps: (number | null)[] = [...(echo ? [null, ...s.promptLogprobs] : []), ...(maxTokens === 1 ? [s.nextLogprob] : [])];
+    // top_logprobs[t] is the distribution the token at t was drawn from: position t-1's.
+    const tops = [...(echo ? [null, ...s.top.slice(0, -1)] : []), ...(maxTokens === 1 ? [s.top.at(-1)!] : [])];
+    const texts = service.tokenTexts(m, ids);
+    // Text prompts echo as given: the special tokens their encoding added take no text.
+    const added = [...(echo ? prompt.added : []), false];
+    const echoed = echo ? (prompt.text ?? texts.slice(0, prompt.ids.length).join('')) : '';
+    let offset = 0;
+    const textOffset = texts.map((t, k) => {
+      const at = offset;
+      if (!added[k]) offset += t.length;
+      return at;
     });
-    req.on('end', () => {
-      Promise.resolve()
-        .then(() => {
-          if (size > maxBody) throw new TooLargeError(`body: request body over ${maxBody} bytes`);
-          const text = Buffer.concat(chunks).toString('utf8');
-          let body: any = {};
-          if (text.trim()) {
-            try {
-              body = JSON.parse(text);
-            } catch {
-              throw new InvalidArgumentError('body', 'the request body is not JSON');
-            }
-          }
-          if (req.method === 'GET') body = Object.fromEntries(new URL(req.url ?? '/', 'http://x').searchParams);
-          return handler(body, res);
-        })
-        .then((payload) => send(200, payload), fail);
-    });
+    return {
+      index: i,
+      text: echoed + (maxTokens === 1 ? texts.at(-1)! : ''),
+      finish_reason: 'length',
+      logprobs:
+        logprobs === null
+          ? null
+          : {
+              tokens: texts,
+              token_logprobs: lps,
+              top_logprobs: tops.map((t) => {
+                if (!t) return null;
+                // The N most likely distinct texts, most likely first.
+                const entries: [string, number][] = [];
+                const seen = new Set<string>();
+                service.tokenTexts(m, t.ids).forEach((key, k) => {
+                  if (entries.length < Math.max(1, want) && !seen.has(key)) entries.push([key, t.logprobs[k]!]);
+                  seen.add(key);
+                });
+                return new OrderedObject(entries);
+              }),
+              text_offset: textOffset,
+            },
+    };
+  });
+  const promptTokens = prompts.reduce((n, p) => n + p.ids.length, 0);
+  return {
+    id: `cmpl-${crypto.randomUUID()}`,
+    object: 'text_completion',
+    created: Math.floor(Date.now() / 1000),
+    model: m.entry.name,
+    choices,
+    usage: {
+      prompt_tokens: promptTokens,
+      completion_tokens: maxTokens * prompts.length,
+      total_tokens: promptTokens + maxTokens * prompts.length,
+    },
   };
 }
 
-/** `prompt` as the OpenAI API allows it: a string, a list of strings, a list of token
- * ids, or a list of lists of token ids. */
-function toPrompts(prompt: unknown, encode: (text: string) => number[]): { prompts: number[][]; texts: (string | undefined)[] } {
-  const isIds = (x: unknown): x is number[] => Array.isArray(x) && x.every((t) => Number.isInteger(t));
-  if (typeof prompt === 'string') return { prompts: [encode(prompt)], texts: [prompt] };
-  if (isIds(prompt) && prompt.length > 0) return { prompts: [prompt], texts: [undefined] };
-  if (Array.isArray(prompt) && prompt.length > 0) {
-    const prompts = prompt.map((p, i) => {
-      if (typeof p === 'string') return encode(p);
-      if (isIds(p)) return p;
-      throw new InvalidArgumentError(`prompt[${i}]`, 'a string or a list of token ids is required');
-    });
-    return { prompts, texts: prompt.map((p) => (typeof p === 'string' ? p : undefined)) };
+/** `prompt` as the OpenAI API allows it (the schema checked the shapes): a string, a
+ * list of strings, a list of token ids, or a list of lists of token ids. */
+function toPrompts(prompt: CompletionsBody['prompt']): (string | number[])[] {
+  if (typeof prompt === 'string') return [prompt];
+  if (prompt.every((p) => typeof p === 'number')) return [prompt as number[]];
+  return prompt as (string | number[])[];
+}
+
+// ---- schemas -----------------------------------------------------------------------------
+
+const tokenIds = { type: 'array', minItems: 1, items: { type: 'integer', minimum: 0 } };
+
+function completionsSchema(maxPrompts: number) {
+  return {
+    type: 'object',
+    additionalProperties: false,
+    required: ['prompt'],
+    properties: {
+      model: { type: 'string' },
+      prompt: {
+        description: 'a string, a list of token ids, or a list of either is required',
+        anyOf: [
+          { type: 'string' },
+          tokenIds,
+          {
+            type: 'array',
+            minItems: 1,
+            maxItems: maxPrompts,
+            items: {
+              anyOf: [{ type: 'string' }, tokenIds],
+              description: 'a string or a non-empty list of token ids (whole numbers ≥ 0) is required',
+            },
+          },
+        ],
+      },
+      max_tokens: { type: 'integer', minimum: 0 },
+      echo: { type: 'boolean' },
+      logprobs: { anyOf: [{ type: 'integer', minimum: 0 }, { type: 'null' }], description: 'a whole number ≥ 0 (or null) is required' },
+      n: { type: 'integer', minimum: 1 },
+      stream: { type: 'boolean' },
+      add_special_tokens: { type: 'boolean' },
+      // What lm-evaluation-harness sends besides; none changes a score or a greedy token.
+      temperature: { type: 'number', minimum: 0 },
+      seed: { type: 'integer' },
+      stop: { anyOf: [{ type: 'string' }, { type: 'array', items: { type: 'string' } }, { type: 'null' }] },
+      user: { type: 'string' },
+    },
+  };
+}
+
+const TOKENIZE_SCHEMA = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['prompt'],
+  properties: { model: { type: 'string' }, prompt: { type: 'string' }, add_special_tokens: { type: 'boolean' } },
+};
+
+const DETOKENIZE_SCHEMA = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['tokens'],
+  properties: { model: { type: 'string' }, tokens: { type: 'array', items: { type: 'integer', minimum: 0 } } },
+};
+
+const MODEL_QUERY = { type: 'object', additionalProperties: false, properties: { model: { type: 'string' } } };
+
+// ---- translation ----------------------------------------------------------------------------
+
+interface AjvError {
+  keyword: string;
+  instancePath: string;
+  message?: string;
+  params: Record<string, unknown>;
+  parentSchema?: { description?: string };
+}
+
+/** A fastify error (validation, body parsing, size) as the server's error model. */
+function fromFastify(err: FastifyError): unknown {
+  if (err instanceof CtxprobeError) return err;
+  if (err.validation) {
+    const errors = err.validation as AjvError[];
+    // An anyOf failure explains itself best at its own level, not through a branch; the
+    // innermost one names the element.
+    const anyOf = errors.filter((x) => x.keyword === 'anyOf').sort((a, b) => b.instancePath.length - a.instancePath.length);
+    const e = anyOf[0] ?? errors[0]!;
+    const path = e.instancePath
+      .split('/')
+      .slice(1)
+      .map((p) => (/^\d+$/.test(p) ? `[${p}]` : `.${p}`))
+      .join('')
+      .replace(/^\./, '');
+    const where = err.validationContext === 'querystring' ? 'query' : 'body';
+    if (e.keyword === 'additionalProperties') {
+      const key = String(e.params.additionalProperty);
+      return new InvalidArgumentError(path ? `${path}.${key}` : key, 'unknown field: this server does not implement it');
+    }
+    if (e.keyword === 'required') {
+      const key = String(e.params.missingProperty);
+      return new InvalidArgumentError(path ? `${path}.${key}` : key, 'is required');
+    }
+    const message = e.keyword === 'anyOf' && e.parentSchema?.description ? e.parentSchema.description : (e.message ?? 'is invalid');
+    return new InvalidArgumentError(path || where, message);
   }
-  throw new InvalidArgumentError('prompt', 'a string, a list of token ids, or a list of either is required');
+  switch (err.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new TooLargeError(`body: over the limit of ${err.message.match(/\d+/)?.[0] ?? 'the configured'} bytes`);
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new UnsupportedMediaTypeError('content-type: application/json is required');
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new InvalidArgumentError('body', 'a JSON object is required');
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new InvalidArgumentError('body', 'the request body is not JSON');
+  }
+  if (typeof err.statusCode === 'number' && err.statusCode < 500) return new InvalidArgumentError('request', err.message);
+  return err;
+}
+
+/** JSON text, keeping the key order of OrderedObject values. */
+function toJson(v: unknown): string {
+  if (v instanceof OrderedObject) return `{${v.entries.map(([k, x]) => `${JSON.stringify(k)}:${JSON.stringify(x) ?? 'null'}`).join(',')}}`;
+  if (Array.isArray(v)) return `[${v.map(toJson).join(',')}]`;
+  if (v !== null && typeof v === 'object') {
+    const fields = Object.entries(v).filter(([, x]) => x !== undefined);
+    return `{${fields.map(([k, x]) => `${JSON.stringify(k)}:${toJson(x)}`).join(',')}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
 }

@@ -6,6 +6,7 @@ const HTTP_STATUS: Record<ErrorKind | 'internal', { status: number; type: string
   invalid_argument: { status: 400, type: 'invalid_request_error' },
   not_found: { status: 404, type: 'not_found_error' },
   too_large: { status: 413, type: 'invalid_request_error' },
+  unsupported_media_type: { status: 415, type: 'invalid_request_error' },
   overloaded: { status: 429, type: 'rate_limit_error' },
   // nginx's "client closed request": nobody reads it, but the metrics and logs do.
   cancelled: { status: 499, type: 'cancelled' },

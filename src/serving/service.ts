@@ -81,6 +81,11 @@ export class Service {
     while (this.inFlight > 0) await new Promise((r) => setTimeout(r, 5));
   }
 
+  /** What health checks report: SERVING once loaded, until draining starts. */
+  health(): 'SERVING' | 'NOT_SERVING' {
+    return this.loading || this.draining ? 'NOT_SERVING' : 'SERVING';
+  }
+
   get callsInFlight(): number {
     return this.inFlight;
   }
@@ -143,15 +148,36 @@ export class Service {
   }
 
   detokenize(model: string | undefined, ids: number[]): string {
-    return this.model(model, false).engine.tokenizer.decode(ids);
+    const { engine } = this.model(model, false);
+    const vocab = engine.config.vocabSize;
+    ids.forEach((id, i) => {
+      if (!Number.isInteger(id) || id < 0 || id >= vocab)
+        throw new InvalidArgumentError(`tokens[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
+    });
+    return engine.tokenizer.decode(ids);
   }
 
-  /** What a remote tokenizer needs (lm-evaluation-harness's `tokenizer_info`). */
+  /** What a remote tokenizer needs (lm-evaluation-harness's `tokenizer_info`, as vLLM
+   * serves it): the special tokens as strings — tokenizer_config.json may hold them as
+   * `{"__type": "AddedToken", "content": …}` objects, or not at all — and their ids. */
   tokenizerInfo(model: string | undefined): Record<string, unknown> {
     const m = this.model(model, false);
     const tok = m.engine.tokenizer;
+    const text = (v: unknown) =>
+      typeof v === 'string'
+        ? v
+        : typeof (v as { content?: unknown })?.content === 'string'
+          ? (v as { content: string }).content
+          : undefined;
+    const special = (key: string, id: number | undefined) => text(tok.config[key]) ?? (id !== undefined ? tok.tokenString(id) : null);
+    const { added_tokens_decoder: _decoder, ...config } = tok.config;
     return {
-      ...tok.config,
+      ...config,
+      bos_token: special('bos_token', tok.bosId),
+      eos_token: special('eos_token', tok.eosId),
+      unk_token: text(tok.config.unk_token) ?? null,
+      pad_token: text(tok.config.pad_token) ?? null,
+      chat_template: tok.chatTemplate ?? null,
       model_max_length: m.scorer.maxLength,
       bos_token_id: tok.bosId ?? null,
       eos_token_id: tok.eosId ?? null,
@@ -159,9 +185,18 @@ export class Service {
     };
   }
 
-  /** Encode text prompts with the tokenizer's special tokens, as reference servers do. */
-  encodePrompt(model: ServedModel, text: string): number[] {
-    return model.engine.tokenizer.encode(text, true);
+  /** Encode a text prompt, with the tokenizer's special tokens unless told otherwise (as
+   * reference servers do); `added` marks the tokens the encoding added (they have no text
+   * in the prompt). */
+  encodePrompt(model: ServedModel, text: string, addSpecialTokens = true): { ids: number[]; added: boolean[] } {
+    const tok = model.engine.tokenizer;
+    const ids = tok.encode(text, addSpecialTokens);
+    const plain = addSpecialTokens ? tok.encode(text, false) : ids;
+    // The plain encoding sits inside the special one, after the tokens added in front.
+    let front = 0;
+    while (front + plain.length <= ids.length && plain.some((id, k) => ids[front + k] !== id)) front++;
+    if (front + plain.length > ids.length) front = 0;
+    return { ids, added: ids.map((_, k) => k < front || k >= front + plain.length) };
   }
 
   /** Each token's text on its own (OpenAI `logprobs.tokens`). */
@@ -189,11 +224,19 @@ export class Service {
     return this.scoreUnits(m, m.scorer.prepareRolling(requests), call);
   }
 
-  /** Every prompt token's log-prob and the greedy next token (OpenAI-style `echo`). */
-  echo(m: ServedModel, prompts: number[][], topK: number, call: CallContext): Promise<EchoScore[]> {
+  /** Every prompt token's log-prob and the greedy next token (OpenAI-style `echo`), with
+   * `topK` alternatives per position, plus `spare` more when the model allows (a client
+   * that keys alternatives by text needs them when tokens share a text). */
+  echo(m: ServedModel, prompts: number[][], topK: number, call: CallContext, spare = 0): Promise<EchoScore[]> {
+    if (this.maxItemsPerRequest < prompts.length) {
+      throw new InvalidArgumentError('prompt', `${prompts.length} prompts, over the limit of ${this.maxItemsPerRequest} per call`);
+    }
+    if (Number.isInteger(topK) && topK > m.scorer.maxTopK)
+      throw new InvalidArgumentError('logprobs', `must be a whole number in [0, ${m.scorer.maxTopK}]`);
+    const k = topK > 0 ? Math.min(topK + spare, m.scorer.maxTopK, m.engine.config.vocabSize) : topK;
     // Counted per prompt: an echo's units also hold shared prompt heads.
     const counted = { items: prompts.length, tokens: prompts.reduce((n, p) => n + p.length, 0) };
-    return this.scoreUnits(m, m.scorer.prepareEcho(prompts, topK), call, counted);
+    return this.scoreUnits(m, m.scorer.prepareEcho(prompts, k), call, counted);
   }
 
   private async scoreUnits<T>(
