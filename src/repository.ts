@@ -9,6 +9,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { PACKAGE_ROOT } from './paths.js';
+import { Ajv } from 'ajv';
+import { readJsonObject } from './checkpoint/files.js';
 import { writeSyntheticCheckpoint, type SyntheticSpec } from './model/synthetic.js';
 import { Engine } from './engine.js';
 import { ConfigError } from './errors.js';
@@ -42,6 +44,53 @@ export interface LoadedModel {
 
 export const DEFAULT_REPOSITORY = path.join(PACKAGE_ROOT, 'models');
 
+const positive = { type: 'integer', minimum: 1 };
+const SYNTHETIC_SCHEMA = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['family', 'hidden', 'layers', 'heads', 'kvHeads', 'intermediate', 'vocab', 'maxPositions'],
+  properties: {
+    family: { type: 'string' },
+    hidden: positive,
+    layers: positive,
+    heads: positive,
+    kvHeads: positive,
+    intermediate: positive,
+    vocab: positive,
+    vocabSize: positive,
+    maxPositions: positive,
+    tied: { type: 'boolean' },
+    seed: { type: 'integer' },
+    scale: { type: 'number', exclusiveMinimum: 0 },
+    ropeTheta: { type: 'number', exclusiveMinimum: 0 },
+    ropeScaling: { type: 'object' },
+    slidingWindow: positive,
+    headDim: positive,
+  },
+};
+
+/** A model repository file: unknown keys and wrong types are refused, not ignored. */
+const ENTRY_SCHEMA = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['path'],
+  properties: {
+    name: { type: 'string', minLength: 1 },
+    path: { type: 'string', minLength: 1 },
+    description: { type: 'string' },
+    device: { type: 'string' },
+    dtype: { enum: ['float32', 'float16', 'bfloat16'] },
+    threads: { type: 'integer', minimum: 0 },
+    maxLength: positive,
+    maxBatchTokens: positive,
+    maxProbeAttentionBytes: positive,
+    maxRawAttentionBytes: positive,
+    synthetic: SYNTHETIC_SCHEMA,
+  },
+};
+
+const validEntry = new Ajv({ allErrors: false }).compile<Omit<ModelEntry, 'name'> & { name?: string }>(ENTRY_SCHEMA);
+
 /** Read every `*.json` model config of a repository folder, sorted by file name. */
 export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {
   if (!fs.existsSync(dir)) throw new ConfigError(`model repository ${dir} does not exist`);
@@ -51,14 +100,26 @@ export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {
     .sort()
     .map((f) => {
       const file = path.join(dir, f);
-      let raw: Partial<ModelEntry>;
-      try {
-        raw = JSON.parse(fs.readFileSync(file, 'utf8'));
-      } catch (e) {
-        throw new ConfigError(`${file}: not valid JSON (${(e as Error).message})`);
+      const raw = readJsonObject(file, ConfigError);
+      if (!validEntry(raw)) {
+        const e = validEntry.errors![0]!;
+        const at = e.instancePath.replace(/^\//, '').replaceAll('/', '.');
+        const key =
+          e.keyword === 'additionalProperties'
+            ? String(e.params.additionalProperty)
+            : e.keyword === 'required'
+              ? String(e.params.missingProperty)
+              : '';
+        const field = [at, key].filter(Boolean).join('.');
+        const why =
+          e.keyword === 'additionalProperties'
+            ? 'is not a setting ctxprobe knows (misspelt?)'
+            : e.keyword === 'required'
+              ? 'is required'
+              : e.message;
+        throw new ConfigError(`${file}: ${field || 'the file'} ${why}`);
       }
-      if (typeof raw.path !== 'string') throw new ConfigError(`${file}: "path" (the checkpoint folder) is required`);
-      return { ...raw, name: raw.name ?? path.basename(f, '.json'), path: path.resolve(dir, raw.path) } as ModelEntry;
+      return { ...raw, name: raw.name ?? path.basename(f, '.json'), path: path.resolve(dir, raw.path) };
     });
   const names = new Set<string>();
   for (const e of entries) {
@@ -68,11 +129,26 @@ export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {
   return entries;
 }
 
-/** Make the checkpoint of a synthetic entry if it is not there yet. */
+/** Make the checkpoint of a synthetic entry if it is not there yet. It is written into a
+ * temporary folder beside its place and renamed into it when complete, so a process
+ * killed halfway leaves nothing that a later start would take for a checkpoint. */
 export function ensureCheckpoint(entry: ModelEntry): void {
   if (fs.existsSync(path.join(entry.path, 'config.json'))) return;
   if (!entry.synthetic) throw new ConfigError(`model ${entry.name}: ${entry.path} has no config.json`);
-  writeSyntheticCheckpoint(entry.path, entry.synthetic);
+  const parent = path.dirname(entry.path);
+  fs.mkdirSync(parent, { recursive: true });
+  const temp = fs.mkdtempSync(path.join(parent, `.${path.basename(entry.path)}.partial-`));
+  try {
+    writeSyntheticCheckpoint(temp, entry.synthetic);
+    // A folder without config.json here is not a checkpoint (an earlier, interrupted
+    // writer's): ours replaces it.
+    fs.rmSync(entry.path, { recursive: true, force: true });
+    fs.renameSync(temp, entry.path);
+  } catch (e) {
+    fs.rmSync(temp, { recursive: true, force: true });
+    // Another process may have completed the same checkpoint first.
+    if (!fs.existsSync(path.join(entry.path, 'config.json'))) throw e;
+  }
 }
 
 export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {

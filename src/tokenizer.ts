@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { CheckpointError } from './errors.js';
+import { readJsonObject } from './checkpoint/files.js';
 
 export class TextTokenizer {
   readonly bosId?: number;
@@ -23,10 +24,17 @@ export class TextTokenizer {
   static load(dir: string, ids: { bos?: number; eos?: number } = {}): TextTokenizer {
     const file = path.join(dir, 'tokenizer.json');
     if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no tokenizer.json`);
-    const json = JSON.parse(fs.readFileSync(file, 'utf8'));
+    const json = readJsonObject(file);
     const cfgFile = path.join(dir, 'tokenizer_config.json');
-    const cfg = fs.existsSync(cfgFile) ? JSON.parse(fs.readFileSync(cfgFile, 'utf8')) : {};
-    return new TextTokenizer(new Tokenizer(json, cfg), cfg, ids);
+    const cfg = fs.existsSync(cfgFile) ? readJsonObject(cfgFile) : {};
+    let tokenizer: Tokenizer;
+    try {
+      tokenizer = new Tokenizer(json, cfg);
+      tokenizer.encode('ok');
+    } catch (e) {
+      throw new CheckpointError(`${file}: not a tokenizer @huggingface/tokenizers can read (${(e as Error).message})`);
+    }
+    return new TextTokenizer(tokenizer, cfg, ids);
   }
 
   private idOf(token: unknown): number | undefined {

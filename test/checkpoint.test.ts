@@ -147,7 +147,49 @@ describe('bad checkpoints', () => {
     const fx = makeFixture(FAMILY_FIXTURES.gpt2!);
     const file = path.join(fx.dir, 'model.safetensors');
     fs.truncateSync(file, fs.statSync(file).size - 10);
-    expect(() => new SafetensorsCheckpoint(fx.dir)).toThrow(/model\.safetensors: tensor .* disagrees with shape/);
+    expect(() => new SafetensorsCheckpoint(fx.dir)).toThrow(
+      /model\.safetensors: tensor .*: data ends at byte \d+ of \d+: the file is truncated/,
+    );
+  });
+
+  it('names the file and the fault of a broken config, tokenizer or safetensors header', async () => {
+    const { Engine } = await import('../src/engine.js');
+    const cases: [string, (dir: string) => void, RegExp][] = [
+      ['config.json', (d) => fs.writeFileSync(path.join(d, 'config.json'), '{"model_type": "llama",'), /config\.json: not valid JSON/],
+      ['tokenizer.json', (d) => fs.writeFileSync(path.join(d, 'tokenizer.json'), 'not json'), /tokenizer\.json: not valid JSON/],
+      ['tokenizer.json', (d) => fs.writeFileSync(path.join(d, 'tokenizer.json'), '{"model": 3}'), /tokenizer\.json: not a tokenizer/],
+      [
+        'tokenizer_config.json',
+        (d) => fs.writeFileSync(path.join(d, 'tokenizer_config.json'), '[]'),
+        /tokenizer_config\.json: a JSON object is required/,
+      ],
+    ];
+    for (const [, breakIt, message] of cases) {
+      const fx = makeFixture(FAMILY_FIXTURES.llama!);
+      breakIt(fx.dir);
+      await expect(Engine.load(fx.dir, { threads: 1 })).rejects.toThrow(message);
+    }
+    // Safetensors headers, rewritten field by field.
+    const rewrite = (edit: (header: Record<string, any>) => void) => {
+      const fx = makeFixture(FAMILY_FIXTURES.llama!);
+      const file = path.join(fx.dir, 'model.safetensors');
+      const buf = fs.readFileSync(file);
+      const len = Number(buf.readBigUInt64LE(0));
+      const header = JSON.parse(buf.subarray(8, 8 + len).toString('utf8'));
+      edit(header);
+      const text = Buffer.from(JSON.stringify(header));
+      const prefix = Buffer.alloc(8);
+      prefix.writeBigUInt64LE(BigInt(text.length));
+      fs.writeFileSync(file, Buffer.concat([prefix, text, buf.subarray(8 + len)]));
+      return () => new SafetensorsCheckpoint(fx.dir);
+    };
+    const first = (h: Record<string, any>) => h[Object.keys(h).find((k) => k !== '__metadata__')!];
+    expect(rewrite((h) => (first(h).shape = 'wide'))).toThrow(/tensor .*: shape "wide" is not a list of sizes/);
+    expect(rewrite((h) => (first(h).data_offsets = [-8, first(h).data_offsets[1] - 8]))).toThrow(
+      /data_offsets \[-8,.*\] are not \[begin, end\]/,
+    );
+    expect(rewrite((h) => (first(h).dtype = 'I8'))).toThrow(/dtype "I8" is not supported/);
+    expect(rewrite((h) => (first(h).shape = [1, 2]))).toThrow(/disagrees with shape \[1,2\] F32/);
   });
 });
 

@@ -1,8 +1,8 @@
 // The default model and the command line, as a person on a fresh machine meets them.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ensureCheckpoint, loadModel, readRepository } from '../src/repository.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
@@ -204,4 +204,52 @@ describe('the README settings table', () => {
       }
     }
   });
+});
+
+describe('the model repository', () => {
+  it('refuses unknown keys and wrong types in a model file, naming the file and the key', () => {
+    const dir = tempDir('repo');
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ path: 'x', maxBatchToken: 512 }, /m\.json: maxBatchToken is not a setting ctxprobe knows/],
+      [{ path: 'x', threads: '2' }, /m\.json: threads must be integer/],
+      [{ path: 'x', dtype: 'fp16' }, /m\.json: dtype must be equal to one of the allowed values/],
+      [{ name: 'm' }, /m\.json: path is required/],
+      [{ path: 'x', synthetic: { family: 'llama', hidden: 8 } }, /m\.json: synthetic\.layers is required/],
+    ];
+    for (const [entry, message] of cases) {
+      fs.writeFileSync(path.join(dir, 'm.json'), JSON.stringify(entry));
+      expect(() => readRepository(dir)).toThrow(message);
+    }
+    fs.writeFileSync(path.join(dir, 'm.json'), '{"path": ');
+    expect(() => readRepository(dir)).toThrow(/m\.json: not valid JSON/);
+  });
+
+  it('generates the default model atomically: a process killed at any point leaves no half checkpoint', async () => {
+    const dir = tempDir('atomic');
+    const entry = {
+      name: 'd',
+      path: path.join(dir, 'default'),
+      synthetic: { ...FAMILY_FIXTURES.llama!, hidden: 256, intermediate: 1024, layers: 6, vocab: 600 },
+    };
+    const script = `import('${pathToFileURL(path.join(root, 'dist/src/repository.js')).href}').then((m) => m.ensureCheckpoint(${JSON.stringify(entry)}))`;
+    for (const killAfterMs of [60, 150, 250, 350]) {
+      const child = spawn(process.execPath, ['-e', script], { stdio: 'ignore' });
+      const exited = new Promise((r) => child.on('exit', r));
+      await new Promise((r) => setTimeout(r, killAfterMs));
+      child.kill('SIGKILL');
+      await exited;
+      // Either nothing is there yet, or a whole checkpoint is.
+      if (fs.existsSync(entry.path)) {
+        expect(fs.readdirSync(entry.path).sort()).toEqual(['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']);
+        fs.rmSync(entry.path, { recursive: true });
+      }
+    }
+    // An interrupted writer of an older version left a folder without config.json: replaced.
+    fs.mkdirSync(entry.path, { recursive: true });
+    fs.writeFileSync(path.join(entry.path, 'model.safetensors'), 'partial');
+    ensureCheckpoint(entry);
+    const m = await loadModel({ ...entry, threads: 1 });
+    expect(m.engine.info.layers).toBe(6);
+    await m.engine.release();
+  }, 60_000);
 });

@@ -269,7 +269,9 @@ describe('the rest of the HTTP surface', () => {
     );
     const after = await scrape(server.metricsPort!);
     const added = [...after.keys()].filter((k) => !before.has(k));
-    expect(added.length).toBeLessThan(20);
+    // One label value ('http other'): its counter and latency histogram, and nothing per path.
+    expect(added.length).toBeLessThan(40);
+    expect(added.filter((k) => k.includes('/x'))).toEqual([]);
     expect(
       after.get('ctxprobe_requests_total{method="http other",code="404"}')! -
         (before.get('ctxprobe_requests_total{method="http other",code="404"}') ?? 0),

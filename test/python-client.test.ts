@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModel, type LoadedModel } from '../src/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+import { makeCertificates } from './certs.js';
+import fs from 'node:fs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const python = process.env.CTXPROBE_PYTHON ?? '/usr/bin/python3';
@@ -56,5 +58,54 @@ describe.skipIf(!available)('Python client', () => {
     });
     const best = direct!.reduce((b, c, i) => (c.logprob > direct![b]!.logprob ? i : b), 0);
     expect(out.selected.acc).toBe(best);
+  });
+
+  it('reaches a server with mutual TLS and a bearer token, through its flags', async () => {
+    const certs = makeCertificates(tempDir('py-certs'));
+    const token = 'python-token-0123456789abcdef';
+    const tokenFile = path.join(tempDir('py-token'), 'token');
+    fs.writeFileSync(tokenFile, `# comment\n${token}\n`);
+    const secured = await CtxprobeServer.start({
+      port: 0,
+      metricsPort: -1,
+      tls: { cert: certs.serverCert, key: certs.serverKey, clientCa: certs.ca },
+      authTokens: [token],
+    });
+    secured.addModel(model);
+    secured.setServing();
+    try {
+      const run = (extra: string[]) =>
+        promisify(execFile)(
+          python,
+          [
+            path.join(root, 'examples/python/ctxprobe_client.py'),
+            '--address',
+            `127.0.0.1:${secured.port}`,
+            '--server-name',
+            'localhost',
+            '--context',
+            'User: Hi Bot:',
+            '--continuation',
+            ' hello',
+            ...extra,
+          ],
+          { encoding: 'utf8', env: { ...process.env, CTXPROBE_STUBS: stubs } },
+        );
+      const tls = ['--tls-ca', certs.ca, '--tls-cert', certs.clientCert, '--tls-key', certs.clientKey];
+      const { stdout } = await run([...tls, '--token-file', tokenFile]);
+      const [direct] = await model.scorer.loglikelihood([{ context: 'User: Hi Bot:', continuations: [' hello'] }]);
+      expect(Math.abs(JSON.parse(stdout).scores[0].logprob - direct![0]!.logprob)).toBeLessThan(1e-5);
+      await expect(run(tls)).rejects.toThrow(/UNAUTHENTICATED/);
+    } finally {
+      await secured.drain();
+    }
+  });
+
+  it('generate.sh finds the Python that has grpc_tools without being told', () => {
+    const env = { ...process.env };
+    delete env.PYTHON;
+    const out = execFileSync('bash', [path.join(root, 'examples/python/generate.sh'), tempDir('pystubs2')], { env, encoding: 'utf8' });
+    const chosen = /\(for (.+)\)/.exec(out)![1]!;
+    expect(() => execFileSync(chosen, ['-c', 'import grpc_tools.protoc'], { stdio: 'ignore' })).not.toThrow();
   });
 });

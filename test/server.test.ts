@@ -5,6 +5,7 @@ import { loadModel, type LoadedModel } from '../src/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { healthClient, reflectionClient, scoringClient, scrape, unary } from './helpers.js';
+import { loadPackage } from '../src/grpc/proto.js';
 import { rng } from '../src/model/synthetic.js';
 
 let llama: LoadedModel;
@@ -245,5 +246,34 @@ describe('gRPC Scoring service', () => {
     reflection.close();
     expect(services).toContain('ctxprobe.v1.Scoring');
     expect(services).toContain('grpc.health.v1.Health');
+  });
+});
+
+describe('bytes a client library would not send', () => {
+  it('refuses invalid UTF-8 in a string field, naming it, where protobuf would decode U+FFFD', async () => {
+    const { def } = loadPackage();
+    const method = (def['ctxprobe.v1.Scoring'] as any).Score;
+    const encoded: Buffer = method.requestSerialize({ items: [{ id: 'x', contextText: 'Hello QQQQ', continuationsText: [' world'] }] });
+    const at = encoded.indexOf('QQQQ');
+    encoded.fill(0xff, at, at + 4); // never valid UTF-8
+    const raw = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+    const err: any = await new Promise((resolve) =>
+      raw.makeUnaryRequest(
+        '/ctxprobe.v1.Scoring/Score',
+        (b: Buffer) => b,
+        method.responseDeserialize,
+        encoded,
+        (e) => resolve(e),
+      ),
+    );
+    raw.close();
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/^items\[0\]\.context_text: is not valid UTF-8/);
+  });
+
+  it('refuses a NaN min_k_percent instead of using 20', async () => {
+    const err = await unary(client, 'ScoreRolling', { items: [{ text: 'Once upon a time', minKPercent: NaN }] }).catch((e) => e);
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/^items\[0\]\.min_k_percent: must be in \(0, 100\]/);
   });
 });

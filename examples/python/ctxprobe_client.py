@@ -3,9 +3,15 @@
     examples/python/generate.sh                  # once: stubs into examples/python/generated
     python3 examples/python/ctxprobe_client.py --context "User: Hi Bot:" --continuation " hello" " bye"
 
+A secured server (TLS, mutual TLS, bearer token):
+
+    python3 examples/python/ctxprobe_client.py --address host:50051 --tls-ca ca.pem \
+        [--tls-cert client.pem --tls-key client.key] [--server-name NAME] --token-file token ...
+    (or CTXPROBE_TOKEN_FILE / CTXPROBE_TLS_CA / … in the environment)
+
 As a library:
 
-    client = Client("127.0.0.1:50051")
+    client = Client("127.0.0.1:50051", tls_ca="ca.pem", token="…")
     scores = client.score("User: Hi Bot:", [" hello", " bye"])       # one context, several continuations
     answers = client.score_stream(items)                              # thousands of items, answers as they come
     best = select(scores)                                             # CHARPEval-style selection: acc and acc_norm
@@ -47,26 +53,59 @@ def _item(item_id, context, continuations, top_k=0, add_bos=False):
     return item
 
 
+class _BearerToken(grpc.AuthMetadataPlugin):
+    def __init__(self, token):
+        self.token = token
+
+    def __call__(self, context, callback):
+        callback((("authorization", f"Bearer {self.token}"),), None)
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class Client:
-    def __init__(self, address="127.0.0.1:50051", model=""):
-        self.channel = grpc.insecure_channel(address)
+    """A connection to a ctxprobe server. With `tls_ca` the channel is TLS, verified
+    against that CA (`tls_cert` / `tls_key`: a client identity for mutual TLS;
+    `server_name`: the name in the server's certificate when the address is not it).
+    `token`: sent as `authorization: Bearer <token>` on every call (gRPC sends call
+    credentials over TLS only; use `insecure_token=True` for a plaintext test server)."""
+
+    def __init__(self, address="127.0.0.1:50051", model="", tls_ca=None, tls_cert=None, tls_key=None, server_name=None, token=None):
+        self.metadata = ()
+        options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+        if tls_ca:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_ca),
+                private_key=_read(tls_key) if tls_key else None,
+                certificate_chain=_read(tls_cert) if tls_cert else None,
+            )
+            if token:
+                creds = grpc.composite_channel_credentials(creds, grpc.metadata_call_credentials(_BearerToken(token)))
+            self.channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            self.channel = grpc.insecure_channel(address, options=options)
+            if token:
+                self.metadata = (("authorization", f"Bearer {token}"),)
         self.stub = rpc.ScoringStub(self.channel)
         self.model = model
 
     def models(self):
-        return [m.name for m in self.stub.ListModels(pb.ListModelsRequest()).models]
+        return [m.name for m in self.stub.ListModels(pb.ListModelsRequest(), metadata=self.metadata).models]
 
     def score(self, context, continuations, top_k=0, add_bos=False, timeout=None):
         """Log-likelihood of each continuation after the context (text or token ids)."""
         req = pb.ScoreRequest(model=self.model, items=[_item("0", context, continuations, top_k, add_bos)])
-        res = self.stub.Score(req, timeout=timeout)
+        res = self.stub.Score(req, timeout=timeout, metadata=self.metadata)
         return [_continuation(c) for c in res.items[0].continuations]
 
     def score_stream(self, items):
         """items: iterable of (id, context, continuations). Returns {id: [scores]} or raises on a bad item."""
         requests = (pb.StreamScoreRequest(model=self.model, item=_item(i, ctx, conts)) for i, ctx, conts in items)
         answers = {}
-        for res in self.stub.ScoreStream(requests):
+        for res in self.stub.ScoreStream(requests, metadata=self.metadata):
             if res.error_code:
                 raise ValueError(f"item {res.item.id}: {res.error_message}")
             answers[res.item.id] = [_continuation(c) for c in res.item.continuations]
@@ -76,7 +115,7 @@ class Client:
         req = pb.RollingRequest(model=self.model, items=[pb.RollingItem(id=str(i), text=t, min_k_percent=min_k_percent) for i, t in enumerate(texts)])
         return [
             {"logprob": r.logprob, "num_tokens": r.num_tokens, "mean_loss": r.mean_loss, "perplexity": r.perplexity, "min_k_logprob": r.min_k_logprob}
-            for r in self.stub.ScoreRolling(req).items
+            for r in self.stub.ScoreRolling(req, metadata=self.metadata).items
         ]
 
     def close(self):
@@ -97,8 +136,22 @@ def main():
     parser.add_argument("--context", default="")
     parser.add_argument("--continuation", nargs="+", required=True)
     parser.add_argument("--stream", action="store_true", help="send through ScoreStream, one item per continuation")
+    env = os.environ.get
+    parser.add_argument("--tls-ca", default=env("CTXPROBE_TLS_CA"), help="PEM CA of the server: connect over TLS")
+    parser.add_argument("--tls-cert", default=env("CTXPROBE_TLS_CERT"), help="PEM client certificate (mutual TLS)")
+    parser.add_argument("--tls-key", default=env("CTXPROBE_TLS_KEY"), help="PEM key of --tls-cert")
+    parser.add_argument("--server-name", default=env("CTXPROBE_SERVER_NAME"), help="the name in the server certificate")
+    parser.add_argument("--token-file", default=env("CTXPROBE_TOKEN_FILE"), help="bearer token (first line of the file)")
     args = parser.parse_args()
-    client = Client(args.address, args.model)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    token = None
+    if args.token_file:
+        with open(args.token_file) as f:
+            token = next((line.strip() for line in f if line.strip() and not line.startswith("#")), None)
+        if not token:
+            parser.error(f"--token-file {args.token_file} holds no token")
+    client = Client(args.address, args.model, args.tls_ca, args.tls_cert, args.tls_key, args.server_name, token)
     if args.stream:
         answers = client.score_stream((str(i), args.context, [c]) for i, c in enumerate(args.continuation))
         scores = [answers[str(i)][0] for i in range(len(args.continuation))]

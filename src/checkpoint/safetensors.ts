@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { ExternalTensor } from '../graph/builder.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16, type DTypeName } from '../dtypes.js';
 import { CheckpointError } from '../errors.js';
+import { readJsonObject } from './files.js';
 
 const DTYPES: Record<string, { name: DTypeName; bytes: number }> = {
   F32: { name: 'float32', bytes: 4 },
@@ -42,27 +43,39 @@ export class SafetensorsCheckpoint {
       const size = fs.fstatSync(fd).size;
       const lenBuf = Buffer.alloc(8);
       fs.readSync(fd, lenBuf, 0, 8, 0);
-      const headerLen = Number(lenBuf.readBigUInt64LE(0));
-      if (headerLen <= 0 || 8 + headerLen > size) throw new CheckpointError(`${file}: not a safetensors file (header length ${headerLen})`);
+      const headerLen = size >= 8 ? Number(lenBuf.readBigUInt64LE(0)) : 0;
+      // The format caps the header at 100 MB; a larger length is not a safetensors file.
+      if (headerLen <= 0 || headerLen > 100_000_000 || 8 + headerLen > size)
+        throw new CheckpointError(`${file}: not a safetensors file (header length ${headerLen}, file ${size} bytes)`);
       const headerBuf = Buffer.alloc(headerLen);
       fs.readSync(fd, headerBuf, 0, headerLen, 8);
-      let header: Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+      let header: unknown;
       try {
         header = JSON.parse(headerBuf.toString('utf8'));
       } catch {
         throw new CheckpointError(`${file}: safetensors header is not JSON`);
       }
-      for (const [name, info] of Object.entries(header)) {
+      if (header === null || typeof header !== 'object' || Array.isArray(header))
+        throw new CheckpointError(`${file}: safetensors header is not a JSON object`);
+      const dataBytes = size - 8 - headerLen;
+      for (const [name, info] of Object.entries(header as Record<string, any>)) {
         if (name === '__metadata__') continue;
+        const bad = (what: string) => new CheckpointError(`${file}: tensor ${name}: ${what}`);
+        if (info === null || typeof info !== 'object') throw bad('its header entry is not an object');
         const dtype = DTYPES[info.dtype];
-        if (!dtype) throw new CheckpointError(`${file}: tensor ${name} has dtype ${info.dtype}; supported: F32, F16, BF16`);
-        const [begin, end] = info.data_offsets;
-        const count = info.shape.reduce((a, b) => a * b, 1);
-        if (end - begin !== count * dtype.bytes || 8 + headerLen + end > size) {
-          throw new CheckpointError(
-            `${file}: tensor ${name} data (${end - begin} bytes) disagrees with shape [${info.shape}] ${info.dtype}`,
-          );
+        if (!dtype) throw bad(`dtype ${JSON.stringify(info.dtype)} is not supported (F32, F16, BF16)`);
+        const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+        if (!Array.isArray(info.shape) || !info.shape.every(isCount))
+          throw bad(`shape ${JSON.stringify(info.shape)} is not a list of sizes`);
+        const offsets = info.data_offsets;
+        if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every(isCount) || offsets[1]! < offsets[0]!)
+          throw bad(`data_offsets ${JSON.stringify(offsets)} are not [begin, end] byte offsets`);
+        const [begin, end] = offsets as [number, number];
+        const count = (info.shape as number[]).reduce((a, b) => a * b, 1);
+        if (end - begin !== count * dtype.bytes) {
+          throw bad(`data (${end - begin} bytes) disagrees with shape [${info.shape}] ${info.dtype} (${count * dtype.bytes} bytes)`);
         }
+        if (end > dataBytes) throw bad(`data ends at byte ${end} of ${dataBytes}: the file is truncated`);
         this.tensors.set(name, {
           dtype: dtype.name,
           shape: info.shape,
@@ -115,8 +128,14 @@ export class SafetensorsCheckpoint {
 function weightFiles(dir: string): string[] {
   const index = path.join(dir, 'model.safetensors.index.json');
   if (fs.existsSync(index)) {
-    const map: Record<string, string> = JSON.parse(fs.readFileSync(index, 'utf8')).weight_map ?? {};
-    const files = [...new Set(Object.values(map))];
+    const map: unknown = readJsonObject(index).weight_map ?? {};
+    if (
+      map === null ||
+      typeof map !== 'object' ||
+      Object.values(map).some((f) => typeof f !== 'string' || f.includes('..') || path.isAbsolute(f))
+    )
+      throw new CheckpointError(`${index}: weight_map must map tensor names to file names in the folder`);
+    const files = [...new Set(Object.values(map as Record<string, string>))];
     if (files.length === 0) throw new CheckpointError(`${index}: empty weight_map`);
     return files.map((f) => path.join(dir, f));
   }

@@ -4,6 +4,8 @@
 import * as grpc from '@grpc/grpc-js';
 import type { CallContext, Service } from '../serving/service.js';
 import { codeName, toStatus } from './status.js';
+import { invalidTextField } from './strict-utf8.js';
+import { InvalidArgumentError } from '../errors.js';
 
 /** The parts of a server call that cancellation needs (unary, streaming, duplex). */
 type Cancellable = {
@@ -20,6 +22,13 @@ export function callContext(call: Cancellable): CallContext {
   return { signal: controller.signal, deadline: deadline instanceof Date ? deadline.getTime() : Number(deadline) };
 }
 
+/** A decoded message, or INVALID_ARGUMENT naming its first string that was not UTF-8. */
+export function checkedText<T>(message: T, prefix = ''): T {
+  const field = invalidTextField(message);
+  if (field) throw new InvalidArgumentError(prefix + field, 'is not valid UTF-8');
+  return message;
+}
+
 export function unary<Req, Res>(
   service: Service,
   method: string,
@@ -28,7 +37,7 @@ export function unary<Req, Res>(
   return (call, callback) => {
     const record = service.begin(method);
     Promise.resolve()
-      .then(() => body(call.request, callContext(call)))
+      .then(() => body(checkedText(call.request), callContext(call)))
       .then(
         (response) => {
           record.end(codeName(grpc.status.OK));

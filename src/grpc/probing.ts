@@ -9,7 +9,7 @@ import type { ProbingHandlers } from './generated/ctxprobe/v1/Probing.js';
 import type { ProbeSample__Output } from './generated/ctxprobe/v1/ProbeSample.js';
 import type { Matrix } from './generated/ctxprobe/v1/Matrix.js';
 import type { SampleProbe as SampleProbeMessage } from './generated/ctxprobe/v1/SampleProbe.js';
-import { callContext, unary } from './calls.js';
+import { callContext, checkedText, unary } from './calls.js';
 import { codeName, toStatus } from './status.js';
 
 const REDUCERS: Record<string, Reducer | undefined> = {
@@ -66,6 +66,7 @@ export function probingService(service: Service): ProbingHandlers {
       const req = call.request;
       Promise.resolve()
         .then(async () => {
+          checkedText(req);
           const m = service.model(req.model);
           if (!req.sample) throw new InvalidArgumentError('sample', 'required');
           const half = req.dtype === 'ATTENTION_FLOAT16';

@@ -5,6 +5,7 @@ import { PACKAGE_ROOT } from '../paths.js';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { ProtoGrpcType } from './generated/ctxprobe.js';
+import { installStrictUtf8 } from './strict-utf8.js';
 
 export const PROTO_DIR = path.join(PACKAGE_ROOT, 'proto');
 export const PROTO_FILE = 'ctxprobe/v1/ctxprobe.proto';
@@ -20,6 +21,7 @@ export const LOADER_OPTIONS: protoLoader.Options = {
 
 /** The package, typed by the types generated from the same proto (scripts/proto-types.mjs). */
 export function loadPackage() {
+  installStrictUtf8();
   const def = protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS);
   const pkg = grpc.loadPackageDefinition(def) as unknown as ProtoGrpcType;
   return { def, v1: pkg.ctxprobe.v1 };

@@ -8,7 +8,7 @@ import type { ScoringHandlers } from './generated/ctxprobe/v1/Scoring.js';
 import type { ScoreItem__Output } from './generated/ctxprobe/v1/ScoreItem.js';
 import type { ContinuationScore as ContinuationScoreMessage } from './generated/ctxprobe/v1/ContinuationScore.js';
 import type { StreamScoreResponse } from './generated/ctxprobe/v1/StreamScoreResponse.js';
-import { callContext, unary } from './calls.js';
+import { callContext, checkedText, unary } from './calls.js';
 import { codeName, toStatus } from './status.js';
 
 export function scoringService(service: Service): ScoringHandlers {
@@ -37,7 +37,8 @@ export function scoringService(service: Service): ScoringHandlers {
       const m = service.model(req.model);
       service.checkItems(req.items.length);
       const requests: RollingRequest[] = req.items.map((item, i) => {
-        const minKPercent = item.minKPercent || undefined;
+        // 0 is proto3's "unset"; anything else (NaN included) is checked as given.
+        const minKPercent = item.minKPercent === 0 ? undefined : item.minKPercent;
         if (item.input === 'text') return { text: item.text!, minKPercent };
         if (item.input === 'tokenIds') return { text: item.tokenIds!.ids, minKPercent };
         throw new InvalidArgumentError(`items[${i}]`, 'set text or token_ids');
@@ -78,6 +79,7 @@ export function scoringService(service: Service): ScoringHandlers {
         let model = msg.model;
         Promise.resolve()
           .then(async (): Promise<StreamScoreResponse> => {
+            checkedText(msg, `message ${index}: `);
             const m = service.model(msg.model);
             model = m.entry.name;
             if (!msg.item) throw new InvalidArgumentError(`message ${index}: item`, 'required');

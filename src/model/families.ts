@@ -8,6 +8,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { CheckpointError } from '../errors.js';
+import { readJsonObject } from '../checkpoint/files.js';
 
 export type NormKind = 'rms' | 'layer';
 export type Activation = 'silu' | 'gelu_tanh' | 'gelu';
@@ -382,5 +383,5 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
 export function readModelConfig(dir: string): ModelConfig {
   const file = path.join(dir, 'config.json');
   if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no config.json`);
-  return parseModelConfig(JSON.parse(fs.readFileSync(file, 'utf8')), file);
+  return parseModelConfig(readJsonObject(file), file);
 }
