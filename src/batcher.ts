@@ -45,6 +45,7 @@ export class Batcher {
   private readonly queue: Job[] = [];
   private queuedTokens = 0;
   private running = false;
+  private runningJobs: Job[] = [];
   private timer: NodeJS.Timeout | undefined;
   private idleWaiters: (() => void)[] = [];
 
@@ -107,6 +108,21 @@ export class Batcher {
     };
   }
 
+  /** Refuse everything still queued with `reason` (a drain that ran out of time); the
+   * running round, if any, stops at its next pass when all of its jobs are refused. */
+  abortAll(reason: Error): void {
+    for (const job of this.queue.splice(0)) {
+      this.dequeued(job);
+      job.cancelled = true;
+      job.reject(reason);
+    }
+    for (const job of this.runningJobs) {
+      job.cancelled = true;
+      job.reject(reason);
+    }
+    this.schedule();
+  }
+
   /** Resolves once the queue is empty and no round is running (for draining). */
   idle(): Promise<void> {
     if (!this.running && this.queue.length === 0) return Promise.resolve();
@@ -147,6 +163,7 @@ export class Batcher {
       jobs.push(job);
       tokens += job.tokens;
     }
+    this.runningJobs = jobs;
     const now = performance.now();
     const units = jobs.reduce((n, j) => n + jobItems(j), 0);
     for (const j of jobs) this.metrics?.queueWaitSeconds.observe({ model: this.model }, (now - j.enqueuedAt) / 1000);
@@ -159,6 +176,7 @@ export class Batcher {
       this.metrics?.unitsInFlight.dec({ model: this.model }, units);
       this.metrics?.forwardSeconds.observe({ model: this.model }, (performance.now() - now) / 1000);
       this.running = false;
+      this.runningJobs = [];
       this.schedule();
     }
   }
@@ -181,6 +199,7 @@ export class Batcher {
     } catch (err) {
       if (live.length === 1) return live[0]!.reject(err);
       for (const j of live) {
+        if (j.cancelled) continue; // already answered (cancelled or refused)
         try {
           j.resolve(await this.scoreJobs([j]));
         } catch (e) {

@@ -131,6 +131,12 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       .env('CTXPROBE_MAX_MESSAGE_BYTES'),
   )
   .addOption(
+    new Option('--drain-timeout-ms <ms>', 'on SIGTERM, how long queued and running calls may take before they are refused')
+      .default(30_000)
+      .argParser(int('drain-timeout-ms'))
+      .env('CTXPROBE_DRAIN_TIMEOUT_MS'),
+  )
+  .addOption(
     new Option('--log-level <level>', 'debug logs one line per call').choices(['debug', 'info']).default('info').env('CTXPROBE_LOG_LEVEL'),
   )
   .action(async (flags) => {
@@ -170,17 +176,22 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       auth: authTokens.length > 0 ? 'bearer' : 'off',
       health: 'NOT_SERVING',
     });
+    // SIGTERM drains: health NOT_SERVING, new calls UNAVAILABLE, queued and running calls
+    // finish — for at most --drain-timeout-ms, after which what is left is refused and
+    // every connection closed. A second signal exits at once.
     let stopping = false;
     const stop = async (signal: string) => {
-      if (stopping) return;
+      if (stopping) {
+        log({ level: 'warn', event: 'stopped', signal, how: 'second signal: exiting at once' });
+        process.exit(0);
+      }
       stopping = true;
-      log({ level: 'info', event: 'draining', signal });
-      await server.close();
-      log({ level: 'info', event: 'stopped' });
+      log({ level: 'info', event: 'draining', signal, deadlineMs: flags.drainTimeoutMs });
+      const how = await server.close(flags.drainTimeoutMs);
+      log({ level: how === 'drained' ? 'info' : 'warn', event: 'stopped', how });
       process.exit(0);
     };
-    process.once('SIGTERM', () => void stop('SIGTERM'));
-    process.once('SIGINT', () => void stop('SIGINT'));
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void stop(signal));
     for (const entry of entriesFrom(flags)) {
       const m = await loadModel(entry);
       log({

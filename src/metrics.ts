@@ -18,6 +18,7 @@ export class Metrics {
   readonly unitsQueued: client.Gauge<'model'>;
   readonly unitsInFlight: client.Gauge<'model'>;
   readonly modelLoadSeconds: client.Gauge<'model'>;
+  readonly callsInFlight: client.Gauge;
 
   constructor() {
     const registers = [this.registry];
@@ -91,6 +92,11 @@ export class Metrics {
       name: 'ctxprobe_in_flight_items',
       help: 'Scored sequences in the running round',
       labelNames: ['model'],
+      registers,
+    });
+    this.callsInFlight = new client.Gauge({
+      name: 'ctxprobe_calls_in_flight',
+      help: 'Calls (gRPC and HTTP) being answered; a drain waits for them',
       registers,
     });
     this.modelLoadSeconds = new client.Gauge({

@@ -152,9 +152,26 @@ export class CtxprobeServer {
     await this.metricsServer?.close();
   }
 
-  /** Drain, then release the models' sessions. */
-  async close(): Promise<void> {
-    await this.drain();
-    await Promise.all([...this.models.values()].map((m) => m.engine.release()));
+  /** Drain, then release the models' sessions. With `deadlineMs`, whatever is still
+   * running then is refused, every connection closed, and close returns anyway. */
+  async close(deadlineMs = Infinity): Promise<'drained' | 'forced'> {
+    let timer: NodeJS.Timeout | undefined;
+    const outOfTime = new Promise<'forced'>((resolve) => {
+      if (Number.isFinite(deadlineMs)) timer = setTimeout(() => resolve('forced'), deadlineMs);
+    });
+    const how = await Promise.race([this.drain().then(() => 'drained' as const), outOfTime]);
+    clearTimeout(timer);
+    if (how === 'forced') this.forceClose();
+    else await Promise.all([...this.models.values()].map((m) => m.engine.release()));
+    return how;
+  }
+
+  /** Refuse queued and running work and drop every connection, at once. */
+  forceClose(): void {
+    this.service.abortAll();
+    this.grpcServer.forceShutdown();
+    this.httpApp?.server.closeAllConnections();
+    void this.httpApp?.close();
+    void this.metricsServer?.close();
   }
 }

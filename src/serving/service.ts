@@ -14,6 +14,8 @@ import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } fro
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring/requests.js';
 import type { Prepared } from '../scoring/units.js';
 
+const DEADLINE_SLACK_MS = 20;
+
 export interface ServedModel extends LoadedModel {
   batcher: Batcher;
 }
@@ -81,6 +83,13 @@ export class Service {
     while (this.inFlight > 0) await new Promise((r) => setTimeout(r, 5));
   }
 
+  /** A drain out of time: refuse all queued and running work (UNAVAILABLE: retry elsewhere). */
+  abortAll(): void {
+    this.draining = true;
+    const reason = new UnavailableError('server is shutting down: the drain deadline passed; retry on another replica');
+    for (const m of this.models.values()) m.batcher.abortAll(reason);
+  }
+
   /** What health checks report: SERVING once loaded, until draining starts. */
   health(): 'SERVING' | 'NOT_SERVING' {
     return this.loading || this.draining ? 'NOT_SERVING' : 'SERVING';
@@ -95,12 +104,14 @@ export class Service {
   begin(method: string): CallRecord {
     const started = performance.now();
     this.inFlight++;
+    this.metrics.callsInFlight.inc();
     let ended = false;
     return {
       end: (code, err) => {
         if (ended) return;
         ended = true;
         this.inFlight--;
+        this.metrics.callsInFlight.dec();
         const seconds = (performance.now() - started) / 1000;
         this.metrics.requests.inc({ method, code });
         this.metrics.requestSeconds.observe({ method }, seconds);
@@ -295,7 +306,9 @@ export class Service {
     try {
       return await submitted.result;
     } catch (err) {
-      if (err instanceof CancelledError && (expired || Date.now() >= deadline)) throw new DeadlineExceededError();
+      // grpc-js cancels a call at its deadline, sometimes a little before our own timer:
+      // a cancellation that close to the deadline is the deadline.
+      if (err instanceof CancelledError && (expired || Date.now() >= deadline - DEADLINE_SLACK_MS)) throw new DeadlineExceededError();
       throw err;
     } finally {
       clearTimeout(timer);

@@ -1,0 +1,130 @@
+// A drain that always ends, and counters that stay true: SIGTERM against the real CLI
+// with connections that never close and streams that never half-close; cancelled
+// streams and expired deadlines as the metrics record them.
+import net from 'node:net';
+import * as grpc from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadPackage } from '../src/grpc/proto.js';
+import { loadModel, type LoadedModel } from '../src/repository.js';
+import { CtxprobeServer } from '../src/server.js';
+import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
+import { scrape } from './helpers.js';
+import { serveCli } from './cli-serve.js';
+
+let modelDir: string;
+beforeAll(() => {
+  modelDir = makeFixture(FAMILY_FIXTURES.llama!).dir;
+});
+
+/** A TCP connection that speaks the HTTP/2 preface and then says nothing, ever. */
+function silentHttp2(port: number): Promise<net.Socket> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1', () => {
+      socket.write('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+      socket.write(Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])); // an empty SETTINGS frame
+      resolve(socket);
+    });
+    socket.on('error', () => {});
+  });
+}
+
+/** A ScoreStream that sends one item and never half-closes. */
+function openStream(port: number) {
+  const { v1 } = loadPackage();
+  const client = new v1.Scoring(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  const stream = client.ScoreStream();
+  stream.on('error', () => {});
+  stream.on('data', () => {});
+  stream.write({ item: { id: 'a', contextText: 'Hello', continuationsText: [' world'] } });
+  return { client, stream };
+}
+
+describe('SIGTERM', () => {
+  it('ends within the drain deadline despite a silent connection and a stream that never half-closes', async () => {
+    const s = await serveCli(modelDir, ['--drain-timeout-ms', '800']);
+    const socket = await silentHttp2(s.grpcPort);
+    const { client } = openStream(s.grpcPort);
+    await new Promise((r) => setTimeout(r, 200));
+    const started = Date.now();
+    const code = await s.stop();
+    const took = Date.now() - started;
+    expect(code).toBe(0);
+    expect(took).toBeLessThan(800 + 2000);
+    expect(took).toBeGreaterThanOrEqual(700); // it did wait for the drain first
+    expect(s.lines.find((l) => l.event === 'stopped')!.how).toBe('forced');
+    socket.destroy();
+    client.close();
+  });
+
+  it('a second SIGTERM exits at once', async () => {
+    const s = await serveCli(modelDir, ['--drain-timeout-ms', '60000']);
+    const { client } = openStream(s.grpcPort);
+    await new Promise((r) => setTimeout(r, 200));
+    s.child.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    const started = Date.now();
+    const code = await s.stop();
+    expect(code).toBe(0);
+    expect(Date.now() - started).toBeLessThan(1000);
+    expect(s.lines.some((l) => /second signal/.test(l.how ?? ''))).toBe(true);
+    client.close();
+  });
+});
+
+describe('counters that stay true', () => {
+  let model: LoadedModel;
+  let server: CtxprobeServer;
+  beforeAll(async () => {
+    model = await loadModel({ name: 'm', path: modelDir, threads: 1 });
+    // A long queue delay keeps work queued while streams are cancelled and deadlines pass.
+    server = await CtxprobeServer.start({ port: 0, metricsPort: 0, batcher: { maxQueueDelayMs: 400 } });
+    server.addModel(model);
+    server.setServing();
+  });
+  afterAll(async () => server?.close());
+
+  it('counts a cancelled ScoreStream once, whatever it had pending, and calls in flight return to 0', async () => {
+    const before = await scrape(server.metricsPort!);
+    const streams = Array.from({ length: 3 }, () => {
+      const { client, stream } = openStream(server.port);
+      for (let i = 0; i < 30; i++) stream.write({ item: { id: `p${i}`, contextText: 'Hi', continuationsText: [` there ${i}`] } });
+      return { client, stream };
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    for (const { stream, client } of streams) {
+      stream.cancel();
+      client.close();
+    }
+    await new Promise((r) => setTimeout(r, 900));
+    const after = await scrape(server.metricsPort!);
+    const delta = (k: string) => (after.get(k) ?? 0) - (before.get(k) ?? 0);
+    expect(delta('ctxprobe_requests_total{method="ScoreStream",code="CANCELLED"}')).toBe(3);
+    expect(delta('ctxprobe_requests_total{method="ScoreStream",code="OK"}')).toBe(0);
+    expect(after.get('ctxprobe_calls_in_flight')).toBe(0);
+    expect(after.get('ctxprobe_queued_items{model="m"}')).toBe(0);
+  });
+
+  it('records an expired deadline as DEADLINE_EXCEEDED, not CANCELLED', async () => {
+    const before = await scrape(server.metricsPort!);
+    const { v1 } = loadPackage();
+    const client = new v1.Scoring(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+    const calls = Array.from(
+      { length: 5 },
+      (_, i) =>
+        new Promise<grpc.ServiceError>((resolve) =>
+          client.Score(
+            { items: [{ contextText: 'Hello', continuationsText: [` w${i}`] }] },
+            { deadline: Date.now() + 50 + 20 * i },
+            (err) => resolve(err!),
+          ),
+        ),
+    );
+    for (const err of await Promise.all(calls)) expect(err.code).toBe(grpc.status.DEADLINE_EXCEEDED);
+    client.close();
+    await new Promise((r) => setTimeout(r, 600));
+    const after = await scrape(server.metricsPort!);
+    const delta = (k: string) => (after.get(k) ?? 0) - (before.get(k) ?? 0);
+    expect(delta('ctxprobe_requests_total{method="Score",code="DEADLINE_EXCEEDED"}')).toBe(5);
+    expect(delta('ctxprobe_requests_total{method="Score",code="CANCELLED"}')).toBe(0);
+  });
+});
