@@ -125,6 +125,30 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       .env('CTXPROBE_MAX_ITEMS'),
   )
   .addOption(
+    new Option('--max-text-bytes <n>', 'UTF-8 bytes of text (contexts, continuations, chunks, prompts) per request')
+      .default(8 * 2 ** 20)
+      .argParser(int('max-text-bytes'))
+      .env('CTXPROBE_MAX_TEXT_BYTES'),
+  )
+  .addOption(
+    new Option('--max-scored-tokens <n>', 'tokens whose log-prob one request asks for')
+      .default(2 ** 20)
+      .argParser(int('max-scored-tokens'))
+      .env('CTXPROBE_MAX_SCORED_TOKENS'),
+  )
+  .addOption(
+    new Option('--max-continuations <n>', 'continuations per Score item')
+      .default(256)
+      .argParser(int('max-continuations'))
+      .env('CTXPROBE_MAX_CONTINUATIONS'),
+  )
+  .addOption(
+    new Option('--tokenizer-workers <n>', 'worker threads that tokenise for each model (0: on the event loop)')
+      .default(1)
+      .argParser(int('tokenizer-workers'))
+      .env('CTXPROBE_TOKENIZER_WORKERS'),
+  )
+  .addOption(
     new Option('--max-message-bytes <n>', 'largest gRPC message, each way')
       .default(64 * 1024 * 1024)
       .argParser(int('max-message-bytes'))
@@ -162,6 +186,9 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       httpPort: flags.httpPort,
       maxMessageBytes: flags.maxMessageBytes,
       maxItemsPerRequest: flags.maxItems,
+      maxTextBytes: flags.maxTextBytes,
+      maxScoredTokens: flags.maxScoredTokens,
+      tokenizerWorkers: flags.tokenizerWorkers,
       batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
       log: serverLog,
     });
@@ -193,7 +220,7 @@ withModelFlags(program.command('serve').description('serve the models of a repos
     };
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void stop(signal));
     for (const entry of entriesFrom(flags)) {
-      const m = await loadModel(entry);
+      const m = await loadModel({ ...entry, maxContinuations: entry.maxContinuations ?? flags.maxContinuations });
       log({
         level: 'info',
         event: 'model_loaded',

@@ -1,6 +1,8 @@
-// The engine runs the scoring graph: one onnxruntime session per model. It knows rows,
-// positions and KV tensors; it knows nothing of text, requests or clients.
-import ort from 'onnxruntime-node';
+// The engine runs the scoring graph: one onnxruntime session per model (and a probe
+// session, built on first probe), hosted in a worker thread (session-host.ts) so passes
+// never hold the event loop. It knows rows, positions and KV; it knows nothing of text,
+// requests or clients.
+import { SessionHost, type HostTensor } from './session-host.js';
 import { SafetensorsCheckpoint } from './checkpoint/safetensors.js';
 import { readModelConfig, type ModelConfig } from './model/families.js';
 import { buildDecoderGraph } from './model/decoder.js';
@@ -17,10 +19,10 @@ export interface Row {
   pastRow: number;
 }
 
-/** KV cache of a prefix pass: per layer [rows, kv_heads, P, head_dim], right-padded. */
+/** KV cache of a prefix pass (per layer [rows, kv_heads, P, head_dim], right-padded),
+ * kept in the session host under `handle` until `Engine.dropPast`. */
 export interface PastKV {
-  keys: ort.Tensor[];
-  values: ort.Tensor[];
+  handle: number;
   validLengths: number[];
   length: number;
 }
@@ -91,13 +93,13 @@ export interface EngineInfo {
 }
 
 export class Engine {
-  private probeSession?: Promise<ort.InferenceSession>;
+  private probeSession?: Promise<void>;
 
   private constructor(
     readonly dir: string,
     readonly config: ModelConfig,
     readonly tokenizer: TextTokenizer,
-    private readonly session: ort.InferenceSession,
+    private readonly host: SessionHost,
     readonly device: ResolvedDevice,
     readonly info: EngineInfo,
     private readonly ckpt: SafetensorsCheckpoint,
@@ -110,7 +112,13 @@ export class Engine {
     const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId });
     const graph = buildDecoderGraph(config, ckpt, device.dtype);
     const started = performance.now();
-    const session = await createSession(graph.model, graph.weightsDir, device);
+    const host = new SessionHost();
+    try {
+      await host.create('scoring', graph.model, sessionOptions(graph.weightsDir, device));
+    } catch (e) {
+      await host.close();
+      throw e;
+    }
     const sessionSeconds = (performance.now() - started) / 1000;
     const info: EngineInfo = {
       family: config.spec.family,
@@ -127,28 +135,38 @@ export class Engine {
       graphNodes: graph.nodeCount,
       sessionSeconds,
     };
-    return new Engine(dir, config, tokenizer, session, device, info, ckpt);
+    return new Engine(dir, config, tokenizer, host, device, info, ckpt);
   }
 
   async release(): Promise<void> {
-    await this.session.release();
-    if (this.probeSession) await (await this.probeSession).release();
+    await this.tokenizer.close();
+    await this.host.close();
+  }
+
+  /** Free the KV of a prefix pass once no pass continues it. */
+  dropPast(past: PastKV): void {
+    this.host.dropPast(past.handle);
   }
 
   /** The probe graph's session, built on first use (it holds its own copy of the
    * prepacked weights, so servers that never probe never pay for it). */
-  private probeGraph(): Promise<ort.InferenceSession> {
+  private probeGraph(): Promise<void> {
     this.probeSession ??= (async () => {
       const graph = buildDecoderGraph(this.config, this.ckpt, this.device.dtype, probeTap());
-      return createSession(graph.model, graph.weightsDir, this.device);
+      await this.host.create('probe', graph.model, sessionOptions(graph.weightsDir, this.device));
     })();
     return this.probeSession;
+  }
+
+  /** The empty past (P = 0) that rows starting at position 0 continue. */
+  private get emptyPast(): { type: 'float32' | 'float16'; dims: number[] } {
+    return { type: kvDType(this.device.dtype), dims: [1, this.config.numKvHeads, 0, this.config.headDim] };
   }
 
   /** One probe pass over full sequences (no past): attention statistics per sample. */
   async probe(req: ProbeRequest): Promise<ProbeResult> {
     const c = this.config;
-    const session = await this.probeGraph();
+    await this.probeGraph();
     const B = req.rows.length;
     const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
     const inputIds = new BigInt64Array(B * T);
@@ -166,29 +184,30 @@ export class Engine {
       }),
     );
     const raw = req.raw ?? { layers: [], heads: [], queries: [] };
-    const i64 = (values: number[]) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), [values.length]);
-    const feeds: Record<string, ort.Tensor> = {
-      input_ids: new ort.Tensor('int64', inputIds, [B, T]),
-      position_ids: new ort.Tensor('int64', positionIds, [B, T]),
-      key_positions: new ort.Tensor('int64', keyPositions, [B, T]),
-      past_index: new ort.Tensor('int64', new BigInt64Array(B), [B]),
-      key_bin: new ort.Tensor('int64', keyBin, [B, T]),
-      query_weight: new ort.Tensor('float32', queryWeight, [B, T]),
+    const i64 = (values: number[]) => int64(BigInt64Array.from(values, BigInt), [values.length]);
+    const feeds: Record<string, HostTensor> = {
+      input_ids: int64(inputIds, [B, T]),
+      position_ids: int64(positionIds, [B, T]),
+      key_positions: int64(keyPositions, [B, T]),
+      past_index: int64(new BigInt64Array(B), [B]),
+      key_bin: int64(keyBin, [B, T]),
+      query_weight: { type: 'float32', data: queryWeight, dims: [B, T] },
       num_bins: i64([req.numBins]),
       raw_heads: i64(raw.heads),
       raw_queries: i64(raw.queries),
       // 1 + the most excluded keys of any row: the top keys always hold a kept one.
       probe_top_keys: i64([1 + Math.max(0, ...req.rows.map((r) => r.keyBins.filter((b) => b === req.numBins - 2).length))]),
     };
-    const past = this.emptyPast();
-    for (let i = 0; i < c.numLayers; i++) {
-      feeds[`past.${i}.key`] = past.keys[i]!;
-      feeds[`past.${i}.value`] = past.values[i]!;
-    }
     const names = ['probe.votes', 'probe.sink_votes', 'probe.mass', 'probe.sink_mass', 'heat.key_count'];
     for (const pool of ['max', 'mean']) names.push(`heat.${pool}.key_max`, `heat.${pool}.key_sum`);
     for (const l of raw.layers) names.push(`raw.${l}`);
-    const out = await session.run(feeds, names);
+    const { outputs: out } = await this.host.run({
+      session: 'probe',
+      feeds,
+      fetches: names,
+      numLayers: c.numLayers,
+      emptyPast: this.emptyPast,
+    });
     const f = (name: string) => out[name]!.data as Float32Array;
     return {
       T,
@@ -205,32 +224,12 @@ export class Engine {
     };
   }
 
-  private emptyPastCache?: PastKV;
-
-  /** An empty past (P = 0) for rows that start at position 0; made once, fed every pass. */
-  private emptyPast(): PastKV {
-    return (this.emptyPastCache ??= this.makeEmptyPast());
-  }
-
-  private makeEmptyPast(): PastKV {
-    const c = this.config;
-    const dims = [1, c.numKvHeads, 0, c.headDim];
-    const type = kvDType(this.device.dtype);
-    const t = () => new ort.Tensor(type, type === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
-    return {
-      keys: Array.from({ length: c.numLayers }, t),
-      values: Array.from({ length: c.numLayers }, t),
-      validLengths: [0],
-      length: 0,
-    };
-  }
-
   async forward(req: ForwardRequest): Promise<ForwardResult> {
     const c = this.config;
-    const past = req.past ?? this.emptyPast();
+    const past = req.past;
     const B = req.rows.length;
     const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
-    const P = past.length;
+    const P = past?.length ?? 0;
     if (req.keepPresent && P > 0) throw new Error('engine: present KV is only kept from a pass without past');
 
     const inputIds = new BigInt64Array(B * T);
@@ -239,7 +238,7 @@ export class Engine {
     const pastIndex = new BigInt64Array(B);
     req.rows.forEach((row, b) => {
       pastIndex[b] = BigInt(row.pastRow);
-      const valid = past.validLengths[row.pastRow] ?? 0;
+      const valid = past?.validLengths[row.pastRow] ?? 0;
       for (let j = 0; j < valid; j++) keyPositions[b * (P + T) + j] = BigInt(j);
       row.tokens.forEach((tok, t) => {
         inputIds[b * T + t] = BigInt(tok);
@@ -260,26 +259,29 @@ export class Engine {
     // TopK runs whether or not its outputs are fetched: k = 0 makes it free.
     const k = Math.min(Math.max(0, req.topK), c.vocabSize);
 
-    const feeds: Record<string, ort.Tensor> = {
-      input_ids: new ort.Tensor('int64', inputIds, [B, T]),
-      position_ids: new ort.Tensor('int64', positionIds, [B, T]),
-      key_positions: new ort.Tensor('int64', keyPositions, [B, P + T]),
-      past_index: new ort.Tensor('int64', pastIndex, [B]),
-      score_rows: new ort.Tensor('int64', scoreRows, [scoreRows.length]),
-      target_ids: new ort.Tensor('int64', targetIds, [targetIds.length]),
-      top_k: new ort.Tensor('int64', BigInt64Array.from([BigInt(k)]), [1]),
+    const feeds: Record<string, HostTensor> = {
+      input_ids: int64(inputIds, [B, T]),
+      position_ids: int64(positionIds, [B, T]),
+      key_positions: int64(keyPositions, [B, P + T]),
+      past_index: int64(pastIndex, [B]),
+      score_rows: int64(scoreRows, [scoreRows.length]),
+      target_ids: int64(targetIds, [targetIds.length]),
+      top_k: int64(BigInt64Array.from([BigInt(k)]), [1]),
     };
-    for (let i = 0; i < c.numLayers; i++) {
-      feeds[`past.${i}.key`] = past.keys[i]!;
-      feeds[`past.${i}.value`] = past.values[i]!;
-    }
     const fetches: string[] = [];
     if (N > 0) fetches.push('logprobs', 'greedy');
     if (N > 0 && req.topK > 0) fetches.push('topk_logprobs', 'topk_ids');
-    if (req.keepPresent) for (let i = 0; i < c.numLayers; i++) fetches.push(`present.${i}.key`, `present.${i}.value`);
     if (fetches.length === 0) fetches.push('logprobs');
 
-    const out = await this.session.run(feeds, fetches);
+    const { outputs: out, present } = await this.host.run({
+      session: 'scoring',
+      feeds,
+      fetches,
+      past: past?.handle,
+      numLayers: c.numLayers,
+      keepPresent: req.keepPresent,
+      emptyPast: this.emptyPast,
+    });
     const result: ForwardResult = {
       logprobs: N > 0 ? (out.logprobs!.data as Float32Array) : new Float32Array(0),
       greedy: N > 0 ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
@@ -288,21 +290,16 @@ export class Engine {
       result.topkLogprobs = out.topk_logprobs!.data as Float32Array;
       result.topkIds = out.topk_ids!.data as BigInt64Array;
     }
-    if (req.keepPresent) {
-      result.present = {
-        keys: Array.from({ length: c.numLayers }, (_, i) => out[`present.${i}.key`]!),
-        values: Array.from({ length: c.numLayers }, (_, i) => out[`present.${i}.value`]!),
-        validLengths: req.rows.map((r) => r.tokens.length),
-        length: T,
-      };
-    }
+    if (req.keepPresent) result.present = { handle: present!, validLengths: req.rows.map((r) => r.tokens.length), length: T };
     return result;
   }
 }
 
-function createSession(model: Uint8Array, weightsDir: string, device: ResolvedDevice): Promise<ort.InferenceSession> {
-  return ort.InferenceSession.create(model, {
-    ...device.sessionOptions,
-    extra: { session: { model_external_initializers_file_folder_path: weightsDir } },
-  });
+/** onnxruntime session options: the device's, and where external weights live. */
+function sessionOptions(weightsDir: string, device: ResolvedDevice): Record<string, unknown> {
+  return { ...device.sessionOptions, extra: { session: { model_external_initializers_file_folder_path: weightsDir } } };
+}
+
+function int64(data: BigInt64Array, dims: number[]): HostTensor {
+  return { type: 'int64', data, dims };
 }

@@ -135,13 +135,14 @@ export class Prober {
   }
 
   /** Validate and tokenise one sample (throws InvalidArgumentError naming the field). */
-  prepare(sample: ProbeSample, field: string): PreparedSample {
+  async prepare(sample: ProbeSample, field: string): Promise<PreparedSample> {
     const tok = this.engine.tokenizer;
     const given = [sample.chunks, sample.chunkIds, sample.messages].filter((x) => x !== undefined && x.length > 0).length;
     if (given !== 1) throw new InvalidArgumentError(field, 'give exactly one of chunks, chunk_ids or messages');
     let seg: Segmented;
-    if (sample.messages?.length) seg = segmentText(tok, renderChat(tok, sample.messages, `${field}.messages`), false, `${field}.messages`);
-    else if (sample.chunks?.length) seg = segmentText(tok, sample.chunks, sample.addSpecialTokens ?? false, `${field}.chunks`);
+    if (sample.messages?.length)
+      seg = await segmentText(tok, renderChat(tok, sample.messages, `${field}.messages`), false, `${field}.messages`);
+    else if (sample.chunks?.length) seg = await segmentText(tok, sample.chunks, sample.addSpecialTokens ?? false, `${field}.chunks`);
     else {
       const vocab = this.engine.config.vocabSize;
       sample.chunkIds!.forEach((c, k) =>
@@ -190,12 +191,15 @@ export class Prober {
   }
 
   async probe(samples: ProbeSample[], options: ProbeOptions = {}): Promise<ProbeAnswer> {
-    const { prepared, opts } = this.prepareAll(samples, options);
+    const { prepared, opts } = await this.prepareAll(samples, options);
     return this.run(prepared, opts);
   }
 
   /** Validate samples and options (throws InvalidArgumentError naming the field). */
-  prepareAll(samples: ProbeSample[], options: ProbeOptions = {}): { prepared: PreparedSample[]; opts: ProbeAnswer['options'] } {
+  async prepareAll(
+    samples: ProbeSample[],
+    options: ProbeOptions = {},
+  ): Promise<{ prepared: PreparedSample[]; opts: ProbeAnswer['options'] }> {
     if (samples.length === 0) throw new InvalidArgumentError('samples', 'at least one sample is needed');
     const opts = {
       pool: options.pool ?? 'max',
@@ -212,7 +216,9 @@ export class Prober {
         );
       }
     }
-    return { prepared: samples.map((s, i) => this.prepare(s, `samples[${i}]`)), opts };
+    const prepared: PreparedSample[] = [];
+    for (const [i, s] of samples.entries()) prepared.push(await this.prepare(s, `samples[${i}]`));
+    return { prepared, opts };
   }
 
   /** Probe prepared samples, packed into passes under the attention-memory limit. */
@@ -294,12 +300,12 @@ export class Prober {
   /** Raw attention probabilities of one sample: one slice per (layer, head), each
    * [queries × keys], refused beyond `maxRawBytes`. */
   async raw(sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4 = 4): Promise<RawSlice[]> {
-    return this.runRaw(this.prepareRaw(sample, req, bytesPerValue));
+    return this.runRaw(await this.prepareRaw(sample, req, bytesPerValue));
   }
 
   /** Validate a raw request (sample, layers, heads, query range, size cap) before queueing. */
-  prepareRaw(sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4 = 4): PreparedRaw {
-    const p = this.prepare(sample, 'sample');
+  async prepareRaw(sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4 = 4): Promise<PreparedRaw> {
+    const p = await this.prepare(sample, 'sample');
     const c = this.engine.config;
     const T = p.seg.ids.length;
     req.layers.forEach((l, k) => {

@@ -31,6 +31,8 @@ export interface ModelEntry {
   maxProbeAttentionBytes?: number;
   /** Largest raw-attention answer (default 64 MiB). */
   maxRawAttentionBytes?: number;
+  /** Continuations per Score item (default 256). */
+  maxContinuations?: number;
   synthetic?: SyntheticSpec;
 }
 
@@ -85,6 +87,7 @@ const ENTRY_SCHEMA = {
     maxBatchTokens: positive,
     maxProbeAttentionBytes: positive,
     maxRawAttentionBytes: positive,
+    maxContinuations: positive,
     synthetic: SYNTHETIC_SCHEMA,
   },
 };
@@ -155,7 +158,11 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
   const started = performance.now();
   ensureCheckpoint(entry);
   const engine = await Engine.load(entry.path, { device: entry.device, dtype: entry.dtype, threads: entry.threads });
-  const scorer = new Scorer(engine, { maxLength: entry.maxLength, maxBatchTokens: entry.maxBatchTokens });
+  const scorer = new Scorer(engine, {
+    maxLength: entry.maxLength,
+    maxBatchTokens: entry.maxBatchTokens,
+    maxContinuations: entry.maxContinuations,
+  });
   const prober = new Prober(engine, { maxAttentionBytes: entry.maxProbeAttentionBytes, maxRawBytes: entry.maxRawAttentionBytes });
   return { entry, engine, scorer, prober, loadSeconds: (performance.now() - started) / 1000 };
 }

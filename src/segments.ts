@@ -46,22 +46,34 @@ function checkSpans(segments: Segment[], field: string): void {
   });
 }
 
-/** Tokenise labelled text chunks as one text; each chunk's token span. */
-export function segmentText(tok: TextTokenizer, chunks: TextChunk[], addSpecialTokens: boolean, field = 'chunks'): Segmented {
+/** Tokenise labelled text chunks as one text; each chunk's token span. All the
+ * encodings (the whole text and each chunk's prefix of it) are asked for at once. */
+export async function segmentText(
+  tok: TextTokenizer,
+  chunks: TextChunk[],
+  addSpecialTokens: boolean,
+  field = 'chunks',
+): Promise<Segmented> {
   if (chunks.length === 0) throw new InvalidArgumentError(field, 'at least one chunk is needed');
-  const whole = tok.encode(chunks.map((c) => c.text).join(''), addSpecialTokens);
-  let text = '';
+  const prefixes = chunks.map((_, k) =>
+    chunks
+      .slice(0, k + 1)
+      .map((c) => c.text)
+      .join(''),
+  );
+  const [whole, ...encoded] = await Promise.all(
+    [prefixes.at(-1)!, ...prefixes.slice(0, -1)].map((t) => tok.encodeAsync(t, addSpecialTokens)),
+  );
   let start = 0;
   const segments: Segment[] = chunks.map((chunk, k) => {
-    text += chunk.text;
-    const end = k === chunks.length - 1 ? whole.length : Math.max(start, commonPrefixLength(tok.encode(text, addSpecialTokens), whole));
+    const end = k === chunks.length - 1 ? whole!.length : Math.max(start, commonPrefixLength(encoded[k]!, whole!));
     const segment = { label: chunk.label, start, end };
     start = end;
     return segment;
   });
   // Special tokens the post-processor adds in front (BOS) belong to the first chunk.
   checkSpans(segments, field);
-  return { ids: whole, segments };
+  return { ids: whole!, segments };
 }
 
 /** Pre-tokenised chunks: the spans are the chunks themselves. */

@@ -43,6 +43,12 @@ export interface ServerOptions {
   metricsAuth?: boolean;
   maxMessageBytes?: number;
   maxItemsPerRequest?: number;
+  /** UTF-8 bytes of text per request (default 8 MiB). */
+  maxTextBytes?: number;
+  /** Tokens whose log-prob one request asks for (default 1,048,576). */
+  maxScoredTokens?: number;
+  /** Tokenizer worker threads per model (default 1; 0: on the event loop). */
+  tokenizerWorkers?: number;
   batcher?: BatcherOptions;
   log?: (line: Record<string, unknown>) => void;
   /** Serve gRPC and HTTP over TLS (mutual TLS on both when a client CA is given). */
@@ -69,6 +75,9 @@ export class CtxprobeServer {
   ) {
     this.service = new Service(this.metrics, {
       maxItemsPerRequest: options.maxItemsPerRequest,
+      maxTextBytes: options.maxTextBytes,
+      maxScoredTokens: options.maxScoredTokens,
+      tokenizerWorkers: options.tokenizerWorkers,
       batcher: options.batcher,
       log: options.log,
     });

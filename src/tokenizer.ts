@@ -4,16 +4,20 @@ import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { CheckpointError } from './errors.js';
 import { readJsonObject } from './checkpoint/files.js';
+import { TokenizerPool } from './tokenizer-pool.js';
 
 export class TextTokenizer {
   readonly bosId?: number;
   readonly eosId?: number;
   readonly chatTemplate?: string;
 
+  private pool?: TokenizerPool;
+
   private constructor(
     private readonly tok: Tokenizer,
     readonly config: Record<string, any>,
     ids: { bos?: number; eos?: number },
+    private readonly source: { json: unknown; config: unknown },
   ) {
     this.bosId = ids.bos ?? this.idOf(config.bos_token);
     this.eosId = ids.eos ?? this.idOf(config.eos_token);
@@ -34,7 +38,22 @@ export class TextTokenizer {
     } catch (e) {
       throw new CheckpointError(`${file}: not a tokenizer @huggingface/tokenizers can read (${(e as Error).message})`);
     }
-    return new TextTokenizer(tokenizer, cfg, ids);
+    return new TextTokenizer(tokenizer, cfg, ids, { json, config: cfg });
+  }
+
+  /** Tokenise in `workers` worker threads from now on (0: on the calling thread). */
+  useWorkers(workers: number): void {
+    if (workers > 0 && !this.pool) this.pool = new TokenizerPool(this.source.json, this.source.config, workers);
+  }
+
+  async close(): Promise<void> {
+    await this.pool?.close();
+    this.pool = undefined;
+  }
+
+  /** `encode`, off the event loop when workers are on: what request paths use. */
+  encodeAsync(text: string, addSpecialTokens = false): Promise<number[]> {
+    return this.pool ? this.pool.encode(text, addSpecialTokens) : Promise.resolve(this.encode(text, addSpecialTokens));
   }
 
   private idOf(token: unknown): number | undefined {

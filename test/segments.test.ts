@@ -35,25 +35,25 @@ function expectTiling(seg: { ids: number[]; segments: { start: number; end: numb
 }
 
 describe('text chunks', () => {
-  it('uses the whole text tokens, spans decoding to the chunk texts at clean boundaries', () => {
+  it('uses the whole text tokens, spans decoding to the chunk texts at clean boundaries', async () => {
     const chunks = [
       { label: 'instruction', text: 'Instruction: choose the best response.\n' },
       { label: 'history', text: 'User: Can you tell me about the Eiffel Tower?\n' },
       { label: 'knowledge', text: 'Knowledge: The tower is 330 metres tall.\n' },
       { label: 'response', text: 'Bot: It is tall.' },
     ];
-    const seg = segmentText(tok, chunks, false);
+    const seg = await segmentText(tok, chunks, false);
     expect(seg.ids).toEqual(tok.encode(chunks.map((c) => c.text).join('')));
     expectTiling(seg);
     seg.segments.forEach((s, k) => expect(tok.decode(seg.ids.slice(s.start, s.end))).toBe(chunks[k]!.text));
   });
 
-  it('gives a token that straddles a boundary inside a word to the later chunk', () => {
+  it('gives a token that straddles a boundary inside a word to the later chunk', async () => {
     const chunks = [
       { label: 'a', text: 'The Knowl' },
       { label: 'b', text: 'edge was built' },
     ];
-    const seg = segmentText(tok, chunks, false);
+    const seg = await segmentText(tok, chunks, false);
     expectTiling(seg);
     const first = tok.decode(seg.ids.slice(0, seg.segments[0]!.end));
     // The first chunk's tokens never reach into the second chunk's text.
@@ -61,13 +61,13 @@ describe('text chunks', () => {
     expect(tok.decode(seg.ids)).toBe('The Knowledge was built');
   });
 
-  it('keeps leading spaces and newlines with their chunk, and handles multi-byte text', () => {
+  it('keeps leading spaces and newlines with their chunk, and handles multi-byte text', async () => {
     const chunks = [
       { label: 'history', text: 'User: café?' },
       { label: 'knowledge', text: '\n\n  Knowledge: crème brûlée 😀' },
       { label: 'response', text: ' Bot: 東京です' },
     ];
-    const seg = segmentText(tok, chunks, true);
+    const seg = await segmentText(tok, chunks, true);
     expect(seg.ids[0]).toBe(tok.bosId); // the special token belongs to the first chunk
     expectTiling(seg);
     expect(tok.decode(seg.ids.slice(1))).toBe(chunks.map((c) => c.text).join(''));
@@ -76,22 +76,19 @@ describe('text chunks', () => {
     expect(texts[2]!.startsWith(' Bot')).toBe(true);
   });
 
-  it('refuses a chunk that vanishes in tokenisation, naming it', () => {
-    const err = (() => {
-      try {
-        segmentText(
-          tok,
-          [
-            { label: 'a', text: 'Hello' },
-            { label: 'gap', text: ' ' },
-            { label: 'b', text: 'world' },
-          ],
-          false,
-        );
-      } catch (e) {
-        return e as Error;
-      }
-    })();
+  it('refuses a chunk that vanishes in tokenisation, naming it', async () => {
+    const err = await segmentText(
+      tok,
+      [
+        { label: 'a', text: 'Hello' },
+        { label: 'gap', text: ' ' },
+        { label: 'b', text: 'world' },
+      ],
+      false,
+    ).then(
+      () => undefined,
+      (e) => e as Error,
+    );
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(err!.message).toMatch(/^chunks\[1\]: chunk "gap" has no token of its own/);
   });
@@ -106,14 +103,14 @@ describe('chat messages', () => {
     { role: 'assistant', content: 'Bonjour, madame.' },
   ];
 
-  it('renders one segment per message with the model template, labelled by role and turn', () => {
+  it('renders one segment per message with the model template, labelled by role and turn', async () => {
     expect(messageLabels(messages)).toEqual(['system', 'user#1', 'assistant#1', 'user#2', 'assistant#2']);
     const chunks = renderChat(tok, messages);
     expect(chunks.map((c) => c.text).join('')).toBe(
       '<s><<SYS>>Follow every refutation.<</SYS>>\n[INST] Translate: hello [/INST] bonjour</s>\n[INST] No, use a formal tone. [/INST] Bonjour, madame.</s>\n',
     );
     expect(chunks[0]!.text).toBe('<s><<SYS>>Follow every refutation.<</SYS>>\n');
-    const seg = segmentText(tok, chunks, false);
+    const seg = await segmentText(tok, chunks, false);
     expect(seg.ids[0]).toBe(tok.bosId); // "<s>" in the rendered text is the special token
     expect(seg.ids.filter((id) => id === tok.eosId)).toHaveLength(2);
     expectTiling(seg);

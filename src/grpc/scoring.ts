@@ -15,8 +15,8 @@ export function scoringService(service: Service): ScoringHandlers {
   return {
     ListModels: unary(service, 'ListModels', () => ({ models: service.listModels() })),
 
-    Tokenize: unary(service, 'Tokenize', (req) => ({
-      results: service.tokenize(req.model, req.texts, req.addSpecialTokens),
+    Tokenize: unary(service, 'Tokenize', async (req) => ({
+      results: await service.tokenize(req.model, req.texts, req.addSpecialTokens),
     })),
 
     Score: unary(service, 'Score', async (req, call) => {

@@ -92,7 +92,7 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
   app.post('/tokenize', { schema: { body: TOKENIZE_SCHEMA } }, async (req) => {
     const body = req.body as { model?: string; prompt: string; add_special_tokens?: boolean };
     const name = modelName(body.model);
-    const { ids } = service.tokenize(name, [body.prompt], body.add_special_tokens ?? true)[0]!;
+    const { ids } = (await service.tokenize(name, [body.prompt], body.add_special_tokens ?? true))[0]!;
     return { count: ids.length, max_model_len: service.info(service.model(name, false)).maxLength, tokens: ids };
   });
   app.post('/detokenize', { schema: { body: DETOKENIZE_SCHEMA } }, async (req) => {
@@ -130,8 +130,11 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
   const echo = body.echo === true;
   const logprobs = body.logprobs ?? null;
   const addSpecial = body.add_special_tokens ?? true;
-  const prompts = toPrompts(body.prompt).map((p) =>
-    typeof p === 'string' ? { ...service.encodePrompt(m, p, addSpecial), text: p } : { ids: p, added: [] as boolean[], text: undefined },
+  const given = toPrompts(body.prompt);
+  const texts = given.filter((p): p is string => typeof p === 'string');
+  const encoded = await service.encodePrompts(m, texts, addSpecial);
+  const prompts = given.map((p) =>
+    typeof p === 'string' ? { ...encoded[texts.indexOf(p)]!, text: p } : { ids: p, added: [] as boolean[], text: undefined },
   );
   // A client that goes away takes its work out of the queue.
   const gone = new AbortController();

@@ -71,8 +71,17 @@ export interface EchoScore {
 // Python's str.isspace() set, for the harness's rstrip().
 const TRAILING_WS = /[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/u;
 
+/** A promise whose rejection is handled where it is awaited, and never reported as
+ * unhandled if validation stops before that (it would take the process down). */
+function quiet<T>(p: Promise<T>): Promise<T> {
+  p.catch(() => {});
+  return p;
+}
+
 export interface EncoderLimits {
   vocabSize: number;
+  /** Continuations per item. */
+  maxContinuations?: number;
   /** Model context length used for truncation and windows. */
   maxLength: number;
   /** Largest top-k a request may ask for. */
@@ -83,6 +92,7 @@ export class RequestEncoder {
   readonly vocabSize: number;
   readonly maxLength: number;
   readonly maxTopK: number;
+  readonly maxContinuations: number;
 
   constructor(
     readonly tokenizer: TextTokenizer,
@@ -91,24 +101,37 @@ export class RequestEncoder {
     this.vocabSize = limits.vocabSize;
     this.maxLength = limits.maxLength;
     this.maxTopK = limits.maxTopK;
+    this.maxContinuations = limits.maxContinuations ?? 256;
   }
 
   /** `_encode_pair`: trailing whitespace of the context moves to the continuation; the
-   * continuation's tokens are those of encode(context + continuation) past the context's. */
-  encodePair(context: string, continuation: string, addBos = false): { context: number[]; continuation: number[] } {
+   * continuation's tokens are those of encode(context + continuation) past the context's.
+   * `contextIds`: the context's encoding when the caller already asked for it (several
+   * continuations of one context). */
+  async encodePair(
+    context: string,
+    continuation: string,
+    addBos = false,
+    contextIds?: Promise<number[]>,
+  ): Promise<{ context: number[]; continuation: number[] }> {
     const tok = this.tokenizer;
-    if (context === '') return { context: [tok.prefixTokenId], continuation: tok.encode(continuation, addBos) };
+    if (context === '') return { context: [tok.prefixTokenId], continuation: await tok.encodeAsync(continuation, addBos) };
     const spaces = TRAILING_WS.exec(context)?.[0] ?? '';
-    if (spaces.length > 0) {
-      continuation = spaces + continuation;
-      context = context.slice(0, context.length - spaces.length);
-    }
-    const whole = tok.encode(context + continuation, addBos);
-    let ctx = tok.encode(context, addBos);
-    const cont = whole.slice(ctx.length);
+    const stripped = context.slice(0, context.length - spaces.length);
+    const [whole, ctx0] = await Promise.all([
+      tok.encodeAsync(stripped + spaces + continuation, addBos),
+      contextIds ?? tok.encodeAsync(stripped, addBos),
+    ]);
     // A whitespace-only context encodes to nothing: score after the prefix token instead.
-    if (ctx.length === 0) ctx = [tok.prefixTokenId];
-    return { context: ctx, continuation: cont };
+    const ctx = ctx0.length === 0 ? [tok.prefixTokenId] : ctx0;
+    return { context: ctx, continuation: whole.slice(ctx0.length) };
+  }
+
+  /** The context as encodePair encodes it, to share among its continuations. */
+  private contextEncoding(context: string, addBos: boolean): Promise<number[]> | undefined {
+    if (context === '') return undefined;
+    const spaces = TRAILING_WS.exec(context)?.[0] ?? '';
+    return quiet(this.tokenizer.encodeAsync(context.slice(0, context.length - spaces.length), addBos));
   }
 
   private checkTokens(ids: number[], field: string): void {
@@ -146,10 +169,19 @@ export class RequestEncoder {
 
   /** Validate and encode requests into units (throws InvalidArgumentError before any work is
    * queued); `finish` turns the units' scores into answers. */
-  prepareLoglikelihood(requests: LoglikelihoodRequest[]): Prepared<ContinuationScore[][]> {
+  async prepareLoglikelihood(requests: LoglikelihoodRequest[]): Promise<Prepared<ContinuationScore[][]>> {
     const units: Unit[] = [];
     const meta: { numChars: number; numBytes: number; truncated: number }[] = [];
     const shape: number[] = [];
+    // Every text encoding of the request is asked for first (the tokenizer's workers take
+    // them in a stream), then awaited; checks on the results run in field order.
+    const pending: {
+      field: string;
+      topK: number;
+      truncation: 'left' | 'error';
+      text: string;
+      pair: Promise<{ context: number[]; continuation: number[] }>;
+    }[] = [];
     requests.forEach((req, i) => {
       const field = req.field ?? `items[${i}]`;
       const topK = req.topK ?? 0;
@@ -160,31 +192,50 @@ export class RequestEncoder {
       if (truncation !== 'left' && truncation !== 'error')
         throw new InvalidArgumentError(`${field}.truncation`, `must be left or error (got ${truncation})`);
       if (req.continuations.length === 0) throw new InvalidArgumentError(`${field}.continuations`, 'at least one continuation is needed');
+      if (req.continuations.length > this.maxContinuations) {
+        throw new InvalidArgumentError(
+          `${field}.continuations`,
+          `${req.continuations.length} continuations, over the limit of ${this.maxContinuations} per item`,
+        );
+      }
       shape.push(req.continuations.length);
       const tokCtx = typeof req.context === 'string' ? undefined : req.context;
       if (tokCtx) this.checkTokens(tokCtx, `${field}.context_ids`);
+      const addBos = req.addBos ?? false;
+      const sharedContext = typeof req.context === 'string' ? this.contextEncoding(req.context, addBos) : undefined;
       req.continuations.forEach((cont, j) => {
         const cfield = `${field}.continuations[${j}]`;
         if (cont.length === 0) throw new InvalidArgumentError(cfield, 'continuation is empty');
-        let ctxIds: number[];
-        let contIds: number[];
-        let text: string;
         if (typeof cont === 'string' && typeof req.context === 'string') {
-          ({ context: ctxIds, continuation: contIds } = this.encodePair(req.context, cont, req.addBos ?? false));
-          text = cont;
+          pending.push({
+            field: cfield,
+            topK,
+            truncation,
+            text: cont,
+            pair: quiet(this.encodePair(req.context, cont, addBos, sharedContext)),
+          });
         } else if (typeof cont !== 'string' && tokCtx) {
           this.checkTokens(cont, cfield);
-          ctxIds = tokCtx.length > 0 ? tokCtx : [this.tokenizer.prefixTokenId];
-          contIds = cont;
-          text = this.tokenizer.decode(cont);
+          const context = tokCtx.length > 0 ? tokCtx : [this.tokenizer.prefixTokenId];
+          pending.push({
+            field: cfield,
+            topK,
+            truncation,
+            text: this.tokenizer.decode(cont),
+            pair: Promise.resolve({ context, continuation: cont }),
+          });
         } else {
           throw new InvalidArgumentError(cfield, 'context and continuations must both be text or both be token ids');
         }
-        if (contIds.length === 0) throw new InvalidArgumentError(cfield, 'continuation adds no tokens after the context');
-        const { unit, truncated } = this.toUnit(ctxIds, contIds, topK, truncation, cfield);
-        units.push(unit);
-        meta.push({ numChars: [...text].length, numBytes: Buffer.byteLength(text, 'utf8'), truncated });
       });
+    });
+    const pairs = await Promise.all(pending.map((p) => p.pair));
+    pending.forEach(({ field, topK, truncation, text }, n) => {
+      const { context, continuation } = pairs[n]!;
+      if (continuation.length === 0) throw new InvalidArgumentError(field, 'continuation adds no tokens after the context');
+      const { unit, truncated } = this.toUnit(context, continuation, topK, truncation, field);
+      units.push(unit);
+      meta.push({ numChars: [...text].length, numBytes: Buffer.byteLength(text, 'utf8'), truncated });
     });
     const finish = (scored: UnitScore[]) => {
       let u = 0;
@@ -287,20 +338,22 @@ export class RequestEncoder {
     return { units, finish };
   }
 
-  prepareRolling(requests: RollingRequest[]): Prepared<RollingScore[]> {
+  async prepareRolling(requests: RollingRequest[]): Promise<Prepared<RollingScore[]>> {
     const units: Unit[] = [];
     const spans: { tokens: number[]; first: number; count: number; k: number }[] = [];
+    const encoded = await Promise.all(
+      requests.map((req, i) => {
+        const k = req.minKPercent ?? 20;
+        if (!(k > 0 && k <= 100)) throw new InvalidArgumentError(`items[${i}].min_k_percent`, `must be in (0, 100] (got ${k})`);
+        if (typeof req.text === 'string') return quiet(this.tokenizer.encodeAsync(req.text, false));
+        this.checkTokens(req.text, `items[${i}].token_ids`);
+        return req.text;
+      }),
+    );
     requests.forEach((req, i) => {
       const field = `items[${i}]`;
       const k = req.minKPercent ?? 20;
-      if (!(k > 0 && k <= 100)) throw new InvalidArgumentError(`${field}.min_k_percent`, `must be in (0, 100] (got ${k})`);
-      let tokens: number[];
-      if (typeof req.text === 'string') {
-        tokens = this.tokenizer.encode(req.text, false);
-      } else {
-        this.checkTokens(req.text, `${field}.token_ids`);
-        tokens = req.text;
-      }
+      const tokens = encoded[i]!;
       if (tokens.length === 0) throw new InvalidArgumentError(`${field}.text`, 'text is empty');
       const windows = rollingWindows(tokens, this.tokenizer.prefixTokenId, this.maxLength);
       spans.push({ tokens, first: units.length, count: windows.length, k });

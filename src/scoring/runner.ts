@@ -27,20 +27,28 @@ export async function runPlan(engine: Engine, units: readonly Unit[], plan: Plan
   const lastUse = new Map<number, number>();
   plan.passes.forEach((p, i) => p.kind === 'score' && p.past !== undefined && lastUse.set(p.past, i));
   const kept = new Map<number, PastKV>();
-  for (const [i, pass] of plan.passes.entries()) {
-    if (options.shouldStop?.()) throw new CancelledError();
-    switch (pass.kind) {
-      case 'prefix': {
-        const rows = pass.rows.map((r) => ({ tokens: r.tokens, startPosition: 0, pastRow: 0 }));
-        const { present } = await engine.forward({ rows, scored: [], topK: 0, keepPresent: true });
-        kept.set(i, present!);
-        break;
+  try {
+    for (const [i, pass] of plan.passes.entries()) {
+      if (options.shouldStop?.()) throw new CancelledError();
+      switch (pass.kind) {
+        case 'prefix': {
+          const rows = pass.rows.map((r) => ({ tokens: r.tokens, startPosition: 0, pastRow: 0 }));
+          const { present } = await engine.forward({ rows, scored: [], topK: 0, keepPresent: true });
+          kept.set(i, present!);
+          break;
+        }
+        case 'score':
+          await runScorePass(engine, units, pass, pass.past === undefined ? undefined : kept.get(pass.past), scores);
+          if (pass.past !== undefined && lastUse.get(pass.past) === i) {
+            engine.dropPast(kept.get(pass.past)!);
+            kept.delete(pass.past);
+          }
+          break;
       }
-      case 'score':
-        await runScorePass(engine, units, pass, pass.past === undefined ? undefined : kept.get(pass.past), scores);
-        if (pass.past !== undefined && lastUse.get(pass.past) === i) kept.delete(pass.past);
-        break;
     }
+  } finally {
+    // A run that stopped early still frees the KV it kept.
+    for (const past of kept.values()) engine.dropPast(past);
   }
   return { scores, work: { tokensComputed: planTokens(plan), passes: plan.passes.length } };
 }

@@ -23,6 +23,8 @@ export interface ScorerOptions {
   prefixSharing?: boolean;
   /** Largest top-k a request may ask for. */
   maxTopK?: number;
+  /** Continuations per item (default 256). */
+  maxContinuations?: number;
 }
 
 export class Scorer {
@@ -50,14 +52,15 @@ export class Scorer {
       vocabSize: engine.config.vocabSize,
       maxLength: this.maxLength,
       maxTopK: this.maxTopK,
+      maxContinuations: options.maxContinuations,
     });
   }
 
-  prepareLoglikelihood(requests: LoglikelihoodRequest[]): Prepared<ContinuationScore[][]> {
+  prepareLoglikelihood(requests: LoglikelihoodRequest[]): Promise<Prepared<ContinuationScore[][]>> {
     return this.encoder.prepareLoglikelihood(requests);
   }
 
-  prepareRolling(requests: RollingRequest[]): Prepared<RollingScore[]> {
+  prepareRolling(requests: RollingRequest[]): Promise<Prepared<RollingScore[]>> {
     return this.encoder.prepareRolling(requests);
   }
 
@@ -76,11 +79,11 @@ export class Scorer {
   }
 
   async loglikelihood(requests: LoglikelihoodRequest[]): Promise<ContinuationScore[][]> {
-    return this.run(this.prepareLoglikelihood(requests));
+    return this.run(await this.prepareLoglikelihood(requests));
   }
 
   async rolling(requests: RollingRequest[]): Promise<RollingScore[]> {
-    return this.run(this.prepareRolling(requests));
+    return this.run(await this.prepareRolling(requests));
   }
 
   private async run<T>(prepared: Prepared<T>): Promise<T> {

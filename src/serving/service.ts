@@ -31,6 +31,12 @@ export interface CallContext {
 export interface ServiceOptions {
   /** Items (continuations' items, rolling texts, prompts, samples) per request. */
   maxItemsPerRequest?: number;
+  /** UTF-8 bytes of text (contexts, continuations, chunks, messages, prompts) per request. */
+  maxTextBytes?: number;
+  /** Tokens whose log-prob a request asks for. */
+  maxScoredTokens?: number;
+  /** Worker threads that tokenise for each model (0: on the event loop). */
+  tokenizerWorkers?: number;
   batcher?: BatcherOptions;
   log?: (line: Record<string, unknown>) => void;
 }
@@ -47,6 +53,8 @@ export interface CallRecord {
 export class Service {
   readonly models = new Map<string, ServedModel>();
   readonly maxItemsPerRequest: number;
+  readonly maxTextBytes: number;
+  readonly maxScoredTokens: number;
   private readonly order: string[] = [];
   private loading = true;
   private draining = false;
@@ -58,6 +66,9 @@ export class Service {
     private readonly options: ServiceOptions = {},
   ) {
     this.maxItemsPerRequest = options.maxItemsPerRequest ?? 4096;
+    // 8 MiB is ~4.5 s of tokenisation here, and 60 RefuteBench-length (32k-token) dialogues.
+    this.maxTextBytes = options.maxTextBytes ?? 8 * 2 ** 20;
+    this.maxScoredTokens = options.maxScoredTokens ?? 2 ** 20;
     this.log = options.log ?? (() => {});
   }
 
@@ -66,6 +77,7 @@ export class Service {
   addModel(loaded: LoadedModel): ServedModel {
     const name = loaded.entry.name;
     const served = { ...loaded, batcher: new Batcher(name, loaded.scorer, this.options.batcher, this.metrics) };
+    loaded.engine.tokenizer.useWorkers(this.options.tokenizerWorkers ?? 1);
     this.models.set(name, served);
     this.order.push(name);
     this.metrics.modelLoadSeconds.set({ model: name }, loaded.loadSeconds);
@@ -150,12 +162,12 @@ export class Service {
 
   // ---- tokens --------------------------------------------------------------------------
 
-  tokenize(model: string | undefined, texts: string[], addSpecialTokens: boolean): { ids: number[]; tokens: string[] }[] {
+  async tokenize(model: string | undefined, texts: string[], addSpecialTokens: boolean): Promise<{ ids: number[]; tokens: string[] }[]> {
     const tok = this.model(model, false).engine.tokenizer;
-    return texts.map((text) => {
-      const ids = tok.encode(text, addSpecialTokens);
-      return { ids, tokens: ids.map((id) => tok.tokenString(id)) };
-    });
+    this.checkItems(texts.length, 'texts');
+    this.checkTextBytes(texts, 'texts');
+    const all = await Promise.all(texts.map((text) => tok.encodeAsync(text, addSpecialTokens)));
+    return all.map((ids) => ({ ids, tokens: ids.map((id) => tok.tokenString(id)) }));
   }
 
   detokenize(model: string | undefined, ids: number[]): string {
@@ -199,15 +211,19 @@ export class Service {
   /** Encode a text prompt, with the tokenizer's special tokens unless told otherwise (as
    * reference servers do); `added` marks the tokens the encoding added (they have no text
    * in the prompt). */
-  encodePrompt(model: ServedModel, text: string, addSpecialTokens = true): { ids: number[]; added: boolean[] } {
+  /** Text prompts, within the text limit, encoded as encodePrompt does. */
+  encodePrompts(model: ServedModel, texts: string[], addSpecialTokens = true): Promise<{ ids: number[]; added: boolean[] }[]> {
+    this.checkTextBytes(texts, 'prompt');
+    return Promise.all(texts.map((t) => this.encodePrompt(model, t, addSpecialTokens)));
+  }
+
+  async encodePrompt(model: ServedModel, text: string, addSpecialTokens = true): Promise<{ ids: number[]; added: boolean[] }> {
     const tok = model.engine.tokenizer;
-    const ids = tok.encode(text, addSpecialTokens);
-    const plain = addSpecialTokens ? tok.encode(text, false) : ids;
-    // The plain encoding sits inside the special one, after the tokens added in front.
-    let front = 0;
-    while (front + plain.length <= ids.length && plain.some((id, k) => ids[front + k] !== id)) front++;
-    if (front + plain.length > ids.length) front = 0;
-    return { ids, added: ids.map((_, k) => k < front || k >= front + plain.length) };
+    const [ids, plain] = await Promise.all([
+      tok.encodeAsync(text, addSpecialTokens),
+      addSpecialTokens ? tok.encodeAsync(text, false) : undefined,
+    ]);
+    return { ids, added: addedTokens(ids, plain ?? ids) };
   }
 
   /** Each token's text on its own (OpenAI `logprobs.tokens`). */
@@ -218,6 +234,14 @@ export class Service {
 
   // ---- scoring -------------------------------------------------------------------------
 
+  /** Refuse a request whose text is over the limit, before any of it is tokenised. */
+  checkTextBytes(request: unknown, field: string): void {
+    const bytes = textBytes(request);
+    if (bytes > this.maxTextBytes) {
+      throw new InvalidArgumentError(field, `${bytes} bytes of text, over the limit of ${this.maxTextBytes} per call (--max-text-bytes)`);
+    }
+  }
+
   checkItems(count: number, field = 'items'): void {
     if (count === 0) throw new InvalidArgumentError(field, `at least one ${field === 'samples' ? 'sample' : 'item'} is needed`);
     if (count > this.maxItemsPerRequest) {
@@ -226,13 +250,15 @@ export class Service {
   }
 
   /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`). */
-  score(m: ServedModel, requests: LoglikelihoodRequest[], call: CallContext): Promise<ContinuationScore[][]> {
-    return this.scoreUnits(m, m.scorer.prepareLoglikelihood(requests), call);
+  async score(m: ServedModel, requests: LoglikelihoodRequest[], call: CallContext): Promise<ContinuationScore[][]> {
+    this.checkTextBytes(requests, 'items');
+    return this.scoreUnits(m, await m.scorer.prepareLoglikelihood(requests), call);
   }
 
   /** Rolling log-likelihoods (perplexity, mean loss, Min-K% Prob). */
-  scoreRolling(m: ServedModel, requests: RollingRequest[], call: CallContext): Promise<RollingScore[]> {
-    return this.scoreUnits(m, m.scorer.prepareRolling(requests), call);
+  async scoreRolling(m: ServedModel, requests: RollingRequest[], call: CallContext): Promise<RollingScore[]> {
+    this.checkTextBytes(requests, 'items');
+    return this.scoreUnits(m, await m.scorer.prepareRolling(requests), call);
   }
 
   /** Every prompt token's log-prob and the greedy next token (OpenAI-style `echo`), with
@@ -256,10 +282,17 @@ export class Service {
     call: CallContext,
     counted?: { items: number; tokens: number },
   ): Promise<T> {
+    const scored = prepared.units.reduce((n, u) => n + u.targets.length, 0);
+    if (scored > this.maxScoredTokens) {
+      throw new InvalidArgumentError(
+        'items',
+        `${scored} scored tokens, over the limit of ${this.maxScoredTokens} per call (--max-scored-tokens)`,
+      );
+    }
     const scores = await this.queued(m.batcher.submit(prepared.units), call);
     const model = m.entry.name;
     this.metrics.itemsScored.inc({ model }, counted?.items ?? prepared.units.length);
-    this.metrics.tokensScored.inc({ model }, counted?.tokens ?? prepared.units.reduce((n, u) => n + u.targets.length, 0));
+    this.metrics.tokensScored.inc({ model }, counted?.tokens ?? scored);
     return prepared.finish(scores);
   }
 
@@ -269,7 +302,8 @@ export class Service {
     if (samples.length > this.maxItemsPerRequest) {
       throw new InvalidArgumentError('samples', `${samples.length} samples, over the limit of ${this.maxItemsPerRequest} per call`);
     }
-    const { prepared, opts } = m.prober.prepareAll(samples, options);
+    this.checkTextBytes(samples, 'samples');
+    const { prepared, opts } = await m.prober.prepareAll(samples, options);
     const tokens = prepared.reduce((n, p) => n + p.row.tokens.length, 0);
     const answer = await this.queued(
       m.batcher.submitTask(tokens, () => m.prober.run(prepared, opts)),
@@ -280,7 +314,8 @@ export class Service {
   }
 
   async rawAttention(m: ServedModel, sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4, call: CallContext): Promise<RawSlice[]> {
-    const prepared = m.prober.prepareRaw(sample, req, bytesPerValue);
+    this.checkTextBytes(sample, 'sample');
+    const prepared = await m.prober.prepareRaw(sample, req, bytesPerValue);
     return this.queued(
       m.batcher.submitTask(prepared.prepared.row.tokens.length, () => m.prober.runRaw(prepared)),
       call,
@@ -315,4 +350,21 @@ export class Service {
       call.signal?.removeEventListener('abort', cancel);
     }
   }
+}
+
+/** Which tokens of `ids` (an encoding with special tokens) the plain encoding lacks: it
+ * sits inside, after the tokens added in front. */
+function addedTokens(ids: number[], plain: number[]): boolean[] {
+  let front = 0;
+  while (front + plain.length <= ids.length && plain.some((id, k) => ids[front + k] !== id)) front++;
+  if (front + plain.length > ids.length) front = 0;
+  return ids.map((_, k) => k < front || k >= front + plain.length);
+}
+
+/** UTF-8 bytes of every string in a request. */
+function textBytes(value: unknown): number {
+  if (typeof value === 'string') return Buffer.byteLength(value, 'utf8');
+  if (Array.isArray(value)) return value.reduce((n: number, v) => n + textBytes(v), 0);
+  if (value !== null && typeof value === 'object') return Object.values(value).reduce((n: number, v) => n + textBytes(v), 0);
+  return 0;
 }

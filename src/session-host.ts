@@ -1,0 +1,156 @@
+// onnxruntime sessions in a worker thread. onnxruntime-node 1.30's `run()` returns a
+// promise but runs the whole pass on the calling thread (it only defers the native call
+// with setImmediate; microsoft/onnxruntime#19611, fix pending in #28646): on the main
+// thread every pass would freeze health checks, all I/O and /metrics for its duration
+// (measured: a 4096-token pass held the event loop 1.1–1.5 s). Here the main thread
+// builds graphs and feed arrays; the worker owns the sessions and runs them.
+//
+// The KV of a prefix pass never crosses threads: the worker keeps it under a handle that
+// later passes name as their past, until `dropPast`.
+import { Worker } from 'node:worker_threads';
+
+/** A feed or an output: element type, dimensions, values. */
+export interface HostTensor {
+  type: 'int64' | 'float32' | 'float16' | 'bool';
+  dims: number[];
+  data: BigInt64Array | Float32Array | Uint16Array | Uint8Array;
+}
+
+export interface RunRequest {
+  session: string;
+  feeds: Record<string, HostTensor>;
+  fetches: string[];
+  /** Feed the KV kept under this handle as `past.L.key/value` (default: an empty past). */
+  past?: number;
+  numLayers: number;
+  /** Keep this pass's `present.L.key/value` under a new handle. */
+  keepPresent?: boolean;
+  /** The empty past's shape: [1, kv_heads, 0, head_dim], in the KV dtype. */
+  emptyPast: { type: 'float32' | 'float16'; dims: number[] };
+}
+
+export interface RunResult {
+  outputs: Record<string, HostTensor>;
+  present?: number;
+}
+
+const WORKER_SOURCE = (ort: string) => `
+import { parentPort } from 'node:worker_threads';
+import ortModule from ${JSON.stringify(ort)};
+const ort = ortModule.default ?? ortModule;
+const sessions = new Map();
+const pasts = new Map();
+let nextHandle = 1;
+let empty;
+const tensor = (t) => new ort.Tensor(t.type, t.data, t.dims);
+const plain = (t) => ({ type: t.type, dims: [...t.dims], data: t.data.slice() });
+async function handle(msg) {
+  switch (msg.op) {
+    case 'create': {
+      sessions.set(msg.name, await ort.InferenceSession.create(msg.model, msg.options));
+      return {};
+    }
+    case 'run': {
+      const r = msg.run;
+      const session = sessions.get(r.session);
+      const feeds = {};
+      for (const [k, v] of Object.entries(r.feeds)) feeds[k] = tensor(v);
+      const past = r.past !== undefined ? pasts.get(r.past) : undefined;
+      if (r.past !== undefined && !past) throw new Error('past KV handle ' + r.past + ' is gone');
+      if (!past) {
+        const data = r.emptyPast.type === 'float16' ? new Uint16Array(0) : new Float32Array(0);
+        empty ??= new ort.Tensor(r.emptyPast.type, data, r.emptyPast.dims);
+      }
+      for (let i = 0; i < r.numLayers; i++) {
+        feeds['past.' + i + '.key'] = past ? past[2 * i] : empty;
+        feeds['past.' + i + '.value'] = past ? past[2 * i + 1] : empty;
+      }
+      const fetches = [...r.fetches];
+      if (r.keepPresent) for (let i = 0; i < r.numLayers; i++) fetches.push('present.' + i + '.key', 'present.' + i + '.value');
+      const out = await session.run(feeds, fetches);
+      const outputs = {};
+      for (const name of r.fetches) outputs[name] = plain(out[name]);
+      let present;
+      if (r.keepPresent) {
+        present = nextHandle++;
+        const kept = [];
+        for (let i = 0; i < r.numLayers; i++) kept.push(out['present.' + i + '.key'], out['present.' + i + '.value']);
+        pasts.set(present, kept);
+      }
+      return { outputs, present };
+    }
+    case 'dropPast':
+      pasts.delete(msg.handle);
+      return {};
+    case 'release':
+      for (const s of sessions.values()) await s.release();
+      sessions.clear();
+      pasts.clear();
+      return {};
+  }
+  throw new Error('unknown op ' + msg.op);
+}
+parentPort.on('message', (msg) => {
+  handle(msg).then(
+    (result) => {
+      const transfer = [];
+      for (const t of Object.values(result.outputs ?? {})) transfer.push(t.data.buffer);
+      parentPort.postMessage({ id: msg.id, result }, transfer);
+    },
+    (e) => parentPort.postMessage({ id: msg.id, error: String((e && e.message) || e) }),
+  );
+});
+`;
+
+export class SessionHost {
+  private readonly worker: Worker;
+  private readonly pending = new Map<number, { resolve(v: any): void; reject(e: Error): void }>();
+  private nextId = 0;
+
+  constructor() {
+    const source = WORKER_SOURCE(import.meta.resolve('onnxruntime-node'));
+    this.worker = new Worker(new URL(`data:text/javascript,${encodeURIComponent(source)}`));
+    this.worker.on('message', (msg: { id: number; result?: unknown; error?: string }) => {
+      const p = this.pending.get(msg.id);
+      this.pending.delete(msg.id);
+      if (msg.error !== undefined) p?.reject(new Error(msg.error));
+      else p?.resolve(msg.result);
+    });
+    this.worker.on('error', (err) => {
+      for (const p of this.pending.values()) p.reject(err);
+      this.pending.clear();
+    });
+    // An idle host must not keep the process alive; pending calls hold it through their promises.
+    this.worker.unref();
+  }
+
+  private call<T>(msg: Record<string, unknown>, transfer: ArrayBuffer[] = []): Promise<T> {
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      if (this.pending.size === 1) this.worker.ref();
+      this.worker.postMessage({ ...msg, id }, transfer);
+    }).finally(() => {
+      if (this.pending.size === 0) this.worker.unref();
+    });
+  }
+
+  /** Create a session named `name` from a serialized model (session options as onnxruntime takes them). */
+  create(name: string, model: Uint8Array, options: Record<string, unknown>): Promise<void> {
+    return this.call({ op: 'create', name, model, options });
+  }
+
+  run(run: RunRequest): Promise<RunResult> {
+    const transfer = Object.values(run.feeds).map((t) => t.data.buffer as ArrayBuffer);
+    return this.call({ op: 'run', run }, transfer);
+  }
+
+  dropPast(handle: number): void {
+    void this.call({ op: 'dropPast', handle }).catch(() => {});
+  }
+
+  async close(): Promise<void> {
+    await this.call({ op: 'release' }).catch(() => {});
+    await this.worker.terminate();
+  }
+}
