@@ -23,8 +23,9 @@ export interface BatcherOptions {
 
 interface Job {
   units: Unit[];
-  /** A task that runs on its own in the round (probes), instead of batched units. */
-  task?: () => Promise<unknown>;
+  /** A task that runs on its own in the round (probes), instead of batched units; it
+   * checks `shouldStop` between its passes. */
+  task?: (shouldStop: () => boolean) => Promise<unknown>;
   tokens: number;
   enqueuedAt: number;
   cancelled: boolean;
@@ -72,11 +73,11 @@ export class Batcher {
   }
 
   /** Queue work that runs alone in its round (a probe pass), under the same limits. */
-  submitTask<T>(tokens: number, task: () => Promise<T>): Submitted<T> {
+  submitTask<T>(tokens: number, task: (shouldStop: () => boolean) => Promise<T>): Submitted<T> {
     return this.enqueue([], tokens, task);
   }
 
-  private enqueue<T>(units: Unit[], tokens: number, task?: () => Promise<T>): Submitted<T> {
+  private enqueue<T>(units: Unit[], tokens: number, task?: (shouldStop: () => boolean) => Promise<T>): Submitted<T> {
     if (this.queuedTokens + tokens > this.maxQueuedTokens) {
       return {
         result: Promise.reject(
@@ -185,7 +186,7 @@ export class Batcher {
    * failure never costs another client its answer. */
   private async score(jobs: Job[]): Promise<void> {
     for (const j of jobs.filter((j) => j.task && !j.cancelled)) {
-      await j.task!().then(j.resolve, j.reject);
+      await j.task!(() => j.cancelled).then(j.resolve, j.reject);
     }
     const live = jobs.filter((j) => !j.cancelled && !j.task);
     if (live.length === 0) return;

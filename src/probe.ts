@@ -4,7 +4,7 @@
 // and keys (kernels/attention.ts); this file turns per-bin sums into the reported
 // distributions and reduces query tokens to segments.
 import type { Engine, ProbeRow } from './engine.js';
-import { InvalidArgumentError } from './errors.js';
+import { CancelledError, InvalidArgumentError } from './errors.js';
 import { meanMatrix, meanVector } from './common/matrix.js';
 import {
   renderChat,
@@ -221,12 +221,14 @@ export class Prober {
     return { prepared, opts };
   }
 
-  /** Probe prepared samples, packed into passes under the attention-memory limit. */
-  async run(prepared: PreparedSample[], opts: ProbeAnswer['options']): Promise<ProbeAnswer> {
+  /** Probe prepared samples, packed into passes under the attention-memory limit;
+   * `shouldStop` is asked before each pass (a caller gone: CancelledError). */
+  async run(prepared: PreparedSample[], opts: ProbeAnswer['options'], shouldStop?: () => boolean): Promise<ProbeAnswer> {
     const results: SampleProbe[] = new Array(prepared.length);
     const order = prepared.map((_, i) => i).sort((a, b) => prepared[b]!.row.tokens.length - prepared[a]!.row.tokens.length);
     let batch: number[] = [];
     const flush = async () => {
+      if (shouldStop?.()) throw new CancelledError();
       if (batch.length > 0) await this.runBatch(prepared, batch, opts, results);
       batch = [];
     };

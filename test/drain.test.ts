@@ -128,3 +128,46 @@ describe('counters that stay true', () => {
     expect(delta('ctxprobe_requests_total{method="Score",code="CANCELLED"}')).toBe(0);
   });
 });
+
+describe('running work stops between passes when its caller is gone', () => {
+  it('a probe past its deadline frees the model at the next pass: the next call does not wait for the rest', async () => {
+    const model = await loadModel({ name: 'm', path: makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 512 }).dir, threads: 1 });
+    // One sample per pass: a long probe is many passes.
+    const server = await CtxprobeServer.start({ port: 0, metricsPort: -1 });
+    server.addModel({ ...model, prober: new (model.prober.constructor as any)(model.engine, { maxAttentionBytes: 4 * 400 * 400 * 4 }) });
+    server.setServing();
+    const { v1 } = loadPackage();
+    const scoring = new v1.Scoring(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+    const probing = new v1.Probing(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+    const words = Array.from({ length: 60 }, (_, i) => `word${i % 17}`).join(' ');
+    const samples = Array.from({ length: 80 }, (_, i) => ({
+      chunks: [
+        { label: 'a', text: `${i} ${words}` },
+        { label: 'b', text: ` end ${i}` },
+      ],
+    }));
+    const probe = (deadlineMs?: number) =>
+      new Promise<{ err: grpc.ServiceError | null; ms: number }>((resolve) => {
+        const t = Date.now();
+        probing.Probe({ samples }, deadlineMs ? { deadline: Date.now() + deadlineMs } : {}, (err) => resolve({ err, ms: Date.now() - t }));
+      });
+    const score = () =>
+      new Promise<number>((resolve, reject) => {
+        const t = Date.now();
+        scoring.Score({ items: [{ contextText: 'Hi', continuationsText: [' there'] }] }, (err) =>
+          err ? reject(err) : resolve(Date.now() - t),
+        );
+      });
+    const full = await probe();
+    expect(full.err).toBeNull();
+    const cut = probe(Math.max(50, full.ms / 10));
+    await new Promise((r) => setTimeout(r, Math.max(50, full.ms / 10) + 20));
+    const waited = await score();
+    expect((await cut).err!.code).toBe(grpc.status.DEADLINE_EXCEEDED);
+    // The Score waited at most about one probe pass, not the rest of the probe.
+    expect(waited).toBeLessThan(full.ms / 3);
+    scoring.close();
+    probing.close();
+    await server.close();
+  }, 60_000);
+});

@@ -306,7 +306,7 @@ export class Service {
     const { prepared, opts } = await m.prober.prepareAll(samples, options);
     const tokens = prepared.reduce((n, p) => n + p.row.tokens.length, 0);
     const answer = await this.queued(
-      m.batcher.submitTask(tokens, () => m.prober.run(prepared, opts)),
+      m.batcher.submitTask(tokens, (shouldStop) => m.prober.run(prepared, opts, shouldStop)),
       call,
     );
     this.metrics.itemsScored.inc({ model: m.entry.name }, prepared.length);
