@@ -24,6 +24,7 @@ const log = (line: Record<string, unknown>) => process.stderr.write(JSON.stringi
 
 interface ModelFlags {
   model?: string;
+  cpuMemArena?: 'on' | 'off';
   device?: string;
   dtype?: ComputeDType;
   threads?: number;
@@ -37,6 +38,11 @@ function withModelFlags(cmd: Command): Command {
     .addOption(new Option('--device <device>', 'cpu, cuda or cuda:N').env('CTXPROBE_DEVICE'))
     .addOption(new Option('--dtype <dtype>', 'compute dtype').choices(['float32', 'float16', 'bfloat16']).env('CTXPROBE_DTYPE'))
     .addOption(new Option('--threads <n>', 'CPU threads (0: one per core)').argParser(int('threads')).env('CTXPROBE_THREADS'))
+    .addOption(
+      new Option('--cpu-mem-arena <on|off>', "onnxruntime's CPU memory arena (default off: memory goes back after large requests)")
+        .choices(['on', 'off'])
+        .env('CTXPROBE_CPU_MEM_ARENA'),
+    )
     .addOption(
       new Option('--max-length <n>', "context length (default: the model's)").argParser(int('max-length')).env('CTXPROBE_MAX_LENGTH'),
     )
@@ -53,6 +59,7 @@ function entriesFrom(flags: ModelFlags & { models?: string; name?: string }): Mo
     ...(flags.device !== undefined && { device: flags.device }),
     ...(flags.dtype !== undefined && { dtype: flags.dtype }),
     ...(flags.threads !== undefined && { threads: flags.threads }),
+    ...(flags.cpuMemArena !== undefined && { cpuMemArena: flags.cpuMemArena === 'on' }),
     ...(flags.maxLength !== undefined && { maxLength: flags.maxLength }),
     ...(flags.maxBatchTokens !== undefined && { maxBatchTokens: flags.maxBatchTokens }),
   };

@@ -33,6 +33,8 @@ export interface ModelEntry {
   maxRawAttentionBytes?: number;
   /** Continuations per Score item (default 256). */
   maxContinuations?: number;
+  /** onnxruntime's CPU memory arena (default off: memory goes back after large requests). */
+  cpuMemArena?: boolean;
   synthetic?: SyntheticSpec;
 }
 
@@ -88,6 +90,7 @@ const ENTRY_SCHEMA = {
     maxProbeAttentionBytes: positive,
     maxRawAttentionBytes: positive,
     maxContinuations: positive,
+    cpuMemArena: { type: 'boolean' },
     synthetic: SYNTHETIC_SCHEMA,
   },
 };
@@ -157,7 +160,12 @@ export function ensureCheckpoint(entry: ModelEntry): void {
 export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
   const started = performance.now();
   ensureCheckpoint(entry);
-  const engine = await Engine.load(entry.path, { device: entry.device, dtype: entry.dtype, threads: entry.threads });
+  const engine = await Engine.load(entry.path, {
+    device: entry.device,
+    dtype: entry.dtype,
+    threads: entry.threads,
+    cpuMemArena: entry.cpuMemArena,
+  });
   const scorer = new Scorer(engine, {
     maxLength: entry.maxLength,
     maxBatchTokens: entry.maxBatchTokens,
