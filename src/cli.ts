@@ -138,8 +138,8 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       .env('CTXPROBE_MAX_TEXT_BYTES'),
   )
   .addOption(
-    new Option('--max-scored-tokens <n>', 'tokens whose log-prob one request asks for')
-      .default(2 ** 20)
+    new Option('--max-scored-tokens <n>', 'tokens in one answer: scored tokens of a request, tokens of a Tokenize')
+      .default(2 ** 17)
       .argParser(int('max-scored-tokens'))
       .env('CTXPROBE_MAX_SCORED_TOKENS'),
   )

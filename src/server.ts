@@ -45,7 +45,7 @@ export interface ServerOptions {
   maxItemsPerRequest?: number;
   /** UTF-8 bytes of text per request (default 8 MiB). */
   maxTextBytes?: number;
-  /** Tokens whose log-prob one request asks for (default 1,048,576). */
+  /** Tokens in one answer: scored tokens, or a Tokenize's tokens (default 131,072). */
   maxScoredTokens?: number;
   /** Tokenizer worker threads per model (default 1; 0: on the event loop). */
   tokenizerWorkers?: number;
