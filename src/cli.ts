@@ -15,8 +15,7 @@ const int = (name: string) => (value: string) => {
 
 const portOrOff = (value: string) => {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < -1 || n > 65535)
-    throw new InvalidArgumentError('metrics-port must be a port, 0 (any free port) or -1 (no metrics)');
+  if (!Number.isInteger(n) || n < -1 || n > 65535) throw new InvalidArgumentError('must be a port, 0 (any free port) or -1 (none)');
   return n;
 };
 
@@ -77,6 +76,12 @@ withModelFlags(program.command('serve').description('serve the models of a repos
   .addOption(new Option('--name <name>', 'name to serve --model under').env('CTXPROBE_MODEL_NAME'))
   .addOption(new Option('--host <host>', 'address to bind').default('127.0.0.1').env('CTXPROBE_HOST'))
   .addOption(new Option('--port <port>', 'gRPC port').default(50051).argParser(int('port')).env('CTXPROBE_PORT'))
+  .addOption(
+    new Option('--health-port <port>', 'plaintext port with only grpc.health.v1, answered off the main thread (-1: none)')
+      .default(-1)
+      .argParser(portOrOff)
+      .env('CTXPROBE_HEALTH_PORT'),
+  )
   .addOption(
     new Option('--http-port <port>', 'OpenAI-compatible HTTP port (/v1/completions; -1: none)')
       .default(8000)
@@ -190,6 +195,7 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       port: flags.port,
       metricsHost: flags.metricsHost,
       metricsPort: flags.metricsPort,
+      healthPort: flags.healthPort,
       httpPort: flags.httpPort,
       maxMessageBytes: flags.maxMessageBytes,
       maxItemsPerRequest: flags.maxItems,
@@ -205,6 +211,7 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       address: server.address,
       metricsPort: server.metricsPort,
       httpPort: server.httpPort,
+      healthPort: server.healthPort,
       metricsHost: flags.metricsHost,
       tls: tls ? (tls.clientCa ? 'mutual' : 'server') : 'off',
       auth: authTokens.length > 0 ? 'bearer' : 'off',

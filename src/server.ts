@@ -11,6 +11,7 @@ import { HealthImplementation } from 'grpc-health-check';
 import { ReflectionService } from '@grpc/reflection';
 import { loadPackage } from './grpc/proto.js';
 import { healthPackageDefinition } from './health.js';
+import { HealthPort } from './health-port.js';
 import { scoringService } from './grpc/scoring.js';
 import { probingService } from './grpc/probing.js';
 import type { BatcherOptions } from './batcher.js';
@@ -32,6 +33,9 @@ export interface ServerOptions {
   port?: number;
   /** OpenAI-compatible HTTP port (/v1/completions); 0 picks a free one, -1 (default) none. */
   httpPort?: number;
+  /** A plaintext port serving only grpc.health.v1, from a worker thread (0: any free
+   * port; -1, the default: none). */
+  healthPort?: number;
   /** Prometheus port; 0 picks a free one, -1 serves no metrics. */
   metricsPort?: number;
   /** Address of /metrics; default loopback, whatever `host` is (scrape from a sidecar or
@@ -65,6 +69,7 @@ export class CtxprobeServer {
     [SCORING_SERVICE]: 'NOT_SERVING',
     [PROBING_SERVICE]: 'NOT_SERVING',
   });
+  private healthPortServer?: HealthPort;
   private metricsServer?: { port: number; close(): Promise<void> };
   private httpApp?: FastifyInstance;
   port = 0;
@@ -114,6 +119,13 @@ export class CtxprobeServer {
       await app.listen({ port: options.httpPort, host });
       server.httpApp = app;
     }
+    if ((options.healthPort ?? -1) >= 0) {
+      server.healthPortServer = await HealthPort.start({
+        host,
+        port: options.healthPort!,
+        statuses: { '': 'NOT_SERVING', [SCORING_SERVICE]: 'NOT_SERVING', [PROBING_SERVICE]: 'NOT_SERVING' },
+      });
+    }
     if ((options.metricsPort ?? 9464) >= 0) {
       if (options.metricsTls && !tlsMaterial) throw new ConfigError('--metrics-tls needs --tls-cert and --tls-key');
       if (options.metricsAuth && !checkToken)
@@ -143,22 +155,31 @@ export class CtxprobeServer {
     this.service.addModel(loaded);
   }
 
-  setServing(): void {
-    this.service.setServing();
-    this.health.setStatus('', 'SERVING');
-    this.health.setStatus(SCORING_SERVICE, 'SERVING');
-    this.health.setStatus(PROBING_SERVICE, 'SERVING');
+  /** What both health services (main port, health port) report, for every service. */
+  private setHealth(status: 'SERVING' | 'NOT_SERVING'): void {
+    for (const service of ['', SCORING_SERVICE, PROBING_SERVICE]) {
+      this.health.setStatus(service, status);
+      this.healthPortServer?.setStatus(service, status);
+    }
   }
 
-  /** Stop taking work, finish what is queued and in flight, then close both ports. */
+  setServing(): void {
+    this.service.setServing();
+    this.setHealth('SERVING');
+  }
+
+  get healthPort(): number | undefined {
+    return this.healthPortServer?.port;
+  }
+
+  /** Stop taking work, finish what is queued and in flight, then close every port. */
   async drain(): Promise<void> {
-    this.health.setStatus('', 'NOT_SERVING');
-    this.health.setStatus(SCORING_SERVICE, 'NOT_SERVING');
-    this.health.setStatus(PROBING_SERVICE, 'NOT_SERVING');
+    this.setHealth('NOT_SERVING');
     await this.service.drain();
     await new Promise<void>((resolve) => this.grpcServer.tryShutdown(() => resolve()));
     await this.httpApp?.close();
     await this.metricsServer?.close();
+    await this.healthPortServer?.close();
   }
 
   /** Drain, then release the models' sessions. With `deadlineMs`, whatever is still
@@ -182,5 +203,6 @@ export class CtxprobeServer {
     this.httpApp?.server.closeAllConnections();
     void this.httpApp?.close();
     void this.metricsServer?.close();
+    void this.healthPortServer?.close();
   }
 }

@@ -12,6 +12,8 @@ export interface Served {
   grpcPort: number;
   httpPort: number;
   metricsPort: number;
+  /** --health-port's bound port, when given. */
+  healthPort?: number;
   /** SIGTERM, then the exit code. */
   stop(signal?: NodeJS.Signals): Promise<number | null>;
   exited: Promise<number | null>;
@@ -63,6 +65,7 @@ export function serveCli(modelDir: string, args: string[] = [], env: Record<stri
             grpcPort: Number(String(listening.address).split(':').pop()),
             httpPort: listening.httpPort,
             metricsPort: listening.metricsPort,
+            healthPort: listening.healthPort,
             exited,
             stop: (signal = 'SIGTERM') => {
               child.kill(signal);

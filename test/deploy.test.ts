@@ -153,17 +153,13 @@ describe('Kubernetes manifests', () => {
     expect(c.resources.limits['nvidia.com/gpu']).toBe(1);
     expect(c.resources.limits.memory).toBeTruthy();
     const grpcPort = c.ports.find((p: any) => p.name === 'grpc').containerPort;
-    // The server speaks TLS, which Kubernetes' own gRPC probe cannot: each probe runs
-    // `ctxprobe health` over TLS with a CA from the mounted TLS secret.
+    // The main port speaks TLS, which Kubernetes' own gRPC probe cannot: the probes go to
+    // the plaintext, health-only port the server is told to open.
     expect(c.args).toContain('--tls-cert');
-    const tlsMount = c.volumeMounts.find((m: any) => m.name === 'tls').mountPath;
-    for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
-      const cmd: string[] = c[probe].exec.command;
-      expect(cmd.slice(0, 3)).toEqual(['node', 'bin/ctxprobe.js', 'health']);
-      expect(cmd[cmd.indexOf('--address') + 1]).toBe(`127.0.0.1:${grpcPort}`);
-      expect(cmd[cmd.indexOf('--tls-ca') + 1]!.startsWith(tlsMount + '/')).toBe(true);
-      expect(cmd).toContain('--server-name');
-    }
+    const healthPort = c.ports.find((p: any) => p.name === 'health').containerPort;
+    expect(healthPort).not.toBe(grpcPort);
+    expect(c.args[c.args.indexOf('--health-port') + 1]).toBe(String(healthPort));
+    for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) expect(c[probe].grpc.port).toBe(healthPort);
     expect(pod.terminationGracePeriodSeconds).toBeGreaterThanOrEqual(60);
     expect(pod.securityContext.runAsNonRoot).toBe(true);
     expect(c.securityContext.readOnlyRootFilesystem).toBe(true);

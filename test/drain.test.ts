@@ -1,7 +1,9 @@
 // A drain that always ends, and counters that stay true: SIGTERM against the real CLI
 // with connections that never close and streams that never half-close; cancelled
 // streams and expired deadlines as the metrics record them.
+import { execFile } from 'node:child_process';
 import net from 'node:net';
+import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
@@ -9,7 +11,7 @@ import { loadModel, type LoadedModel } from '../src/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { scrape } from './helpers.js';
-import { serveCli } from './cli-serve.js';
+import { ROOT, serveCli } from './cli-serve.js';
 
 let modelDir: string;
 beforeAll(() => {
@@ -169,5 +171,45 @@ describe('running work stops between passes when its caller is gone', () => {
     scoring.close();
     probing.close();
     await server.close();
+  }, 60_000);
+});
+
+describe('the health port', () => {
+  it('answers from its own thread: SERVING while serving, NOT_SERVING while the main loop is frozen or draining', async () => {
+    const model = await loadModel({ name: 'm', path: modelDir, threads: 1 });
+    const server = await CtxprobeServer.start({ port: 0, metricsPort: -1, healthPort: 0 });
+    server.addModel(model);
+    const check = () =>
+      new Promise<string>((resolve) =>
+        execFile(
+          process.execPath,
+          [path.join(ROOT, 'bin/ctxprobe.js'), 'health', '--address', `127.0.0.1:${server.healthPort}`],
+          (_e, out) => resolve(out.trim()),
+        ),
+      );
+    expect(await check()).toBe('NOT_SERVING'); // loading
+    server.setServing();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(await check()).toBe('SERVING');
+    // Freeze this (the main) thread for 3.5 s; a check from another process 2.8 s in
+    // must see NOT_SERVING: the health port does not vouch for a frozen server.
+    const during = new Promise<string>((resolve) =>
+      execFile(
+        'sh',
+        ['-c', `sleep 2.8; "${process.execPath}" "${path.join(ROOT, 'bin/ctxprobe.js')}" health --address 127.0.0.1:${server.healthPort}`],
+        (_e, out) => resolve(out.trim()),
+      ),
+    );
+    const until = Date.now() + 3500;
+    while (Date.now() < until) {
+      /* a frozen event loop */
+    }
+    expect(await during).toBe('NOT_SERVING');
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await check()).toBe('SERVING');
+    const draining = server.drain();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(await check()).toMatch(/NOT_SERVING|UNREACHABLE/);
+    await draining;
   }, 60_000);
 });

@@ -1,7 +1,8 @@
 // Soak, bounded in count and time, against the real `ctxprobe serve` process: 200
 // concurrent clients mixing good, bad, cancelled and over-deadline calls over gRPC and
 // HTTP, one large request within the limits and one over them. Every good answer equals
-// its solo answer; health keeps answering (polled from a process of its own); queued and
+// its solo answer; health on the health port answers within 100 ms (polled from a
+// process of its own), on the main port within 500 ms; queued and
 // in-flight gauges return to 0; the server's RSS after equals its RSS before within 10%.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -22,7 +23,7 @@ const TIME_LIMIT_MS = 90_000;
 let s: Served;
 beforeAll(async () => {
   const dir = makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 256 }).dir;
-  s = await serveCli(dir, ['--max-text-bytes', String(2 ** 20), '--max-queue-delay-ms', '5']);
+  s = await serveCli(dir, ['--max-text-bytes', String(2 ** 20), '--max-queue-delay-ms', '5', '--health-port', '0']);
 });
 afterAll(async () => s?.stop());
 
@@ -67,12 +68,12 @@ describe('soak', () => {
       aloneHttp.set(i, body.choices[0].logprobs.token_logprobs);
     }
     // Health, every 20 ms, from a process of its own (this one is busy being 200 clients).
-    const pollHealth = () => {
+    const pollHealth = (port: number) => {
       const script = `
         const { healthClientConstructor } = await import(${JSON.stringify(pathToFileURL(path.join(ROOT, 'dist/src/health.js')).href)});
         const grpc = await import('@grpc/grpc-js');
         const Health = healthClientConstructor();
-        const c = new Health('127.0.0.1:${s.grpcPort}', grpc.credentials.createInsecure());
+        const c = new Health('127.0.0.1:${port}', grpc.credentials.createInsecure());
         let worst = 0, checks = 0, stop = false;
         process.on('SIGTERM', () => { stop = true; });
         while (!stop) {
@@ -179,9 +180,11 @@ describe('soak', () => {
       }
     }
     const rssBefore = rssMiB(s.child.pid!);
-    const poller = pollHealth();
+    const poller = pollHealth(s.healthPort!);
+    const mainPoller = pollHealth(s.grpcPort);
     const measured = await round();
     const health = await poller.stop();
+    const mainHealth = await mainPoller.stop();
 
     // Gauges back to 0, and memory back to where it was.
     let metrics = await scrape(s.metricsPort);
@@ -207,6 +210,7 @@ describe('soak', () => {
       measured,
       serverLoopLagMs,
       worstHealthMs: Math.round(health.worst),
+      worstMainPortHealthMs: Math.round(mainHealth.worst),
       healthChecks: health.checks,
       rssBefore: Math.round(rssBefore),
       rssAfter: Math.round(rssAfter),
@@ -214,11 +218,12 @@ describe('soak', () => {
     console.log(`soak: ${JSON.stringify(report)}`);
     expect(measured.good + measured.goodHttp).toBeGreaterThan(200);
     expect(health.checks).toBeGreaterThan(10);
-    // Measured here (2 cores shared with this 200-client load generator): worst 160-210 ms,
-    // the server's own event loop p99 ~80 ms, under a burst of 200 simultaneous calls.
-    // The bound catches a frozen loop (before passes and tokenisation moved to worker
-    // threads, health waited seconds); the issue's 100 ms is not met under such a burst.
-    expect(health.worst).toBeLessThan(500);
+    expect(mainHealth.checks).toBeGreaterThan(5);
+    // The health port answers from its own thread. Health on the main port waits behind
+    // the burst of 200 calls (measured here: 160-210 ms, the event loop's p99 ~80 ms), and
+    // still far from the seconds it waited before passes and tokenisation left the loop.
+    expect(health.worst).toBeLessThan(100);
+    expect(mainHealth.worst).toBeLessThan(500);
     expect(Math.abs(rssAfter - rssBefore) / rssBefore).toBeLessThan(0.1);
   }, 180_000);
 });
