@@ -14,10 +14,9 @@ import { healthPackageDefinition } from './health.js';
 import { HealthPort } from './health-port.js';
 import { scoringService } from './grpc/scoring.js';
 import { probingService } from './grpc/probing.js';
-import type { BatcherOptions } from './batcher.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
-import { Service, type ServedModel } from './serving/service.js';
+import { Service, type ServedModel, type ServiceOptions } from './serving/service.js';
 import { loadTls, serverCredentials, tokenChecker, type TlsFiles } from './security.js';
 import { bearerAuth } from './grpc/auth.js';
 import { buildHttpApp } from './http/openai.js';
@@ -27,7 +26,9 @@ import { ConfigError } from './errors.js';
 export const SCORING_SERVICE = 'ctxprobe.v1.Scoring';
 export const PROBING_SERVICE = 'ctxprobe.v1.Probing';
 
-export interface ServerOptions {
+/** The ports and their security; the serving layer's own options (limits, batcher, log)
+ * come with them. */
+export interface ServerOptions extends ServiceOptions {
   host?: string;
   /** gRPC port; 0 picks a free one. */
   port?: number;
@@ -46,15 +47,6 @@ export interface ServerOptions {
   /** Require the bearer tokens on /metrics, too. */
   metricsAuth?: boolean;
   maxMessageBytes?: number;
-  maxItemsPerRequest?: number;
-  /** UTF-8 bytes of text per request (default 8 MiB). */
-  maxTextBytes?: number;
-  /** Tokens in one answer: scored tokens, or a Tokenize's tokens (default 131,072). */
-  maxScoredTokens?: number;
-  /** Tokenizer worker threads per model (default 1; 0: on the event loop). */
-  tokenizerWorkers?: number;
-  batcher?: BatcherOptions;
-  log?: (line: Record<string, unknown>) => void;
   /** Serve gRPC and HTTP over TLS (mutual TLS on both when a client CA is given). */
   tls?: TlsFiles;
   /** When non-empty, every call but health checks needs `authorization: Bearer <token>`. */
@@ -78,14 +70,7 @@ export class CtxprobeServer {
     private readonly grpcServer: grpc.Server,
     private readonly options: ServerOptions,
   ) {
-    this.service = new Service(this.metrics, {
-      maxItemsPerRequest: options.maxItemsPerRequest,
-      maxTextBytes: options.maxTextBytes,
-      maxScoredTokens: options.maxScoredTokens,
-      tokenizerWorkers: options.tokenizerWorkers,
-      batcher: options.batcher,
-      log: options.log,
-    });
+    this.service = new Service(this.metrics, options);
   }
 
   get models(): Map<string, ServedModel> {

@@ -31,9 +31,9 @@ export interface CallContext {
 export interface ServiceOptions {
   /** Items (continuations' items, rolling texts, prompts, samples) per request. */
   maxItemsPerRequest?: number;
-  /** UTF-8 bytes of text (contexts, continuations, chunks, messages, prompts) per request. */
+  /** UTF-8 bytes of text (contexts, continuations, chunks, messages, prompts) per request (default 8 MiB). */
   maxTextBytes?: number;
-  /** Tokens whose log-prob a request asks for. */
+  /** Tokens in one answer: scored tokens of a request, tokens of a Tokenize (default 131,072). */
   maxScoredTokens?: number;
   /** Worker threads that tokenise for each model (0: on the event loop). */
   tokenizerWorkers?: number;
