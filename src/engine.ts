@@ -230,7 +230,12 @@ export class Engine {
     const B = req.rows.length;
     const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
     const P = past?.length ?? 0;
-    if (req.keepPresent && P > 0) throw new Error('engine: present KV is only kept from a pass without past');
+    // The present KV is past then new slots; its valid slots must stay a prefix of each
+    // row, which holds for a pass without past, or one row continuing an unpadded past
+    // (a chain of query blocks).
+    if (req.keepPresent && P > 0 && (B !== 1 || past!.validLengths[req.rows[0]!.pastRow] !== P)) {
+      throw new Error('engine: present KV is kept from a pass with past only for one row continuing an unpadded past');
+    }
 
     const inputIds = new BigInt64Array(B * T);
     const positionIds = new BigInt64Array(B * T);
@@ -290,7 +295,7 @@ export class Engine {
       result.topkLogprobs = out.topk_logprobs!.data as Float32Array;
       result.topkIds = out.topk_ids!.data as BigInt64Array;
     }
-    if (req.keepPresent) result.present = { handle: present!, validLengths: req.rows.map((r) => r.tokens.length), length: T };
+    if (req.keepPresent) result.present = { handle: present!, validLengths: req.rows.map((r) => P + r.tokens.length), length: P + T };
     return result;
   }
 }

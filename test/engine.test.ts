@@ -55,4 +55,42 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
       }),
     );
   });
+
+  it('query blocks of any size (1, 3, 7 tokens) give the unblocked answers and the reference', async () => {
+    const vocab = ctx.engine.config.vocabSize;
+    const context = randomTokens(21, 23, vocab);
+    const requests = [
+      // A shared prefix longer than the blocks, with top-k.
+      { context, continuations: [randomTokens(22, 5, vocab), randomTokens(23, 9, vocab)], topK: 2 },
+      // A row with no shared prefix, longer than the blocks.
+      { context: randomTokens(24, 19, vocab), continuations: [randomTokens(25, 6, vocab)] },
+    ];
+    const whole = await new Scorer(ctx.engine, { maxBatchTokens: 4096 }).loglikelihood(requests);
+    const text = randomTokens(26, 40, vocab);
+    const wholeRolling = await new Scorer(ctx.engine, { maxBatchTokens: 4096 }).rolling([{ text }]);
+    for (const budget of [1, 3, 7]) {
+      const scorer = new Scorer(ctx.engine, { maxBatchTokens: budget });
+      expect(
+        scorer
+          .plan((await scorer.prepareLoglikelihood(requests)).units)
+          .passes.every((p) => p.rows.every((r) => r.tokens.length <= budget)),
+      ).toBe(true);
+      const blocked = await scorer.loglikelihood(requests);
+      requests.forEach((req, i) =>
+        req.continuations.forEach((cont, j) => {
+          const a = blocked[i]![j]!;
+          const b = whole[i]![j]!;
+          const ref = referenceTokenLogprobs(ctx.fx, [...req.context, ...cont], cont.length);
+          a.tokenLogprobs.forEach((lp, k) => {
+            expect(Math.abs(lp - b.tokenLogprobs[k]!), `budget ${budget}`).toBeLessThan(1e-5);
+            expect(Math.abs(lp - ref.logprobs[k]!)).toBeLessThan(1e-4);
+          });
+          expect(a.tokenGreedy).toEqual(b.tokenGreedy);
+          expect(a.topK?.map((t) => t.ids.length)).toEqual(b.topK?.map((t) => t.ids.length));
+        }),
+      );
+      const [rolling] = await scorer.rolling([{ text }]);
+      rolling!.tokenLogprobs.forEach((lp, k) => expect(Math.abs(lp - wholeRolling[0]!.tokenLogprobs[k]!)).toBeLessThan(1e-5));
+    }
+  });
 });

@@ -18,23 +18,26 @@ describe('plan', () => {
   it('computes a shared prefix once, its tails against it, and packs solo rows by the budget', () => {
     const p = plan(units, { maxBatchTokens: 8, prefixSharing: true });
     expect(p.passes).toEqual([
-      { kind: 'score', rows: [{ unit: 2, tokens: [1, 2, 3, 4, 5, 6], startPosition: 0, scoredFrom: 0, pastRow: 0 }] },
+      {
+        kind: 'score',
+        rows: [{ unit: 2, tokens: [1, 2, 3, 4, 5, 6], startPosition: 0, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 6 }],
+      },
       {
         kind: 'score',
         rows: [
           // Units without a prefix come first, then those whose prefix nobody shares;
           // the sort by length is stable.
-          { unit: 4, tokens: [4, 4, 4], startPosition: 0, scoredFrom: 0, pastRow: 0 },
-          { unit: 3, tokens: [9, 9, 1], startPosition: 0, scoredFrom: 2, pastRow: 0 },
+          { unit: 4, tokens: [4, 4, 4], startPosition: 0, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 3 },
+          { unit: 3, tokens: [9, 9, 1], startPosition: 0, scoredFrom: 2, pastRow: 0, targetFrom: 0, targetCount: 1 },
         ],
       },
-      { kind: 'prefix', rows: [{ tokens: [1, 2, 3, 4] }] },
+      { kind: 'prefix', rows: [{ tokens: [1, 2, 3, 4], startPosition: 0 }] },
       {
         kind: 'score',
         past: 2,
         rows: [
-          { unit: 1, tokens: [7, 8], startPosition: 4, scoredFrom: 0, pastRow: 0 },
-          { unit: 0, tokens: [5], startPosition: 4, scoredFrom: 0, pastRow: 0 },
+          { unit: 1, tokens: [7, 8], startPosition: 4, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 2 },
+          { unit: 0, tokens: [5], startPosition: 4, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 1 },
         ],
       },
     ]);
@@ -53,16 +56,22 @@ describe('plan', () => {
     const grouped = [unit([1, 2], [3]), unit([1, 2], [4]), unit([7, 8, 9], [1]), unit([7, 8, 9], [2])];
     const p = plan(grouped, { maxBatchTokens: 64, prefixSharing: true });
     // Prefix rows are packed longest first, like every row.
-    expect(p.passes[0]).toEqual({ kind: 'prefix', rows: [{ tokens: [7, 8, 9] }, { tokens: [1, 2] }] });
+    expect(p.passes[0]).toEqual({
+      kind: 'prefix',
+      rows: [
+        { tokens: [7, 8, 9], startPosition: 0 },
+        { tokens: [1, 2], startPosition: 0 },
+      ],
+    });
     expect(p.passes.slice(1)).toEqual([
       {
         kind: 'score',
         past: 0,
         rows: [
-          { unit: 2, tokens: [1], startPosition: 3, scoredFrom: 0, pastRow: 0 },
-          { unit: 3, tokens: [2], startPosition: 3, scoredFrom: 0, pastRow: 0 },
-          { unit: 0, tokens: [3], startPosition: 2, scoredFrom: 0, pastRow: 1 },
-          { unit: 1, tokens: [4], startPosition: 2, scoredFrom: 0, pastRow: 1 },
+          { unit: 2, tokens: [1], startPosition: 3, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 1 },
+          { unit: 3, tokens: [2], startPosition: 3, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 1 },
+          { unit: 0, tokens: [3], startPosition: 2, scoredFrom: 0, pastRow: 1, targetFrom: 0, targetCount: 1 },
+          { unit: 1, tokens: [4], startPosition: 2, scoredFrom: 0, pastRow: 1, targetFrom: 0, targetCount: 1 },
         ],
       },
     ]);
@@ -70,5 +79,44 @@ describe('plan', () => {
 
   it('always places a row longer than the budget, alone', () => {
     expect(packByLength([[1, 2, 3, 4, 5], [1]], (r) => r.length, 2)).toEqual([[[1, 2, 3, 4, 5]], [[1]]]);
+  });
+
+  it('runs a row longer than the budget in query blocks, each continuing the one before', () => {
+    // Prefix [1, 2, 3], tail [4 … 10]: positions 3..9 are scored (7 targets); budget 4.
+    const long = unit([1, 2, 3], [4, 5, 6, 7, 8, 9, 10]);
+    const p = plan([long], { maxBatchTokens: 4, prefixSharing: true });
+    expect(p.passes).toEqual([
+      {
+        kind: 'score',
+        past: undefined,
+        keep: true,
+        rows: [{ unit: 0, tokens: [1, 2, 3, 4], startPosition: 0, scoredFrom: 3, pastRow: 0, targetFrom: 0, targetCount: 1 }],
+      },
+      {
+        kind: 'score',
+        past: 0,
+        keep: true,
+        rows: [{ unit: 0, tokens: [5, 6, 7, 8], startPosition: 4, scoredFrom: 0, pastRow: 0, targetFrom: 1, targetCount: 4 }],
+      },
+      {
+        kind: 'score',
+        past: 1,
+        keep: false,
+        rows: [{ unit: 0, tokens: [9, 10], startPosition: 8, scoredFrom: 0, pastRow: 0, targetFrom: 5, targetCount: 2 }],
+      },
+    ]);
+    expect(planTokens(p)).toBe(10);
+  });
+
+  it('runs a shared prefix longer than the budget in prefix blocks, its tails against the last', () => {
+    const units2 = [unit([1, 2, 3, 4, 5], [6]), unit([1, 2, 3, 4, 5], [7, 8])];
+    const p = plan(units2, { maxBatchTokens: 2, prefixSharing: true });
+    expect(p.passes.map((x) => [x.kind, x.past, x.rows.map((r) => r.tokens)])).toEqual([
+      ['prefix', undefined, [[1, 2]]],
+      ['prefix', 0, [[3, 4]]],
+      ['prefix', 1, [[5]]],
+      ['score', 2, [[7, 8]]],
+      ['score', 2, [[6]]],
+    ]);
   });
 });

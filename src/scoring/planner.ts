@@ -7,7 +7,14 @@
 //                                              (past = that prefix pass, row per group)
 //
 // Rows are packed longest first so that a pass's padded size (rows × longest row) stays
-// within the token budget; one row always fits.
+// within the token budget. A row longer than the budget runs in query blocks (chunked
+// prefill): consecutive passes of at most `maxBatchTokens` query tokens, each against
+// the KV of the blocks before it (kept, `keep`, and continued, `past`), so attention
+// memory per pass is heads × block × keys and no pass builds T × T for a long row:
+//
+//   long row ─► block 0 (keep) ─► block 1 (past 0, keep) ─► … ─► last block (past)
+//   long shared prefix ─► prefix blocks likewise ─► score passes of its tails
+//   long tail of a shared prefix ─► blocks forking from the prefix's KV
 import type { Unit } from './units.js';
 
 export interface PlanOptions {
@@ -17,10 +24,12 @@ export interface PlanOptions {
   prefixSharing: boolean;
 }
 
-/** A pass that only computes KV: one row per distinct prefix. */
+/** A pass that only computes KV: one row per distinct prefix (or one block of one). */
 export interface PrefixPass {
   kind: 'prefix';
-  rows: { tokens: number[] }[];
+  /** The prefix block this one continues (a long prefix in blocks). */
+  past?: number;
+  rows: { tokens: number[]; startPosition: number }[];
 }
 
 /** One row of a score pass: the tokens run, where they start, which unit's targets they score. */
@@ -31,14 +40,20 @@ export interface ScoreRow {
   startPosition: number;
   /** Index within `tokens` of the first scored position. */
   scoredFrom: number;
+  /** Which of the unit's targets this row scores: `targetCount` from `targetFrom` (a row
+   * in query blocks scores the targets inside its block). */
+  targetFrom: number;
+  targetCount: number;
   /** Row of the past KV this row continues (0 without a past). */
   pastRow: number;
 }
 
 export interface ScorePass {
   kind: 'score';
-  /** Index in `Plan.passes` of the prefix pass whose KV this pass continues. */
+  /** Index in `Plan.passes` of the pass whose KV this pass continues. */
   past?: number;
+  /** Keep this pass's KV for a later block (one row, in query blocks). */
+  keep?: boolean;
   rows: ScoreRow[];
 }
 
@@ -69,27 +84,81 @@ export function plan(units: readonly Unit[], options: PlanOptions): Plan {
     else solo.push(members[0]!);
   }
 
+  const budget = options.maxBatchTokens;
   const passes: Pass[] = [];
-  // Rows without a shared prefix: the whole input in one row, no past.
+  // Rows without a shared prefix: the whole input in one row, no past; longer than the
+  // budget, in query blocks.
   const soloRows = solo.map((i): ScoreRow => {
     const u = units[i]!;
-    return { unit: i, tokens: u.prefix.concat(u.tail), startPosition: 0, scoredFrom: u.prefix.length, pastRow: 0 };
+    return wholeRow(i, u.prefix.concat(u.tail), 0, u.prefix.length, u.targets.length);
   });
-  for (const rows of packByLength(soloRows, (r) => r.tokens.length, options.maxBatchTokens)) passes.push({ kind: 'score', rows });
+  const [longRows, shortRows] = split(soloRows, (r) => r.tokens.length > budget);
+  for (const rows of packByLength(shortRows, (r) => r.tokens.length, budget)) passes.push({ kind: 'score', rows });
+  for (const row of longRows) blocks(passes, row, budget, undefined);
 
-  // Shared prefixes: one prefix pass per batch of groups, then their tails against it.
+  // Shared prefixes: one prefix pass per batch of groups, then their tails against it. A
+  // group with a prefix or a tail longer than the budget gets an unpadded prefix of its
+  // own (in blocks when long), and each long tail runs in blocks forking from it.
   shared.sort((a, b) => units[a[0]!]!.prefix.length - units[b[0]!]!.prefix.length);
-  for (const groupBatch of packByLength(shared, (g) => units[g[0]!]!.prefix.length, options.maxBatchTokens)) {
-    const past = passes.push({ kind: 'prefix', rows: groupBatch.map((g) => ({ tokens: units[g[0]!]!.prefix })) }) - 1;
-    const tailRows = groupBatch.flatMap((g, groupIndex) =>
-      g.map((i): ScoreRow => {
-        const u = units[i]!;
-        return { unit: i, tokens: u.tail, startPosition: u.prefix.length, scoredFrom: 0, pastRow: groupIndex };
-      }),
+  const isLong = (g: number[]) => units[g[0]!]!.prefix.length > budget || g.some((i) => units[i]!.tail.length > budget);
+  const [longGroups, shortGroups] = split(shared, isLong);
+  const tailRow = (i: number, pastRow: number): ScoreRow => {
+    const u = units[i]!;
+    return { ...wholeRow(i, u.tail, u.prefix.length, 0, u.targets.length), pastRow };
+  };
+  const shortTails = (rows: ScoreRow[], past: number) => {
+    for (const batch of packByLength(rows, (r) => r.tokens.length, budget)) passes.push({ kind: 'score', past, rows: batch });
+  };
+  for (const groupBatch of packByLength(shortGroups, (g) => units[g[0]!]!.prefix.length, budget)) {
+    const past = passes.push({ kind: 'prefix', rows: groupBatch.map((g) => ({ tokens: units[g[0]!]!.prefix, startPosition: 0 })) }) - 1;
+    shortTails(
+      groupBatch.flatMap((g, groupIndex) => g.map((i) => tailRow(i, groupIndex))),
+      past,
     );
-    for (const rows of packByLength(tailRows, (r) => r.tokens.length, options.maxBatchTokens)) passes.push({ kind: 'score', past, rows });
+  }
+  for (const group of longGroups) {
+    const prefix = units[group[0]!]!.prefix;
+    let past: number | undefined;
+    for (let start = 0; start < prefix.length; start += budget) {
+      past = passes.push({ kind: 'prefix', past, rows: [{ tokens: prefix.slice(start, start + budget), startPosition: start }] }) - 1;
+    }
+    const [longTails, short] = split(
+      group.map((i) => tailRow(i, 0)),
+      (r) => r.tokens.length > budget,
+    );
+    shortTails(short, past!);
+    for (const row of longTails) blocks(passes, row, budget, past);
   }
   return { passes };
+}
+
+/** A row that scores `count` targets from position `scoredFrom` of `tokens`. */
+function wholeRow(unit: number, tokens: number[], startPosition: number, scoredFrom: number, count: number): ScoreRow {
+  return { unit, tokens, startPosition, scoredFrom, pastRow: 0, targetFrom: 0, targetCount: count };
+}
+
+/** A long row as query blocks of at most `budget` tokens, each continuing the one before
+ * (`past`: what the first block continues, if anything). */
+function blocks(passes: Pass[], row: ScoreRow, budget: number, past: number | undefined): void {
+  for (let start = 0; start < row.tokens.length; start += budget) {
+    const end = Math.min(start + budget, row.tokens.length);
+    const first = Math.max(start, row.scoredFrom); // first scored position in the block
+    const scored = Math.max(0, end - first);
+    const block: ScoreRow = {
+      unit: row.unit,
+      tokens: row.tokens.slice(start, end),
+      startPosition: row.startPosition + start,
+      scoredFrom: first - start,
+      pastRow: 0,
+      targetFrom: scored > 0 ? row.targetFrom + first - row.scoredFrom : 0,
+      targetCount: scored,
+    };
+    past = passes.push({ kind: 'score', past, keep: end < row.tokens.length, rows: [block] }) - 1;
+  }
+}
+
+function split<T>(items: T[], test: (item: T) => boolean): [T[], T[]] {
+  return [items.filter(test), items.filter((x) => !test(x))];
 }
 
 /** Pack items into batches whose padded size (count × longest) stays within `budget`,

@@ -25,25 +25,28 @@ export interface RunOptions {
 export async function runPlan(engine: Engine, units: readonly Unit[], plan: Plan, options: RunOptions = {}): Promise<PlanResult> {
   const scores: UnitScore[] = new Array(units.length);
   const lastUse = new Map<number, number>();
-  plan.passes.forEach((p, i) => p.kind === 'score' && p.past !== undefined && lastUse.set(p.past, i));
+  plan.passes.forEach((p, i) => p.past !== undefined && lastUse.set(p.past, i));
   const kept = new Map<number, PastKV>();
   try {
     for (const [i, pass] of plan.passes.entries()) {
       if (options.shouldStop?.()) throw new CancelledError();
+      const past = pass.past === undefined ? undefined : kept.get(pass.past);
+      let present: PastKV | undefined;
       switch (pass.kind) {
         case 'prefix': {
-          const rows = pass.rows.map((r) => ({ tokens: r.tokens, startPosition: 0, pastRow: 0 }));
-          const { present } = await engine.forward({ rows, scored: [], topK: 0, keepPresent: true });
-          kept.set(i, present!);
+          const rows = pass.rows.map((r) => ({ tokens: r.tokens, startPosition: r.startPosition, pastRow: 0 }));
+          ({ present } = await engine.forward({ rows, past, scored: [], topK: 0, keepPresent: true }));
           break;
         }
         case 'score':
-          await runScorePass(engine, units, pass, pass.past === undefined ? undefined : kept.get(pass.past), scores);
-          if (pass.past !== undefined && lastUse.get(pass.past) === i) {
-            engine.dropPast(kept.get(pass.past)!);
-            kept.delete(pass.past);
-          }
+          present = await runScorePass(engine, units, pass, past, scores);
           break;
+      }
+      if (present) kept.set(i, present);
+      // A KV no later pass continues is freed at once.
+      if (pass.past !== undefined && lastUse.get(pass.past) === i) {
+        engine.dropPast(kept.get(pass.past)!);
+        kept.delete(pass.past);
       }
     }
   } finally {
@@ -59,10 +62,11 @@ async function runScorePass(
   pass: ScorePass,
   past: PastKV | undefined,
   results: UnitScore[],
-): Promise<void> {
+): Promise<PastKV | undefined> {
   const scored: ScoredPosition[] = [];
   pass.rows.forEach((r, row) => {
-    units[r.unit]!.targets.forEach((target, j) => scored.push({ row, index: r.scoredFrom + j, target }));
+    const targets = units[r.unit]!.targets;
+    for (let j = 0; j < r.targetCount; j++) scored.push({ row, index: r.scoredFrom + j, target: targets[r.targetFrom + j]! });
   });
   const topK = Math.max(0, ...pass.rows.map((r) => units[r.unit]!.topK));
   const out = await engine.forward({
@@ -70,26 +74,26 @@ async function runScorePass(
     past,
     scored,
     topK,
-    keepPresent: false,
+    keepPresent: pass.keep ?? false,
   });
   let n = 0;
   for (const r of pass.rows) {
     const unit = units[r.unit]!;
-    const count = unit.targets.length;
-    const res: UnitScore = {
-      logprobs: Array.from(out.logprobs.subarray(n, n + count)),
-      greedy: out.greedy.slice(n, n + count),
-    };
-    if (unit.topK > 0) {
-      res.topK = Array.from({ length: count }, (_, j) => {
+    const count = r.targetCount;
+    // A unit in query blocks gets its scores block by block, in order.
+    const res = (results[r.unit] ??= { logprobs: [], greedy: [], ...(unit.topK > 0 ? { topK: [] } : {}) });
+    for (let j = 0; j < count; j++) {
+      res.logprobs.push(out.logprobs[n + j]!);
+      res.greedy.push(out.greedy[n + j]!);
+      if (unit.topK > 0) {
         const base = (n + j) * topK;
-        return {
+        res.topK!.push({
           ids: Array.from(out.topkIds!.subarray(base, base + unit.topK), Number),
           logprobs: Array.from(out.topkLogprobs!.subarray(base, base + unit.topK)),
-        };
-      });
+        });
+      }
     }
-    results[r.unit] = res;
     n += count;
   }
+  return out.present;
 }
