@@ -19,11 +19,12 @@ export const BENCH_MODEL: SyntheticSpec = {
   scale: 0.1,
 };
 
-export function benchModelDir(): string {
-  const dir = path.join(os.tmpdir(), 'ctxprobe-bench-llama-56m');
+/** The benchmark model, or a variant of it (its own folder), generated once. */
+export function benchModelDir(variant: Partial<SyntheticSpec> = {}, name = 'ctxprobe-bench-llama-56m'): string {
+  const dir = path.join(os.tmpdir(), name);
   if (!fs.existsSync(path.join(dir, 'model.safetensors'))) {
     const t = performance.now();
-    writeSyntheticCheckpoint(dir, BENCH_MODEL);
+    writeSyntheticCheckpoint(dir, { ...BENCH_MODEL, ...variant });
     console.log(`generated the benchmark checkpoint in ${((performance.now() - t) / 1000).toFixed(1)} s (${dir})`);
   }
   return dir;

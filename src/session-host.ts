@@ -106,6 +106,8 @@ export class SessionHost {
   private readonly worker: Worker;
   private readonly pending = new Map<number, { resolve(v: any): void; reject(e: Error): void }>();
   private nextId = 0;
+  /** Set when the worker has gone: later calls fail at once instead of waiting forever. */
+  private gone?: Error;
 
   constructor() {
     const source = WORKER_SOURCE(import.meta.resolve('onnxruntime-node'));
@@ -116,15 +118,19 @@ export class SessionHost {
       if (msg.error !== undefined) p?.reject(new Error(msg.error));
       else p?.resolve(msg.result);
     });
-    this.worker.on('error', (err) => {
+    const fail = (err: Error) => {
+      this.gone ??= err;
       for (const p of this.pending.values()) p.reject(err);
       this.pending.clear();
-    });
+    };
+    this.worker.on('error', fail);
+    this.worker.on('exit', (code) => fail(new Error(`session host stopped (exit code ${code})`)));
     // An idle host must not keep the process alive; pending calls hold it through their promises.
     this.worker.unref();
   }
 
   private call<T>(msg: Record<string, unknown>, transfer: ArrayBuffer[] = []): Promise<T> {
+    if (this.gone) return Promise.reject(this.gone);
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });

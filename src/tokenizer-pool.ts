@@ -40,10 +40,16 @@ export class TokenizerPool {
         if (msg.error !== undefined) p?.reject(new Error(`tokenizer: ${msg.error}`));
         else p?.resolve(Array.from(msg.ids!));
       });
-      worker.on('error', (err) => {
+      // A worker that dies fails what it had and leaves the pool; with none left,
+      // encode fails at once rather than waiting forever.
+      const fail = (err: Error) => {
         for (const p of pending.values()) p.reject(err);
         pending.clear();
-      });
+        const at = this.workers.findIndex((w) => w.worker === worker);
+        if (at >= 0) this.workers.splice(at, 1);
+      };
+      worker.on('error', fail);
+      worker.on('exit', (code) => fail(new Error(`tokenizer worker stopped (exit code ${code})`)));
       // Idle workers must not keep a process alive.
       worker.unref();
       this.workers.push({ worker, pending });
@@ -52,6 +58,7 @@ export class TokenizerPool {
 
   /** Token ids of `text`, from the least busy worker. */
   encode(text: string, addSpecialTokens: boolean): Promise<number[]> {
+    if (this.workers.length === 0) return Promise.reject(new Error('tokenizer: every worker has stopped'));
     const w = this.workers.reduce((a, b) => (b.pending.size < a.pending.size ? b : a));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {

@@ -94,3 +94,20 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
     }
   });
 });
+
+describe('worker threads that stop', () => {
+  it('fail the calls after them at once instead of leaving them waiting', async () => {
+    const { Engine } = await import('../src/engine.js');
+    const { makeFixture } = await import('./fixtures.js');
+    const engine = await Engine.load(makeFixture(FAMILY_FIXTURES.llama!).dir, { threads: 1 });
+    engine.tokenizer.useWorkers(1);
+    await engine.release();
+    const started = Date.now();
+    await expect(
+      engine.forward({ rows: [{ tokens: [5, 6], startPosition: 0, pastRow: 0 }], scored: [], topK: 0, keepPresent: false }),
+    ).rejects.toThrow(/session host stopped/);
+    // The tokenizer, closed, tokenises on the calling thread again.
+    expect(await engine.tokenizer.encodeAsync('hello')).toEqual(engine.tokenizer.encode('hello'));
+    expect(Date.now() - started).toBeLessThan(2000);
+  });
+});

@@ -1,0 +1,46 @@
+// Long-context benchmark: prints figures, asserts nothing. On the benchmark model with a
+// 32k context (positions only differ), each in a fresh process: rolling scoring of a
+// T-token text and continuation scoring of a (T − 256)-token context with a 256-token
+// continuation, for T = 2k, 8k, 16k, 32k — time and peak RSS above the loaded model.
+// Rows longer than --max-batch-tokens (1024 on CPU) run in query blocks.
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { Engine } from '../src/engine.js';
+import { Scorer } from '../src/scoring/scorer.js';
+import { benchModelDir, randomIds } from './model.js';
+
+const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
+const dir = () => benchModelDir({ maxPositions: 32768 }, 'ctxprobe-bench-llama-56m-32k');
+const status = (key: string) => Number(new RegExp(`${key}:\\s+(\\d+) kB`).exec(fs.readFileSync('/proc/self/status', 'utf8'))![1]) / 1024;
+
+if (process.argv[2] === '--child') {
+  const [mode, T] = [process.argv[3]!, Number(process.argv[4])];
+  const engine = await Engine.load(dir(), { threads });
+  const scorer = new Scorer(engine);
+  const loaded = status('VmRSS');
+  const ids = randomIds(T, T);
+  const t = performance.now();
+  if (mode === 'rolling') await scorer.rolling([{ text: ids }]);
+  else await scorer.loglikelihood([{ context: ids.slice(0, T - 256), continuations: [ids.slice(T - 256)] }]);
+  console.log(JSON.stringify({ seconds: (performance.now() - t) / 1000, aboveLoaded: status('VmHWM') - loaded }));
+  await engine.release();
+  process.exit(0);
+}
+
+dir();
+const sizes = (process.env.BENCH_LONG ?? '2048,8192,16384,32768').split(',').map(Number);
+console.log(`ctxprobe long-context benchmark — ${threads} thread(s); peak RSS above the loaded model, MiB`);
+console.log('   tokens   rolling s   rolling MiB   continuation s   continuation MiB');
+for (const T of sizes) {
+  const run = (mode: string) => {
+    const out = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', mode, String(T)], { encoding: 'utf8' });
+    return JSON.parse(out.stdout.trim().split('\n').at(-1)!) as { seconds: number; aboveLoaded: number };
+  };
+  const r = run('rolling');
+  const c = run('continuation');
+  console.log(
+    `   ${String(T).padStart(6)}   ${r.seconds.toFixed(1).padStart(9)}   ${r.aboveLoaded.toFixed(0).padStart(11)}   ${c.seconds.toFixed(1).padStart(14)}   ${c.aboveLoaded.toFixed(0).padStart(16)}`,
+  );
+}
