@@ -33,6 +33,8 @@ export interface ModelEntry {
   maxRawAttentionBytes?: number;
   /** Continuations per Score item (default 256). */
   maxContinuations?: number;
+  /** Bytes of one layer's attention a scoring pass may build (default 256 MiB). */
+  maxAttentionBytes?: number;
   /** onnxruntime's CPU memory arena (default off: memory goes back after large requests). */
   cpuMemArena?: boolean;
   synthetic?: SyntheticSpec;
@@ -90,6 +92,7 @@ const ENTRY_SCHEMA = {
     maxProbeAttentionBytes: positive,
     maxRawAttentionBytes: positive,
     maxContinuations: positive,
+    maxAttentionBytes: positive,
     cpuMemArena: { type: 'boolean' },
     synthetic: SYNTHETIC_SCHEMA,
   },
@@ -170,6 +173,7 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     maxLength: entry.maxLength,
     maxBatchTokens: entry.maxBatchTokens,
     maxContinuations: entry.maxContinuations,
+    maxAttentionBytes: entry.maxAttentionBytes,
   });
   const prober = new Prober(engine, { maxAttentionBytes: entry.maxProbeAttentionBytes, maxRawBytes: entry.maxRawAttentionBytes });
   return { entry, engine, scorer, prober, loadSeconds: (performance.now() - started) / 1000 };

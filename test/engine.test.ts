@@ -68,13 +68,28 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
     const whole = await new Scorer(ctx.engine, { maxBatchTokens: 4096 }).loglikelihood(requests);
     const text = randomTokens(26, 40, vocab);
     const wholeRolling = await new Scorer(ctx.engine, { maxBatchTokens: 4096 }).rolling([{ text }]);
-    for (const budget of [1, 3, 7]) {
-      const scorer = new Scorer(ctx.engine, { maxBatchTokens: budget });
-      expect(
-        scorer
-          .plan((await scorer.prepareLoglikelihood(requests)).units)
-          .passes.every((p) => p.rows.every((r) => r.tokens.length <= budget)),
-      ).toBe(true);
+    const heads = ctx.engine.config.numHeads;
+    for (const [budget, cells] of [
+      [1, Infinity],
+      [3, Infinity],
+      [7, Infinity],
+      [64, 40], // blocks shrinking under a 40-cell attention budget
+    ] as const) {
+      const scorer = new Scorer(ctx.engine, {
+        maxBatchTokens: budget,
+        maxAttentionBytes: Number.isFinite(cells) ? cells * heads * 4 : undefined,
+      });
+      const passes = scorer.plan((await scorer.prepareLoglikelihood(requests)).units).passes;
+      expect(passes.every((p) => p.rows.every((r) => r.tokens.length <= budget))).toBe(true);
+      if (Number.isFinite(cells)) {
+        // Each block of one row: its queries × keys within the cells.
+        for (const p of passes) {
+          if (p.rows.length === 1 && p.past !== undefined) {
+            const r = p.rows[0]!;
+            expect(r.tokens.length * (r.startPosition + r.tokens.length)).toBeLessThanOrEqual(cells);
+          }
+        }
+      }
       const blocked = await scorer.loglikelihood(requests);
       requests.forEach((req, i) =>
         req.continuations.forEach((cont, j) => {

@@ -119,4 +119,18 @@ describe('plan', () => {
       ['score', 2, [[6]]],
     ]);
   });
+
+  it('shrinks blocks as their keys grow so that block × keys stays within the attention cells', () => {
+    // 12 cells: b × (keys + b) ≤ 12 gives blocks of 3 (0 keys before), 2 (3), then 1s.
+    const p = plan([unit([], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])], { maxBatchTokens: 100, prefixSharing: true, maxAttentionCells: 12 });
+    const sizes = p.passes.map((x) => x.rows[0]!.tokens.length);
+    expect(sizes).toEqual([3, 2, 1, 1, 1, 1, 1]);
+    let keys = 0;
+    for (const size of sizes) {
+      expect(size * (keys + size)).toBeLessThanOrEqual(12);
+      keys += size;
+    }
+    // Targets still add up: each block scores its own positions, in order.
+    expect(p.passes.map((x) => (x.rows[0] as { targetFrom: number }).targetFrom)).toEqual([0, 3, 5, 6, 7, 8, 9]);
+  });
 });

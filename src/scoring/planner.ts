@@ -7,10 +7,11 @@
 //                                              (past = that prefix pass, row per group)
 //
 // Rows are packed longest first so that a pass's padded size (rows × longest row) stays
-// within the token budget. A row longer than the budget runs in query blocks (chunked
-// prefill): consecutive passes of at most `maxBatchTokens` query tokens, each against
-// the KV of the blocks before it (kept, `keep`, and continued, `past`), so attention
-// memory per pass is heads × block × keys and no pass builds T × T for a long row:
+// within the token budget. A row longer than the budget, or whose attention would exceed
+// `maxAttentionCells`, runs in query blocks (chunked prefill): consecutive passes of at
+// most `maxBatchTokens` query tokens, each against the KV of the blocks before it (kept,
+// `keep`, and continued, `past`), sized so that block × keys stays within the cells — so
+// blocks shrink as the keys grow, and no pass builds T × T for a long row:
 //
 //   long row ─► block 0 (keep) ─► block 1 (past 0, keep) ─► … ─► last block (past)
 //   long shared prefix ─► prefix blocks likewise ─► score passes of its tails
@@ -22,6 +23,10 @@ export interface PlanOptions {
   maxBatchTokens: number;
   /** Share the KV of a common prefix; off computes every row in full. */
   prefixSharing: boolean;
+  /** Attention cells (query rows × key slots, summed over a pass's rows) one layer's
+   * attention may hold per head: maxAttentionBytes / (heads × 4). Default: no bound
+   * beyond the token budget. */
+  maxAttentionCells?: number;
 }
 
 /** A pass that only computes KV: one row per distinct prefix (or one block of one). */
@@ -85,6 +90,10 @@ export function plan(units: readonly Unit[], options: PlanOptions): Plan {
   }
 
   const budget = options.maxBatchTokens;
+  const cells = options.maxAttentionCells ?? Infinity;
+  // Query rows a block starting after `keys` key slots may have.
+  const blockSize = (keys: number) => Math.max(1, Math.min(budget, Math.floor((Math.sqrt(keys * keys + 4 * cells) - keys) / 2)));
+  const tooLong = (tokens: number, keys: number) => tokens > budget || tokens * (keys + tokens) > cells;
   const passes: Pass[] = [];
   // Rows without a shared prefix: the whole input in one row, no past; longer than the
   // budget, in query blocks.
@@ -92,42 +101,54 @@ export function plan(units: readonly Unit[], options: PlanOptions): Plan {
     const u = units[i]!;
     return wholeRow(i, u.prefix.concat(u.tail), 0, u.prefix.length, u.targets.length);
   });
-  const [longRows, shortRows] = split(soloRows, (r) => r.tokens.length > budget);
-  for (const rows of packByLength(shortRows, (r) => r.tokens.length, budget)) passes.push({ kind: 'score', rows });
-  for (const row of longRows) blocks(passes, row, budget, undefined);
+  const [longRows, shortRows] = split(soloRows, (r) => tooLong(r.tokens.length, 0));
+  for (const rows of packByLength(
+    shortRows,
+    (r) => r.tokens.length,
+    Math.min(budget, Math.floor(cells / Math.max(1, ...shortRows.map((r) => r.tokens.length)))) || 1,
+  ))
+    passes.push({ kind: 'score', rows });
+  for (const row of longRows) blocks(passes, row, blockSize, undefined);
 
   // Shared prefixes: one prefix pass per batch of groups, then their tails against it. A
   // group with a prefix or a tail longer than the budget gets an unpadded prefix of its
   // own (in blocks when long), and each long tail runs in blocks forking from it.
   shared.sort((a, b) => units[a[0]!]!.prefix.length - units[b[0]!]!.prefix.length);
-  const isLong = (g: number[]) => units[g[0]!]!.prefix.length > budget || g.some((i) => units[i]!.tail.length > budget);
+  const isLong = (g: number[]) => {
+    const p = units[g[0]!]!.prefix.length;
+    return tooLong(p, 0) || g.some((i) => tooLong(units[i]!.tail.length, p));
+  };
   const [longGroups, shortGroups] = split(shared, isLong);
   const tailRow = (i: number, pastRow: number): ScoreRow => {
     const u = units[i]!;
     return { ...wholeRow(i, u.tail, u.prefix.length, 0, u.targets.length), pastRow };
   };
-  const shortTails = (rows: ScoreRow[], past: number) => {
-    for (const batch of packByLength(rows, (r) => r.tokens.length, budget)) passes.push({ kind: 'score', past, rows: batch });
+  // Tails after a past of `keys` slots: rows × longest × (keys + longest) within the cells.
+  const shortTails = (rows: ScoreRow[], past: number, keys: number) => {
+    const longest = Math.max(1, ...rows.map((r) => r.tokens.length));
+    const tokens = Math.max(1, Math.min(budget, Math.floor(cells / (keys + longest))));
+    for (const batch of packByLength(rows, (r) => r.tokens.length, tokens)) passes.push({ kind: 'score', past, rows: batch });
   };
   for (const groupBatch of packByLength(shortGroups, (g) => units[g[0]!]!.prefix.length, budget)) {
     const past = passes.push({ kind: 'prefix', rows: groupBatch.map((g) => ({ tokens: units[g[0]!]!.prefix, startPosition: 0 })) }) - 1;
     shortTails(
       groupBatch.flatMap((g, groupIndex) => g.map((i) => tailRow(i, groupIndex))),
       past,
+      Math.max(...groupBatch.map((g) => units[g[0]!]!.prefix.length)),
     );
   }
   for (const group of longGroups) {
     const prefix = units[group[0]!]!.prefix;
     let past: number | undefined;
-    for (let start = 0; start < prefix.length; start += budget) {
-      past = passes.push({ kind: 'prefix', past, rows: [{ tokens: prefix.slice(start, start + budget), startPosition: start }] }) - 1;
+    for (let start = 0, size = blockSize(0); start < prefix.length; start += size, size = blockSize(start)) {
+      past = passes.push({ kind: 'prefix', past, rows: [{ tokens: prefix.slice(start, start + size), startPosition: start }] }) - 1;
     }
     const [longTails, short] = split(
       group.map((i) => tailRow(i, 0)),
-      (r) => r.tokens.length > budget,
+      (r) => tooLong(r.tokens.length, prefix.length),
     );
-    shortTails(short, past!);
-    for (const row of longTails) blocks(passes, row, budget, past);
+    shortTails(short, past!, prefix.length);
+    for (const row of longTails) blocks(passes, row, blockSize, past);
   }
   return { passes };
 }
@@ -137,11 +158,11 @@ function wholeRow(unit: number, tokens: number[], startPosition: number, scoredF
   return { unit, tokens, startPosition, scoredFrom, pastRow: 0, targetFrom: 0, targetCount: count };
 }
 
-/** A long row as query blocks of at most `budget` tokens, each continuing the one before
- * (`past`: what the first block continues, if anything). */
-function blocks(passes: Pass[], row: ScoreRow, budget: number, past: number | undefined): void {
-  for (let start = 0; start < row.tokens.length; start += budget) {
-    const end = Math.min(start + budget, row.tokens.length);
+/** A long row as query blocks, each of `blockSize(keys before it)` tokens and continuing
+ * the one before (`past`: what the first block continues, if anything). */
+function blocks(passes: Pass[], row: ScoreRow, blockSize: (keys: number) => number, past: number | undefined): void {
+  for (let start = 0; start < row.tokens.length;) {
+    const end = Math.min(start + blockSize(row.startPosition + start), row.tokens.length);
     const first = Math.max(start, row.scoredFrom); // first scored position in the block
     const scored = Math.max(0, end - first);
     const block: ScoreRow = {
@@ -154,6 +175,7 @@ function blocks(passes: Pass[], row: ScoreRow, budget: number, past: number | un
       targetCount: scored,
     };
     past = passes.push({ kind: 'score', past, keep: end < row.tokens.length, rows: [block] }) - 1;
+    start = end;
   }
 }
 

@@ -25,6 +25,9 @@ export interface ScorerOptions {
   maxTopK?: number;
   /** Continuations per item (default 256). */
   maxContinuations?: number;
+  /** Bytes of one layer's attention scores a pass may build (default 256 MiB): longer
+   * rows run in query blocks that shrink as their keys grow. */
+  maxAttentionBytes?: number;
 }
 
 export class Scorer {
@@ -32,6 +35,7 @@ export class Scorer {
   readonly maxBatchTokens: number;
   readonly prefixSharing: boolean;
   readonly maxTopK: number;
+  readonly maxAttentionBytes: number;
   readonly encoder: RequestEncoder;
 
   constructor(
@@ -48,6 +52,9 @@ export class Scorer {
     this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cuda' ? 8192 : 1024);
     this.prefixSharing = options.prefixSharing ?? true;
     this.maxTopK = options.maxTopK ?? 100;
+    // Measured with bench/long.ts: with 1024-token blocks and no attention bound, scoring
+    // 16k tokens peaked 2.4 GiB above the loaded model.
+    this.maxAttentionBytes = options.maxAttentionBytes ?? 256 * 2 ** 20;
     this.encoder = new RequestEncoder(engine.tokenizer, {
       vocabSize: engine.config.vocabSize,
       maxLength: this.maxLength,
@@ -70,7 +77,11 @@ export class Scorer {
 
   /** The passes that would score `units` (pure: nothing runs). */
   plan(units: readonly Unit[]): Plan {
-    return plan(units, { maxBatchTokens: this.maxBatchTokens, prefixSharing: this.prefixSharing });
+    return plan(units, {
+      maxBatchTokens: this.maxBatchTokens,
+      prefixSharing: this.prefixSharing,
+      maxAttentionCells: Math.floor(this.maxAttentionBytes / (this.engine.config.numHeads * 4)),
+    });
   }
 
   /** Score units: plan the passes, run them; the scores in unit order and the work done. */
