@@ -1,4 +1,5 @@
 // ctxprobe command line: `serve` (the gRPC server) and `score` (one-off scoring as JSON).
+import fs from 'node:fs';
 import path from 'node:path';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { DEFAULT_REPOSITORY, loadModel, readRepository, type ModelEntry } from './repository.js';
@@ -18,6 +19,25 @@ const portOrOff = (value: string) => {
   if (!Number.isInteger(n) || n < -1 || n > 65535) throw new InvalidArgumentError('must be a port, 0 (any free port) or -1 (none)');
   return n;
 };
+
+/** A text given on the command line: `@FILE` reads FILE (`@@…` is a literal `@…`), `-`
+ * reads standard input. Long texts must come this way: onnxruntime-node crashes on
+ * process arguments of ~14,000 characters (bin/ctxprobe.js refuses them). */
+function textArgument(value: string, flag: string): string {
+  const read = (file: string | number) => {
+    try {
+      return fs.readFileSync(file, 'utf8');
+    } catch (e) {
+      throw new InvalidArgumentError(
+        `${flag}: cannot read ${file === 0 ? 'standard input' : file} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`,
+      );
+    }
+  };
+  if (value === '-') return read(0);
+  if (value.startsWith('@@')) return value.slice(1);
+  if (value.startsWith('@')) return read(value.slice(1));
+  return value;
+}
 
 const log = (line: Record<string, unknown>) => process.stderr.write(JSON.stringify({ time: new Date().toISOString(), ...line }) + '\n');
 
@@ -257,14 +277,17 @@ withModelFlags(program.command('serve').description('serve the models of a repos
   });
 
 withModelFlags(program.command('score').description('score continuations of a context (or --rolling texts) and print JSON'))
-  .option('--context <text>', 'the context', '')
-  .option('--continuation <text...>', 'one or more continuations')
-  .option('--rolling <text...>', 'texts to score with rolling log-likelihood instead')
+  .option('--context <text>', 'the context (@FILE: read from FILE; -: standard input)', '')
+  .option('--continuation <text...>', 'one or more continuations (each may be @FILE)')
+  .option('--rolling <text...>', 'texts to score with rolling log-likelihood instead (each may be @FILE, or -)')
   .option('--min-k <percent>', 'Min-K% Prob k for --rolling', parseFloat, 20)
   .option('--add-bos', 'add the tokenizer special tokens (BOS) to the text', false)
   .option('--top-k <k>', 'also print the k most likely tokens per position', int('top-k'), 0)
   .action(async (flags) => {
     if (!flags.rolling && !flags.continuation) throw new InvalidArgumentError('give --continuation TEXT… or --rolling TEXT…');
+    flags.context = textArgument(flags.context, '--context');
+    flags.continuation = (flags.continuation as string[] | undefined)?.map((t) => textArgument(t, '--continuation'));
+    flags.rolling = (flags.rolling as string[] | undefined)?.map((t) => textArgument(t, '--rolling'));
     const [entry] = entriesFrom(flags);
     const m = await loadModel(entry!);
     const tok = m.engine.tokenizer;
@@ -293,7 +316,7 @@ withModelFlags(
     '--samples <file>',
     'JSON: an array of samples ({chunks: [{label, text}]} or {messages: [{role, content}]}, queryLabels, excludePositions)',
   )
-  .option('--chunk <label=text...>', 'one sample from inline chunks, in order')
+  .option('--chunk <label=text...>', 'one sample from inline chunks, in order (label=@FILE reads the text from FILE)')
   .option('--messages <file>', 'one sample from a JSON array of chat messages (rendered with the model chat template)')
   .option('--query <label...>', 'query chunk labels (default: the last chunk)')
   .option('--exclude <position...>', 'token positions to remove from the key side (e.g. 0 for a BOS sink)')
@@ -307,7 +330,6 @@ withModelFlags(
   .action(async (flags) => {
     const { Prober } = await import('./probe.js');
     const { probeReportHtml, distributionSvg, heatmapSvg } = await import('./figures.js');
-    const fs = await import('node:fs');
     let samples: ProbeSample[];
     if (flags.samples) {
       const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
@@ -320,7 +342,7 @@ withModelFlags(
           chunks: (flags.chunk as string[]).map((c) => {
             const eq = c.indexOf('=');
             if (eq <= 0) throw new InvalidArgumentError(`--chunk ${JSON.stringify(c)}: write label=text`);
-            return { label: c.slice(0, eq), text: c.slice(eq + 1) };
+            return { label: c.slice(0, eq), text: textArgument(c.slice(eq + 1), `--chunk ${c.slice(0, eq)}`) };
           }),
         },
       ];
@@ -371,13 +393,11 @@ function withConnection(cmd: Command): Command {
 
 async function connect(flags: any) {
   const { EvalClient } = await import('./eval/client.js');
-  const fs = await import('node:fs');
   const token = flags.tokenFile ? fs.readFileSync(flags.tokenFile, 'utf8').split('\n')[0]!.trim() : undefined;
   return EvalClient.connect({ server: flags.server, model: flags.model, threads: flags.threads, token, tlsCa: flags.tlsCa });
 }
 
 async function writeOutputs(dir: string, files: Record<string, string>) {
-  const fs = await import('node:fs');
   const path = await import('node:path');
   fs.mkdirSync(dir, { recursive: true });
   for (const [name, content] of Object.entries(files)) fs.writeFileSync(path.join(dir, name), content);

@@ -1,5 +1,5 @@
 // The default model and the command line, as a person on a fresh machine meets them.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -251,5 +251,33 @@ describe('the model repository', () => {
     const m = await loadModel({ ...entry, threads: 1 });
     expect(m.engine.info.layers).toBe(6);
     await m.engine.release();
+  }, 60_000);
+});
+
+describe('long texts on the command line', () => {
+  it('come from files (@FILE) or standard input (-), and an over-long argument is refused instead of crashing', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.llama!);
+    const dir = tempDir('long-args');
+    const context = 'Once upon a time, the knight answered the refutation of round three. '.repeat(300); // 20,700 characters
+    fs.writeFileSync(path.join(dir, 'context.txt'), context);
+    fs.writeFileSync(path.join(dir, 'cont.txt'), ' And so it ended.');
+    const cli = (args: string[], input?: string) =>
+      spawnSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'score', '--model', fx.dir, '--threads', '1', ...args], {
+        encoding: 'utf8',
+        input,
+      });
+    const fromFiles = cli(['--context', `@${path.join(dir, 'context.txt')}`, '--continuation', `@${path.join(dir, 'cont.txt')}`]);
+    expect(fromFiles.status, fromFiles.stderr).toBe(0);
+    const fromStdin = cli(['--context', '-', '--continuation', ' And so it ended.'], context);
+    expect(fromStdin.status, fromStdin.stderr).toBe(0);
+    const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
+    const [direct] = await m.scorer.loglikelihood([{ context, continuations: [' And so it ended.'] }]);
+    await m.engine.release();
+    for (const out of [fromFiles, fromStdin])
+      expect(Math.abs(JSON.parse(out.stdout).results[0].logprob - direct![0]!.logprob)).toBeLessThan(1e-5);
+    // The same text as an argument would crash onnxruntime-node (SIGSEGV): refused with the way out.
+    const inline = cli(['--context', context, '--continuation', ' x']);
+    expect(inline.status).toBe(2);
+    expect(inline.stderr).toMatch(/an argument of 20700 characters.*--context @FILE/s);
   }, 60_000);
 });
