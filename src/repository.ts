@@ -72,6 +72,7 @@ const SYNTHETIC_SCHEMA = {
     ropeScaling: { type: 'object' },
     slidingWindow: positive,
     headDim: positive,
+    extraConfig: { type: 'object' },
   },
 };
 

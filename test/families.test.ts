@@ -25,7 +25,20 @@ const REFUSED: Record<string, unknown> = {
 
 describe('config keys that change the computation', () => {
   it('every family has a fixture, so every rule below is walked', () => {
-    expect(FAMILIES.map((f) => f.family).sort()).toEqual(Object.keys(FAMILY_FIXTURES).sort());
+    const fixtures = new Set(Object.values(FAMILY_FIXTURES).map((f) => f.family));
+    for (const f of FAMILIES) expect(fixtures, f.family).toContain(f.family);
+  });
+
+  it("reads biases as each family's modeling code does", () => {
+    const biased = { attention_bias: true, mlp_bias: true };
+    expect(parseModelConfig({ ...configs.llama, ...biased }).bias).toEqual({ qkv: true, o: true, mlp: true });
+    expect(parseModelConfig({ ...configs.qwen3, ...biased }).bias).toEqual({ qkv: true, o: true, mlp: false });
+    expect(parseModelConfig({ ...configs.olmo2, ...biased }).bias).toEqual({ qkv: true, o: true, mlp: false });
+    // MistralAttention, Phi3Attention: no biases whatever the config says; Qwen2: q/k/v always.
+    expect(parseModelConfig({ ...configs.mistral, ...biased }).bias).toEqual({ qkv: false, o: false, mlp: false });
+    expect(parseModelConfig({ ...configs.phi3, ...biased }).bias).toEqual({ qkv: false, o: false, mlp: false });
+    expect(parseModelConfig(configs.qwen2!).bias).toEqual({ qkv: true, o: false, mlp: false });
+    expect(parseModelConfig(configs.llama!).bias).toEqual({ qkv: false, o: false, mlp: false });
   });
 
   for (const spec of FAMILIES) {

@@ -22,6 +22,19 @@ export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
     seed: 11,
     ropeScaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 16 },
   },
+  // Llama with q/k/v/o and MLP biases (attention_bias, mlp_bias).
+  'llama-bias': {
+    family: 'llama',
+    hidden: 32,
+    layers: 2,
+    heads: 4,
+    kvHeads: 2,
+    intermediate: 48,
+    vocab: 300,
+    maxPositions: 64,
+    seed: 18,
+    extraConfig: { attention_bias: true, mlp_bias: true },
+  },
   // Multi-query attention and a sliding window shorter than the test inputs.
   mistral: {
     family: 'mistral',

@@ -216,13 +216,14 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
         const both = linear(h, get(m, p + 'mlp.gate_up_proj.weight'), undefined, 'out_in');
         [gate, up] = [both.slice(0, both.length / 2), both.slice(both.length / 2)];
       } else {
-        gate = linear(h, get(m, p + 'mlp.gate_proj.weight'), undefined, 'out_in');
-        up = linear(h, get(m, p + 'mlp.up_proj.weight'), undefined, 'out_in');
+        // LlamaMLP: biases when config.mlp_bias.
+        gate = linear(h, get(m, p + 'mlp.gate_proj.weight'), opt(p + 'mlp.gate_proj.bias'), 'out_in');
+        up = linear(h, get(m, p + 'mlp.up_proj.weight'), opt(p + 'mlp.up_proj.bias'), 'out_in');
       }
       let y = linear(
         gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!),
         get(m, p + 'mlp.down_proj.weight'),
-        undefined,
+        opt(p + 'mlp.down_proj.bias'),
         'out_in',
       );
       // Olmo2DecoderLayer: post_feedforward_layernorm normalises the MLP output.

@@ -249,7 +249,7 @@ class DecoderBuilder {
     let ctx = g.node('MatMul', [this.fromFloat32(probs32), values], { name: 'context' });
     ctx = g.node('Transpose', [ctx], { name: 'context_layout', attrs: { perm: [0, 3, 1, 2, 4] } });
     ctx = g.node('Reshape', [ctx, g.ints([0, 0, c.numHeads * D])], { name: 'merge_heads' });
-    const out = this.linear(prefix + this.spec.o, ctx, c.numHeads * D, c.hiddenSize, this.spec.bias.o, 'o_proj');
+    const out = this.linear(prefix + this.spec.o, ctx, c.numHeads * D, c.hiddenSize, c.bias.o, 'o_proj');
     return { out, presentKey, presentValue };
   }
 
@@ -259,7 +259,7 @@ class DecoderBuilder {
     const { g, c } = this;
     const qkv = this.spec.qkv;
     const [qSize, kvSize] = [c.numHeads * c.headDim, c.numKvHeads * c.headDim];
-    const withBias = this.spec.bias.qkv;
+    const withBias = c.bias.qkv;
     switch (qkv.kind) {
       case 'separate':
         return {
@@ -295,7 +295,7 @@ class DecoderBuilder {
   private mlp(prefix: string, x: string): string {
     const { g, c } = this;
     const m = this.spec.mlp;
-    const [H, I, withBias] = [c.hiddenSize, c.intermediateSize, this.spec.bias.mlp];
+    const [H, I, withBias] = [c.hiddenSize, c.intermediateSize, c.bias.mlp];
     const gated = (gate: string, up: string, down: string) =>
       this.linear(prefix + down, g.node('Mul', [this.activation(gate), up], { name: 'gated' }), I, H, withBias, 'down_proj');
     switch (m.kind) {

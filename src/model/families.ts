@@ -92,8 +92,8 @@ export interface FamilySpec {
   lmHead: string;
   /** `out_in`: torch.nn.Linear `[out, in]`; `in_out`: GPT-2's Conv1D `[in, out]`. */
   linearLayout: 'out_in' | 'in_out';
-  /** Which projections carry a bias. */
-  bias: { qkv: boolean; o: boolean; mlp: boolean };
+  /** Which projections carry a bias, as the family's modeling code reads the config. */
+  bias: (c: RawConfig) => Biases;
   /** The sliding window this config asks for, if any. */
   slidingWindow: (c: RawConfig) => number | undefined;
   /** Config values that would change the computation in ways not implemented: refused
@@ -105,6 +105,14 @@ export interface FamilySpec {
 }
 
 export type RawConfig = Record<string, any>;
+
+export interface Biases {
+  qkv: boolean;
+  o: boolean;
+  mlp: boolean;
+}
+
+const fixedBiases = (qkv: boolean, o: boolean, mlp: boolean) => (): Biases => ({ qkv, o, mlp });
 
 export interface ConfigRule {
   key: string;
@@ -143,6 +151,7 @@ export interface RopeSpec {
 export interface ModelConfig extends Dims {
   modelType: string;
   spec: FamilySpec;
+  bias: Biases;
   rope?: RopeSpec;
   bosTokenId?: number;
   eosTokenId?: number;
@@ -178,13 +187,11 @@ const LLAMA: FamilySpec = {
   mlp: { kind: 'gated', gate: 'mlp.gate_proj', up: 'mlp.up_proj', down: 'mlp.down_proj' },
   lmHead: 'lm_head.weight',
   linearLayout: 'out_in',
-  bias: { qkv: false, o: false, mlp: false },
+  // LlamaAttention: q/k/v/o bias = config.attention_bias; LlamaMLP: bias = config.mlp_bias.
+  bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: c.mlp_bias === true }),
   // LlamaModel has no sliding window: a `sliding_window` key in its config is ignored there too.
   slidingWindow: () => undefined,
-  unsupported: [
-    { key: 'attention_bias', supported: absentOr(false), why: 'q/k/v/o projection biases' },
-    { key: 'mlp_bias', supported: absentOr(false), why: 'MLP projection biases' },
-  ],
+  unsupported: [],
 };
 
 // Qwen2 and Qwen3 window only the layers from `max_window_layers` on, and only with
@@ -202,11 +209,17 @@ const family = (base: FamilySpec, overrides: Partial<FamilySpec> & Pick<FamilySp
 
 export const FAMILIES: FamilySpec[] = [
   LLAMA,
-  family(LLAMA, { family: 'mistral', modelTypes: ['mistral'], slidingWindow: (c) => c.sliding_window ?? undefined }),
+  // MistralAttention and MistralMLP have no biases, whatever the config says.
+  family(LLAMA, {
+    family: 'mistral',
+    modelTypes: ['mistral'],
+    bias: fixedBiases(false, false, false),
+    slidingWindow: (c) => c.sliding_window ?? undefined,
+  }),
   family(LLAMA, {
     family: 'qwen2',
     modelTypes: ['qwen2'],
-    bias: { qkv: true, o: false, mlp: false },
+    bias: fixedBiases(true, false, false),
     unsupported: [perLayerWindows],
   }),
   // Qwen3: per-head RMSNorm of queries and keys before rotary (modeling_qwen3.py),
@@ -216,7 +229,9 @@ export const FAMILIES: FamilySpec[] = [
     modelTypes: ['qwen3'],
     defaults: { ...LLAMA.defaults, headDim: 128 },
     norms: { ...LLAMA.norms, q: { name: 'self_attn.q_norm', over: 'head' }, k: { name: 'self_attn.k_norm', over: 'head' } },
-    unsupported: [...LLAMA.unsupported, perLayerWindows],
+    // Qwen3Attention: q/k/v/o bias = config.attention_bias; Qwen3MLP has none.
+    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
+    unsupported: [perLayerWindows],
   }),
   // OLMo 2: no pre-norms; RMSNorm of the attention and MLP outputs before each residual
   // add (`post_attention_layernorm`, `post_feedforward_layernorm`) and of the whole q and
@@ -230,6 +245,8 @@ export const FAMILIES: FamilySpec[] = [
       q: { name: 'self_attn.q_norm', over: 'projection' },
       k: { name: 'self_attn.k_norm', over: 'projection' },
     },
+    // Olmo2Attention: q/k/v/o bias = config.attention_bias; Olmo2MLP has none.
+    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
   }),
   // Phi-3: Llama with q/k/v fused into `qkv_proj` and gate/up into `gate_up_proj`
   // (modeling_phi3.py: query_pos = heads·head_dim, then kv_heads·head_dim each; the
@@ -240,6 +257,8 @@ export const FAMILIES: FamilySpec[] = [
     modelTypes: ['phi3'],
     qkv: { kind: 'fused', qkv: 'self_attn.qkv_proj' },
     mlp: { kind: 'gatedFused', gateUp: 'mlp.gate_up_proj', down: 'mlp.down_proj' },
+    // Phi3Attention and Phi3MLP have no biases.
+    bias: fixedBiases(false, false, false),
     slidingWindow: (c) => c.sliding_window ?? undefined,
   }),
   {
@@ -268,7 +287,7 @@ export const FAMILIES: FamilySpec[] = [
     mlp: { kind: 'plain', fc: 'mlp.c_fc', proj: 'mlp.c_proj' },
     lmHead: 'lm_head.weight',
     linearLayout: 'in_out',
-    bias: { qkv: true, o: true, mlp: true },
+    bias: fixedBiases(true, true, true),
     slidingWindow: () => undefined,
     unsupported: [
       { key: 'scale_attn_weights', supported: absentOr(true), why: 'attention scores not divided by √head_dim' },
@@ -373,6 +392,7 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     ...dims,
     modelType,
     spec,
+    bias: spec.bias(raw),
     rope: spec.positions.kind === 'rope' ? ropeFrequencies(raw, dims.headDim) : undefined,
     bosTokenId: typeof raw.bos_token_id === 'number' ? raw.bos_token_id : undefined,
     eosTokenId: typeof raw.eos_token_id === 'number' ? raw.eos_token_id : Array.isArray(raw.eos_token_id) ? raw.eos_token_id[0] : undefined,

@@ -31,6 +31,8 @@ export interface SyntheticSpec {
   ropeScaling?: Record<string, unknown>;
   slidingWindow?: number;
   headDim?: number;
+  /** More config.json keys as given (e.g. `attention_bias: true`). */
+  extraConfig?: Record<string, unknown>;
 }
 
 export interface WriteOptions {
@@ -135,6 +137,7 @@ export function hfConfig(s: SyntheticSpec, vocabSize: number, ids: { bos?: numbe
     eos_token_id: ids.eos,
     [k.tied]: isTied(s),
     torch_dtype: 'float32',
+    ...s.extraConfig,
   };
 }
 
