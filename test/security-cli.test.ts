@@ -210,3 +210,28 @@ describe('settings that would fail open refuse to start', () => {
     expect(err.message).toMatch(message);
   });
 });
+
+describe('limits set the way users set them', () => {
+  it('--max-continuations, CTXPROBE_MAX_SCORED_TOKENS, --tokenizer-workers 0 and CTXPROBE_CPU_MEM_ARENA take effect', async () => {
+    const s = await serveCli(modelDir, ['--max-continuations', '2', '--tokenizer-workers', '0'], {
+      CTXPROBE_MAX_SCORED_TOKENS: '6',
+      CTXPROBE_CPU_MEM_ARENA: 'on',
+    });
+    try {
+      const { v1 } = loadPackage();
+      const client = new v1.Scoring(`127.0.0.1:${s.grpcPort}`, grpc.credentials.createInsecure());
+      const score = (item: object) =>
+        new Promise<grpc.ServiceError | null>((resolve) => client.Score({ items: [item] }, (err) => resolve(err)));
+      const three = await score({ contextText: 'Hi', continuationsText: [' a', ' b', ' c'] });
+      expect(three!.code).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(three!.details).toMatch(/^items\[0\]\.continuations: 3 continuations, over the limit of 2 per item/);
+      const long = await score({ contextText: 'Hi', continuationsText: [' and a story that goes on for a good many tokens'] });
+      expect(long!.details).toMatch(/scored tokens, over the limit of 6 per answer \(--max-scored-tokens\)/);
+      // Within the limits it scores (tokenising on the event loop, with the arena on).
+      expect(await score({ contextText: 'Hi', continuationsText: [' a', ' b'] })).toBeNull();
+      client.close();
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+  });
+});
