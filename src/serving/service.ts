@@ -252,10 +252,12 @@ export class Service {
     }
   }
 
-  checkItems(count: number, field = 'items'): void {
-    if (count === 0) throw new InvalidArgumentError(field, `at least one ${field === 'samples' ? 'sample' : 'item'} is needed`);
+  /** The per-call item limit (--max-items), for every kind of item: `field` names the
+   * request field, `items` what it holds (plural). */
+  checkItems(count: number, field = 'items', items = field): void {
+    if (count === 0) throw new InvalidArgumentError(field, `at least one ${items.replace(/s$/, '')} is needed`);
     if (count > this.maxItemsPerRequest) {
-      throw new InvalidArgumentError(field, `${count} ${field}, over the limit of ${this.maxItemsPerRequest} per call`);
+      throw new InvalidArgumentError(field, `${count} ${items}, over the limit of ${this.maxItemsPerRequest} per call`);
     }
   }
 
@@ -275,9 +277,7 @@ export class Service {
    * `topK` alternatives per position, plus `spare` more when the model allows (a client
    * that keys alternatives by text needs them when tokens share a text). */
   echo(m: ServedModel, prompts: number[][], topK: number, call: CallContext, spare = 0): Promise<EchoScore[]> {
-    if (this.maxItemsPerRequest < prompts.length) {
-      throw new InvalidArgumentError('prompt', `${prompts.length} prompts, over the limit of ${this.maxItemsPerRequest} per call`);
-    }
+    this.checkItems(prompts.length, 'prompt', 'prompts');
     if (Number.isInteger(topK) && topK > m.scorer.maxTopK)
       throw new InvalidArgumentError('logprobs', `must be a whole number in [0, ${m.scorer.maxTopK}]`);
     const k = topK > 0 ? Math.min(topK + spare, m.scorer.maxTopK, m.engine.config.vocabSize) : topK;
@@ -309,9 +309,7 @@ export class Service {
   // ---- probing -------------------------------------------------------------------------
 
   async probe(m: ServedModel, samples: ProbeSample[], options: ProbeOptions, call: CallContext): Promise<ProbeAnswer> {
-    if (samples.length > this.maxItemsPerRequest) {
-      throw new InvalidArgumentError('samples', `${samples.length} samples, over the limit of ${this.maxItemsPerRequest} per call`);
-    }
+    this.checkItems(samples.length, 'samples');
     this.checkTextBytes(samples, 'samples');
     const { prepared, opts } = await m.prober.prepareAll(samples, options);
     const tokens = prepared.reduce((n, p) => n + p.row.tokens.length, 0);
