@@ -8,56 +8,44 @@ import { afterAll, beforeAll } from 'vitest';
 import { Engine } from '../src/engine.js';
 import type { ReferenceModel } from './reference.js';
 
+// The size every fixture shares: small enough for the float64 reference, big enough for
+// grouped heads and windows shorter than the test inputs.
+const TINY = { hidden: 32, layers: 2, heads: 4, vocab: 300, maxPositions: 64 };
+
 export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
   // Grouped-query attention and llama3 rope scaling (all three frequency bands hit).
   llama: {
     family: 'llama',
-    hidden: 32,
-    layers: 2,
-    heads: 4,
+    ...TINY,
     kvHeads: 2,
     intermediate: 48,
-    vocab: 300,
-    maxPositions: 64,
     seed: 11,
     ropeScaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 16 },
   },
   // Llama with q/k/v/o and MLP biases (attention_bias, mlp_bias).
   'llama-bias': {
     family: 'llama',
-    hidden: 32,
-    layers: 2,
-    heads: 4,
+    ...TINY,
     kvHeads: 2,
     intermediate: 48,
-    vocab: 300,
-    maxPositions: 64,
     seed: 18,
     extraConfig: { attention_bias: true, mlp_bias: true },
   },
   // Multi-query attention and a sliding window shorter than the test inputs.
   mistral: {
     family: 'mistral',
-    hidden: 32,
-    layers: 2,
-    heads: 4,
+    ...TINY,
     kvHeads: 1,
     intermediate: 40,
-    vocab: 300,
-    maxPositions: 64,
     seed: 12,
     slidingWindow: 5,
   },
   // q/k/v biases, tied embeddings.
   qwen2: {
     family: 'qwen2',
-    hidden: 32,
-    layers: 2,
-    heads: 4,
+    ...TINY,
     kvHeads: 2,
     intermediate: 40,
-    vocab: 300,
-    maxPositions: 64,
     seed: 13,
     tied: true,
     ropeTheta: 1e6,
@@ -66,35 +54,27 @@ export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
   // fused gate/up projection, a head_dim apart from hidden/heads, and a sliding window.
   phi3: {
     family: 'phi3',
-    hidden: 32,
-    layers: 2,
-    heads: 4,
+    ...TINY,
     kvHeads: 2,
     headDim: 12,
     intermediate: 40,
-    vocab: 300,
-    maxPositions: 64,
     seed: 15,
     slidingWindow: 7,
   },
   // Per-head q/k RMSNorm before rotary, a head_dim apart from hidden/heads.
   qwen3: {
     family: 'qwen3',
-    hidden: 32,
-    layers: 2,
-    heads: 4,
+    ...TINY,
     kvHeads: 2,
     headDim: 12,
     intermediate: 40,
-    vocab: 300,
-    maxPositions: 64,
     seed: 16,
   },
   // No pre-norms: q/k RMSNorm over the whole projections, norms on the attention and MLP
   // outputs before each residual add.
-  olmo2: { family: 'olmo2', hidden: 32, layers: 2, heads: 4, kvHeads: 4, intermediate: 40, vocab: 300, maxPositions: 64, seed: 17 },
+  olmo2: { family: 'olmo2', ...TINY, kvHeads: 4, intermediate: 40, seed: 17 },
   // Learned positions, LayerNorm, gelu_new, Conv1D weights, fused qkv, tied head.
-  gpt2: { family: 'gpt2', hidden: 32, layers: 2, heads: 4, kvHeads: 4, intermediate: 64, vocab: 300, maxPositions: 64, seed: 14 },
+  gpt2: { family: 'gpt2', ...TINY, kvHeads: 4, intermediate: 64, seed: 14 },
 };
 
 export interface Fixture extends ReferenceModel {
