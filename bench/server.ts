@@ -2,16 +2,13 @@
 // contexts, six 30-token continuations) to a server in a child process; prints
 // throughput, p50/p99 latency, and the ratio to in-process scoring of the same items,
 // measured in the same run. Prints figures, asserts nothing.
-import { spawn } from 'node:child_process';
 import os from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Engine } from '../src/engine.js';
 import { Scorer } from '../src/scoring/scorer.js';
 import { benchModelDir, charpevalItems } from './model.js';
 import { scoringClient, unary } from '../test/helpers.js';
+import { serveCli } from '../test/cli-serve.js';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const clients = Number(process.env.BENCH_CLIENTS ?? 8);
 const count = Number(process.env.BENCH_ITEMS ?? 32);
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
@@ -32,35 +29,8 @@ const inProcessOnce = async () => {
 };
 
 // Served: the CLI server in a child process, N clients each sending items one by one.
-const child = spawn(
-  process.execPath,
-  [
-    path.join(root, 'bin/ctxprobe.js'),
-    'serve',
-    '--model',
-    dir,
-    '--port',
-    '0',
-    '--metrics-port',
-    '-1',
-    '--http-port',
-    '-1',
-    '--threads',
-    String(threads),
-  ],
-  {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  },
-);
-const port = await new Promise<number>((resolve, reject) => {
-  let buf = '';
-  child.stderr!.on('data', (d) => {
-    buf += d;
-    const m = /"event":"serving","address":"[^"]*:(\d+)"/.exec(buf);
-    if (m) resolve(Number(m[1]));
-  });
-  child.on('exit', (code) => reject(new Error(`server exited with ${code}: ${buf}`)));
-});
+const server = await serveCli(dir, ['--threads', String(threads), '--metrics-port', '-1', '--http-port', '-1']);
+const port = server.grpcPort;
 const pool = Array.from({ length: clients }, () => scoringClient(port));
 const send = (c: number, i: number) =>
   unary(pool[c], 'Score', {
@@ -94,7 +64,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[1]!;
 const inProcess = median(runs.inProcess);
 const served = median(runs.served);
 pool.forEach((c) => c.close());
-child.kill('SIGTERM');
+await server.stop();
 await engine.release();
 
 latencies.sort((a, b) => a - b);
