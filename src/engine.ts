@@ -25,6 +25,17 @@ export interface PastKV {
   handle: number;
   validLengths: number[];
   length: number;
+  /** The KV of a pass with a padded past: each row's valid slots are not a prefix, so
+   * it cannot be continued, only sliced (`gatherPast`). */
+  gaps?: boolean;
+}
+
+/** Positions [offset, offset + count) of row `row` of a kept KV. */
+export interface KvPiece {
+  handle: number;
+  row: number;
+  offset: number;
+  count: number;
 }
 
 export interface ScoredPosition {
@@ -143,6 +154,19 @@ export class Engine {
     await this.host.close();
   }
 
+  /** KV bytes of one position: every layer's keys and values. */
+  get kvBytesPerToken(): number {
+    const c = this.config;
+    return c.numLayers * 2 * c.numKvHeads * c.headDim * (kvDType(this.device.dtype) === 'float16' ? 2 : 4);
+  }
+
+  /** A past laid out from pieces of kept KV: row b is `rows[b]`'s pieces end to end. */
+  async gatherPast(rows: KvPiece[][]): Promise<PastKV> {
+    const validLengths = rows.map((pieces) => pieces.reduce((n, p) => n + p.count, 0));
+    const length = Math.max(0, ...validLengths);
+    return { handle: await this.host.gather(rows, length), validLengths, length };
+  }
+
   /** Free the KV of a prefix pass once no pass continues it. */
   dropPast(past: PastKV): void {
     this.host.dropPast(past.handle);
@@ -230,12 +254,11 @@ export class Engine {
     const B = req.rows.length;
     const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
     const P = past?.length ?? 0;
-    // The present KV is past then new slots; its valid slots must stay a prefix of each
-    // row, which holds for a pass without past, or one row continuing an unpadded past
-    // (a chain of query blocks).
-    if (req.keepPresent && P > 0 && (B !== 1 || past!.validLengths[req.rows[0]!.pastRow] !== P)) {
-      throw new Error('engine: present KV is kept from a pass with past only for one row continuing an unpadded past');
-    }
+    // The present KV is past then new slots; its valid slots stay a prefix of each row
+    // for a pass without past, or one row continuing an unpadded past (a chain of query
+    // blocks). Otherwise it has gaps: it can be sliced, not continued.
+    if (past?.gaps) throw new Error('engine: a KV with gaps cannot be continued, only sliced');
+    const gaps = P > 0 && req.rows.some((r) => past!.validLengths[r.pastRow] !== P);
 
     const inputIds = new BigInt64Array(B * T);
     const positionIds = new BigInt64Array(B * T);
@@ -295,7 +318,9 @@ export class Engine {
       result.topkLogprobs = out.topk_logprobs!.data as Float32Array;
       result.topkIds = out.topk_ids!.data as BigInt64Array;
     }
-    if (req.keepPresent) result.present = { handle: present!, validLengths: req.rows.map((r) => P + r.tokens.length), length: P + T };
+    if (req.keepPresent) {
+      result.present = { handle: present!, validLengths: req.rows.map((r) => P + r.tokens.length), length: P + T, ...(gaps ? { gaps } : {}) };
+    }
     return result;
   }
 }

@@ -79,6 +79,36 @@ async function handle(msg) {
       }
       return { outputs, present };
     }
+    case 'gather': {
+      // rows[b]: pieces {handle, row, offset, count} laid end to end, right-padded to length.
+      const B = msg.rows.length, P = msg.length;
+      const first = msg.rows.flat()[0];
+      const proto = pasts.get(first.handle);
+      if (!proto) throw new Error('past KV handle ' + first.handle + ' is gone');
+      const kept = [];
+      for (let i = 0; i < proto.length; i++) {
+        const [, H, , D] = proto[i].dims;
+        const data = new proto[i].data.constructor(B * H * P * D);
+        msg.rows.forEach((pieces, b) => {
+          let at = 0;
+          for (const p of pieces) {
+            const kv = pasts.get(p.handle);
+            if (!kv) throw new Error('past KV handle ' + p.handle + ' is gone');
+            const src = kv[i];
+            const Ps = src.dims[2];
+            for (let h = 0; h < H; h++) {
+              const from = ((p.row * H + h) * Ps + p.offset) * D;
+              data.set(src.data.subarray(from, from + p.count * D), ((b * H + h) * P + at) * D);
+            }
+            at += p.count;
+          }
+        });
+        kept.push(new ort.Tensor(proto[i].type, data, [B, H, P, D]));
+      }
+      const handle = nextHandle++;
+      pasts.set(handle, kept);
+      return { handle };
+    }
     case 'dropPast':
       pasts.delete(msg.handle);
       return {};
@@ -149,6 +179,12 @@ export class SessionHost {
   run(run: RunRequest): Promise<RunResult> {
     const transfer = Object.values(run.feeds).map((t) => t.data.buffer as ArrayBuffer);
     return this.call({ op: 'run', run }, transfer);
+  }
+
+  /** Lay pieces of kept KV end to end, one row per list, right-padded to `length`, and
+   * keep the result under a new handle. */
+  async gather(rows: { handle: number; row: number; offset: number; count: number }[][], length: number): Promise<number> {
+    return (await this.call<{ handle: number }>({ op: 'gather', rows, length })).handle;
   }
 
   dropPast(handle: number): void {

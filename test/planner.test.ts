@@ -1,80 +1,42 @@
-// The pass planner on its own: units in, passes out, no engine. Expected plans are
-// worked out by hand from the packing rule (rows × longest row ≤ budget, longest first).
+// The pass planner on its own: rows in, passes out, no engine. Expected plans are worked
+// out by hand from the packing rule (rows × longest row ≤ budget, longest first), the
+// block rule, and the trunk rule (outermost shared stretches of ≥ minShared tokens).
 import { describe, expect, it } from 'vitest';
-import { plan, planTokens, packByLength } from '../src/scoring/planner.js';
+import { findTrunks, plan, planTokens, planUnits, packByLength, type ScoreRow } from '../src/scoring/planner.js';
 import type { Unit } from '../src/scoring/units.js';
 
 const unit = (prefix: number[], tail: number[]): Unit => ({ prefix, tail, targets: tail.map((t) => t + 100), topK: 0 });
 
 const units: Unit[] = [
-  unit([1, 2, 3, 4], [5]), // 0: shares its prefix with 1
+  unit([1, 2, 3, 4], [5]), // 0
   unit([1, 2, 3, 4], [7, 8]), // 1
-  unit([], [1, 2, 3, 4, 5, 6]), // 2: no prefix
-  unit([9, 9], [1]), // 3: a prefix nobody shares: scored as one whole row
+  unit([], [1, 2, 3, 4, 5, 6]), // 2
+  unit([9, 9], [1]), // 3
   unit([], [4, 4, 4]), // 4
 ];
 
 describe('plan', () => {
-  it('computes a shared prefix once, its tails against it, and packs solo rows by the budget', () => {
-    const p = plan(units, { maxBatchTokens: 8, prefixSharing: true });
-    expect(p.passes).toEqual([
-      {
-        kind: 'score',
-        rows: [{ unit: 2, tokens: [1, 2, 3, 4, 5, 6], startPosition: 0, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 6 }],
-      },
-      {
-        kind: 'score',
-        rows: [
-          // Units without a prefix come first, then those whose prefix nobody shares;
-          // the sort by length is stable.
-          { unit: 4, tokens: [4, 4, 4], startPosition: 0, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 3 },
-          { unit: 3, tokens: [9, 9, 1], startPosition: 0, scoredFrom: 2, pastRow: 0, targetFrom: 0, targetCount: 1 },
-        ],
-      },
-      { kind: 'prefix', rows: [{ tokens: [1, 2, 3, 4], startPosition: 0 }] },
-      {
-        kind: 'score',
-        past: 2,
-        rows: [
-          { unit: 1, tokens: [7, 8], startPosition: 4, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 2 },
-          { unit: 0, tokens: [5], startPosition: 4, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 1 },
-        ],
-      },
-    ]);
-    // The shared prefix counts once: 6 + (3 + 3) + 4 + (2 + 1).
-    expect(planTokens(p)).toBe(19);
+  it('packs whole rows longest first within the budget (stable among equals)', () => {
+    const p = planUnits(units, { maxBatchTokens: 8 });
+    expect(p.passes.map((pass) => pass.rows.map((r) => r.unit))).toEqual([[1], [2], [0], [3, 4]]);
+    expect(p.passes[0]!.rows[0]).toEqual({ unit: 1, tokens: [1, 2, 3, 4, 7, 8], startPosition: 0, scoredFrom: 4, targetFrom: 0, targetCount: 2, pastRow: 0 });
+    expect(planTokens(p)).toBe(6 + 6 + 5 + 3 + 3);
   });
 
-  it('without sharing, every unit is one whole row', () => {
-    const p = plan(units, { maxBatchTokens: 8, prefixSharing: false });
-    expect(p.passes.map((pass) => pass.kind)).toEqual(['score', 'score', 'score', 'score']);
-    expect(p.passes.map((pass) => pass.rows.map((r) => (r as { unit: number }).unit))).toEqual([[1], [2], [0], [3, 4]]);
-    expect(planTokens(p)).toBe(5 + 6 + 6 + 3 + 3);
-  });
-
-  it('puts groups of different prefixes in one prefix pass when the budget allows, each tail on its own past row', () => {
-    const grouped = [unit([1, 2], [3]), unit([1, 2], [4]), unit([7, 8, 9], [1]), unit([7, 8, 9], [2])];
-    const p = plan(grouped, { maxBatchTokens: 64, prefixSharing: true });
-    // Prefix rows are packed longest first, like every row.
-    expect(p.passes[0]).toEqual({
-      kind: 'prefix',
-      rows: [
-        { tokens: [7, 8, 9], startPosition: 0 },
-        { tokens: [1, 2], startPosition: 0 },
-      ],
+  it('bounds rows × longest × (longest past + longest) by the attention cells', () => {
+    // Two rows of 2 tokens after a cached past of 6: one row costs 2 × 8 = 16 cells, two 32.
+    const row = (unit: number, startPosition: number): ScoreRow => ({
+      unit,
+      tokens: [1, 2],
+      startPosition,
+      scoredFrom: 0,
+      targetFrom: 0,
+      targetCount: 2,
+      pastRow: 0,
+      cached: [{ handle: 1, offset: 0, count: startPosition }],
     });
-    expect(p.passes.slice(1)).toEqual([
-      {
-        kind: 'score',
-        past: 0,
-        rows: [
-          { unit: 2, tokens: [1], startPosition: 3, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 1 },
-          { unit: 3, tokens: [2], startPosition: 3, scoredFrom: 0, pastRow: 0, targetFrom: 0, targetCount: 1 },
-          { unit: 0, tokens: [3], startPosition: 2, scoredFrom: 0, pastRow: 1, targetFrom: 0, targetCount: 1 },
-          { unit: 1, tokens: [4], startPosition: 2, scoredFrom: 0, pastRow: 1, targetFrom: 0, targetCount: 1 },
-        ],
-      },
-    ]);
+    expect(plan([row(0, 6), row(1, 6)], { maxBatchTokens: 100, maxAttentionCells: 31 }).passes.length).toBe(2);
+    expect(plan([row(0, 6), row(1, 6)], { maxBatchTokens: 100, maxAttentionCells: 32 }).passes.length).toBe(1);
   });
 
   it('always places a row longer than the budget, alone', () => {
@@ -84,7 +46,7 @@ describe('plan', () => {
   it('runs a row longer than the budget in query blocks, each continuing the one before', () => {
     // Prefix [1, 2, 3], tail [4 … 10]: positions 3..9 are scored (7 targets); budget 4.
     const long = unit([1, 2, 3], [4, 5, 6, 7, 8, 9, 10]);
-    const p = plan([long], { maxBatchTokens: 4, prefixSharing: true });
+    const p = planUnits([long], { maxBatchTokens: 4 });
     expect(p.passes).toEqual([
       {
         kind: 'score',
@@ -108,21 +70,40 @@ describe('plan', () => {
     expect(planTokens(p)).toBe(10);
   });
 
-  it('runs a shared prefix longer than the budget in prefix blocks, its tails against the last', () => {
-    const units2 = [unit([1, 2, 3, 4, 5], [6]), unit([1, 2, 3, 4, 5], [7, 8])];
-    const p = plan(units2, { maxBatchTokens: 2, prefixSharing: true });
-    expect(p.passes.map((x) => [x.kind, x.past, x.rows.map((r) => r.tokens)])).toEqual([
-      ['prefix', undefined, [[1, 2]]],
-      ['prefix', 0, [[3, 4]]],
-      ['prefix', 1, [[5]]],
-      ['score', 2, [[7, 8]]],
-      ['score', 2, [[6]]],
+  it('gives the first block of a long row its cached past, and splits trunk scores by block', () => {
+    const trunk: ScoreRow = {
+      tokens: [5, 6, 7, 8, 9],
+      startPosition: 4,
+      scoredFrom: 0,
+      targetFrom: 0,
+      targetCount: 0,
+      pastRow: 0,
+      cached: [{ handle: 3, offset: 0, count: 4 }],
+      cacheScores: [
+        { index: 1, target: 7 },
+        { index: 4, target: 10 },
+        { index: 4, target: 11 },
+      ],
+      path: [1, 2, 3, 4, 5, 6, 7, 8, 9],
+    };
+    const p = plan([trunk], { maxBatchTokens: 3 });
+    expect(p.passes.map((x) => [x.past, x.rows[0]!.startPosition, x.rows[0]!.cached, x.rows[0]!.cacheScores])).toEqual([
+      [undefined, 4, [{ handle: 3, offset: 0, count: 4 }], [{ index: 1, target: 7 }]],
+      [
+        0,
+        7,
+        undefined,
+        [
+          { index: 1, target: 10 },
+          { index: 1, target: 11 },
+        ],
+      ],
     ]);
   });
 
   it('shrinks blocks as their keys grow so that block × keys stays within the attention cells', () => {
     // 12 cells: b × (keys + b) ≤ 12 gives blocks of 3 (0 keys before), 2 (3), then 1s.
-    const p = plan([unit([], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])], { maxBatchTokens: 100, prefixSharing: true, maxAttentionCells: 12 });
+    const p = planUnits([unit([], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])], { maxBatchTokens: 100, maxAttentionCells: 12 });
     const sizes = p.passes.map((x) => x.rows[0]!.tokens.length);
     expect(sizes).toEqual([3, 2, 1, 1, 1, 1, 1]);
     let keys = 0;
@@ -131,6 +112,37 @@ describe('plan', () => {
       keys += size;
     }
     // Targets still add up: each block scores its own positions, in order.
-    expect(p.passes.map((x) => (x.rows[0] as { targetFrom: number }).targetFrom)).toEqual([0, 3, 5, 6, 7, 8, 9]);
+    expect(p.passes.map((x) => x.rows[0]!.targetFrom)).toEqual([0, 3, 5, 6, 7, 8, 9]);
+  });
+});
+
+describe('findTrunks', () => {
+  // Three demos-then-sample sequences, two of which share a sample, and a stranger.
+  const demos = [1, 2, 3, 4, 5, 6];
+  const seqs = [
+    [...demos, 10, 11, 12, 13, 20],
+    [...demos, 10, 11, 12, 13, 21],
+    [...demos, 30, 31],
+    [9, 9, 9, 9, 9, 9, 9, 9],
+  ];
+
+  it('finds the outermost shared stretch first, then the nested one once it is cached', () => {
+    expect(findTrunks(seqs, [0, 0, 0, 0], 4)).toEqual([{ members: [0, 1, 2], from: 0, to: 6 }]);
+    // With the demos cached, the two sequences of one sample share [6, 10).
+    expect(findTrunks(seqs, [6, 6, 6, 0], 4)).toEqual([{ members: [0, 1], from: 6, to: 10 }]);
+    expect(findTrunks(seqs, [10, 10, 6, 0], 4)).toEqual([]);
+  });
+
+  it('skips a stretch shorter than minShared but still finds longer ones below it', () => {
+    // 6 shared tokens < 7: the outer group is skipped; its subgroup shares 10.
+    expect(findTrunks(seqs, [0, 0, 0, 0], 7)).toEqual([{ members: [0, 1], from: 0, to: 10 }]);
+  });
+
+  it('starts a trunk where its earliest member needs it, and leaves done sequences out', () => {
+    expect(findTrunks(seqs, [2, 4, 6, 0], 1)).toEqual([{ members: [0, 1, 2], from: 2, to: 6 }]);
+    // 0 and 3 are done (start = length); 1 and 2 still share [4, 6).
+    expect(findTrunks(seqs, [11, 4, 6, 8], 1)).toEqual([{ members: [1, 2], from: 4, to: 6 }]);
+    // A sequence that is a prefix of another shares all of itself.
+    expect(findTrunks([[1, 2, 3], [1, 2, 3, 4]], [0, 0], 1)).toEqual([{ members: [0, 1], from: 0, to: 3 }]);
   });
 });

@@ -1,179 +1,162 @@
-// The pass planner: units in, forward passes out, as plain data. Pure — it runs
-// nothing — so the schedule can be read, tested and extended (query blocks, cached
-// prefixes) without an engine.
+// The pass planner: rows in, forward passes out, as plain data. Pure — it runs nothing —
+// so the schedule can be read and tested without an engine.
 //
-//   units ─┬─ no shared prefix ──────────────► score passes (whole input per row, no past)
-//          └─ prefix shared by ≥ 2 units ─► prefix pass ─► score passes of their tails
-//                                              (past = that prefix pass, row per group)
+// A row is the tokens one sequence still has to run: from `startPosition`, after a past
+// that comes from the prefix cache (`cached`, pieces of kept KV) or is empty. The scorer
+// makes the rows (prefix-cache.ts, `findTrunks`); the planner only packs and blocks them.
 //
-// Rows are packed longest first so that a pass's padded size (rows × longest row) stays
-// within the token budget. A row longer than the budget, or whose attention would exceed
-// `maxAttentionCells`, runs in query blocks (chunked prefill): consecutive passes of at
-// most `maxBatchTokens` query tokens, each against the KV of the blocks before it (kept,
-// `keep`, and continued, `past`), sized so that block × keys stays within the cells — so
-// blocks shrink as the keys grow, and no pass builds T × T for a long row:
+//   rows ─┬─ short ─► score passes, longest first, rows × longest ≤ budget and
+//         │           rows × longest × (past + longest) ≤ attention cells
+//         └─ long ──► query blocks: block 0 (cached past) ─► block 1 (past: block 0) ─► …
 //
-//   long row ─► block 0 (keep) ─► block 1 (past 0, keep) ─► … ─► last block (past)
-//   long shared prefix ─► prefix blocks likewise ─► score passes of its tails
-//   long tail of a shared prefix ─► blocks forking from the prefix's KV
+// A row longer than the budget, or whose attention would exceed `maxAttentionCells`, runs
+// in query blocks (chunked prefill): consecutive passes of at most `maxBatchTokens` query
+// tokens, each against the KV of the blocks before it (kept, `keep`, and continued,
+// `past`), sized so that block × keys stays within the cells — so blocks shrink as the
+// keys grow, and no pass builds T × T for a long row.
+import { commonPrefixLength, compareTokens } from '../common/sequences.js';
+import type { Piece } from './prefix-cache.js';
 import type { Unit } from './units.js';
 
 export interface PlanOptions {
   /** Padded tokens per forward pass (rows × longest row). */
   maxBatchTokens: number;
-  /** Share the KV of a common prefix; off computes every row in full. */
-  prefixSharing: boolean;
   /** Attention cells (query rows × key slots, summed over a pass's rows) one layer's
    * attention may hold per head: maxAttentionBytes / (heads × 4). Default: no bound
    * beyond the token budget. */
   maxAttentionCells?: number;
 }
 
-/** A pass that only computes KV: one row per distinct prefix (or one block of one). */
-export interface PrefixPass {
-  kind: 'prefix';
-  /** The prefix block this one continues (a long prefix in blocks). */
-  past?: number;
-  rows: { tokens: number[]; startPosition: number }[];
+/** A position scored only into the prefix cache (a shared trunk's row). */
+export interface CacheScore {
+  index: number;
+  target: number;
 }
 
-/** One row of a score pass: the tokens run, where they start, which unit's targets they score. */
+/** One row of a pass: the tokens run, where they start, what they score. */
 export interface ScoreRow {
-  unit: number;
+  /** The unit whose targets this row scores; absent for a trunk (scores go to the cache). */
+  unit?: number;
   tokens: number[];
   /** Absolute position of tokens[0] (the length of its past). */
   startPosition: number;
   /** Index within `tokens` of the first scored position. */
   scoredFrom: number;
-  /** Which of the unit's targets this row scores: `targetCount` from `targetFrom` (a row
-   * in query blocks scores the targets inside its block). */
+  /** Which of the unit's targets this row scores: `targetCount` from `targetFrom`. */
   targetFrom: number;
   targetCount: number;
   /** Row of the past KV this row continues (0 without a past). */
   pastRow: number;
+  /** The past from the prefix cache: pieces of kept KV, `startPosition` positions in all. */
+  cached?: Piece[];
+  /** Trunk rows: positions scored into the cache, with top-k of this size. */
+  cacheScores?: CacheScore[];
+  topK?: number;
+  /** The whole sequence this row's tokens continue, when its KV and scores go into the
+   * prefix cache (its positions [startPosition, startPosition + tokens.length)). */
+  path?: number[];
 }
 
 export interface ScorePass {
   kind: 'score';
-  /** Index in `Plan.passes` of the pass whose KV this pass continues. */
+  /** Index in `Plan.passes` of the pass whose KV this pass continues (query blocks). */
   past?: number;
   /** Keep this pass's KV for a later block (one row, in query blocks). */
   keep?: boolean;
   rows: ScoreRow[];
 }
 
-export type Pass = PrefixPass | ScorePass;
+export type Pass = ScorePass;
 
 export interface Plan {
   passes: Pass[];
 }
 
-/** Tokens a plan runs through the model (a shared prefix counts once). */
+/** Tokens a plan runs through the model. */
 export function planTokens(plan: Plan): number {
   return plan.passes.reduce((n, p) => n + p.rows.reduce((m, r) => m + r.tokens.length, 0), 0);
 }
 
-export function plan(units: readonly Unit[], options: PlanOptions): Plan {
-  const groups = new Map<string, number[]>();
-  const solo: number[] = [];
-  units.forEach((unit, i) => {
-    if (!options.prefixSharing || unit.prefix.length === 0) return solo.push(i);
-    const key = unit.prefix.join(',');
-    const list = groups.get(key);
-    if (list) list.push(i);
-    else groups.set(key, [i]);
-  });
-  const shared: number[][] = [];
-  for (const members of groups.values()) {
-    if (members.length >= 2) shared.push(members);
-    else solo.push(members[0]!);
-  }
+/** A unit as one whole row: its input from position 0, its targets scored. */
+export function unitRow(unit: Unit, index: number): ScoreRow {
+  return {
+    unit: index,
+    tokens: unit.prefix.concat(unit.tail),
+    startPosition: 0,
+    scoredFrom: unit.prefix.length,
+    targetFrom: 0,
+    targetCount: unit.targets.length,
+    pastRow: 0,
+  };
+}
 
+/** Units as whole rows, no cache: the plan of a scorer without prefix sharing. */
+export function planUnits(units: readonly Unit[], options: PlanOptions): Plan {
+  return plan(units.map(unitRow), options);
+}
+
+export function plan(rows: readonly ScoreRow[], options: PlanOptions): Plan {
   const budget = options.maxBatchTokens;
   const cells = options.maxAttentionCells ?? Infinity;
   // Query rows a block starting after `keys` key slots may have.
   const blockSize = (keys: number) => Math.max(1, Math.min(budget, Math.floor((Math.sqrt(keys * keys + 4 * cells) - keys) / 2)));
-  const tooLong = (tokens: number, keys: number) => tokens > budget || tokens * (keys + tokens) > cells;
+  const tooLong = (r: ScoreRow) => r.tokens.length > budget || r.tokens.length * (r.startPosition + r.tokens.length) > cells;
   const passes: Pass[] = [];
-  // Rows without a shared prefix: the whole input in one row, no past; longer than the
-  // budget, in query blocks.
-  const soloRows = solo.map((i): ScoreRow => {
-    const u = units[i]!;
-    return wholeRow(i, u.prefix.concat(u.tail), 0, u.prefix.length, u.targets.length);
-  });
-  const [longRows, shortRows] = split(soloRows, (r) => tooLong(r.tokens.length, 0));
-  for (const rows of packByLength(
-    shortRows,
-    (r) => r.tokens.length,
-    Math.min(budget, Math.floor(cells / Math.max(1, ...shortRows.map((r) => r.tokens.length)))) || 1,
-  ))
-    passes.push({ kind: 'score', rows });
-  for (const row of longRows) blocks(passes, row, blockSize, undefined);
-
-  // Shared prefixes: one prefix pass per batch of groups, then their tails against it. A
-  // group with a prefix or a tail longer than the budget gets an unpadded prefix of its
-  // own (in blocks when long), and each long tail runs in blocks forking from it.
-  shared.sort((a, b) => units[a[0]!]!.prefix.length - units[b[0]!]!.prefix.length);
-  const isLong = (g: number[]) => {
-    const p = units[g[0]!]!.prefix.length;
-    return tooLong(p, 0) || g.some((i) => tooLong(units[i]!.tail.length, p));
-  };
-  const [longGroups, shortGroups] = split(shared, isLong);
-  const tailRow = (i: number, pastRow: number): ScoreRow => {
-    const u = units[i]!;
-    return { ...wholeRow(i, u.tail, u.prefix.length, 0, u.targets.length), pastRow };
-  };
-  // Tails after a past of `keys` slots: rows × longest × (keys + longest) within the cells.
-  const shortTails = (rows: ScoreRow[], past: number, keys: number) => {
-    const longest = Math.max(1, ...rows.map((r) => r.tokens.length));
-    const tokens = Math.max(1, Math.min(budget, Math.floor(cells / (keys + longest))));
-    for (const batch of packByLength(rows, (r) => r.tokens.length, tokens)) passes.push({ kind: 'score', past, rows: batch });
-  };
-  for (const groupBatch of packByLength(shortGroups, (g) => units[g[0]!]!.prefix.length, budget)) {
-    const past = passes.push({ kind: 'prefix', rows: groupBatch.map((g) => ({ tokens: units[g[0]!]!.prefix, startPosition: 0 })) }) - 1;
-    shortTails(
-      groupBatch.flatMap((g, groupIndex) => g.map((i) => tailRow(i, groupIndex))),
-      past,
-      Math.max(...groupBatch.map((g) => units[g[0]!]!.prefix.length)),
-    );
-  }
-  for (const group of longGroups) {
-    const prefix = units[group[0]!]!.prefix;
-    let past: number | undefined;
-    for (let start = 0, size = blockSize(0); start < prefix.length; start += size, size = blockSize(start)) {
-      past = passes.push({ kind: 'prefix', past, rows: [{ tokens: prefix.slice(start, start + size), startPosition: start }] }) - 1;
-    }
-    const [longTails, short] = split(
-      group.map((i) => tailRow(i, 0)),
-      (r) => tooLong(r.tokens.length, prefix.length),
-    );
-    shortTails(short, past!, prefix.length);
-    for (const row of longTails) blocks(passes, row, blockSize, past);
-  }
+  const [longRows, shortRows] = split([...rows], tooLong);
+  for (const batch of pack(shortRows, budget, cells)) passes.push({ kind: 'score', rows: batch });
+  for (const row of longRows) blocks(passes, row, blockSize);
   return { passes };
 }
 
-/** A row that scores `count` targets from position `scoredFrom` of `tokens`. */
-function wholeRow(unit: number, tokens: number[], startPosition: number, scoredFrom: number, count: number): ScoreRow {
-  return { unit, tokens, startPosition, scoredFrom, pastRow: 0, targetFrom: 0, targetCount: count };
+/** Pack rows into passes, longest first (stable), while rows × longest stays within the
+ * budget and rows × longest × (longest past + longest) within the cells. One row always
+ * fits. */
+function pack(rows: ScoreRow[], budget: number, cells: number): ScoreRow[][] {
+  const sorted = [...rows].sort((a, b) => b.tokens.length - a.tokens.length);
+  const batches: ScoreRow[][] = [];
+  let current: ScoreRow[] = [];
+  let longest = 0;
+  let past = 0;
+  for (const row of sorted) {
+    const len = Math.max(1, row.tokens.length);
+    const nextLongest = Math.max(longest, len);
+    const nextPast = Math.max(past, row.startPosition);
+    const n = current.length + 1;
+    if (current.length > 0 && (nextLongest * n > budget || n * nextLongest * (nextPast + nextLongest) > cells)) {
+      batches.push(current);
+      current = [];
+      longest = 0;
+      past = 0;
+    }
+    current.push(row);
+    longest = Math.max(longest, len);
+    past = Math.max(past, row.startPosition);
+  }
+  if (current.length > 0) batches.push(current);
+  return batches;
 }
 
-/** A long row as query blocks, each of `blockSize(keys before it)` tokens and continuing
- * the one before (`past`: what the first block continues, if anything). */
-function blocks(passes: Pass[], row: ScoreRow, blockSize: (keys: number) => number, past: number | undefined): void {
+/** A long row as query blocks, each of `blockSize(keys before it)` tokens; the first
+ * continues the row's cached past, each later one the block before. */
+function blocks(passes: Pass[], row: ScoreRow, blockSize: (keys: number) => number): void {
+  let past: number | undefined;
   for (let start = 0; start < row.tokens.length;) {
     const end = Math.min(start + blockSize(row.startPosition + start), row.tokens.length);
     const first = Math.max(start, row.scoredFrom); // first scored position in the block
     const scored = Math.max(0, end - first);
     const block: ScoreRow = {
-      unit: row.unit,
+      ...(row.unit !== undefined ? { unit: row.unit } : {}),
       tokens: row.tokens.slice(start, end),
       startPosition: row.startPosition + start,
       scoredFrom: first - start,
       pastRow: 0,
       targetFrom: scored > 0 ? row.targetFrom + first - row.scoredFrom : 0,
-      targetCount: scored,
+      targetCount: row.unit !== undefined ? scored : 0,
     };
+    if (start === 0 && row.cached) block.cached = row.cached;
+    if (row.cacheScores) block.cacheScores = row.cacheScores.filter((s) => s.index >= start && s.index < end).map((s) => ({ ...s, index: s.index - start }));
+    if (row.path) block.path = row.path;
+    if (row.topK) block.topK = row.topK;
     past = passes.push({ kind: 'score', past, keep: end < row.tokens.length, rows: [block] }) - 1;
     start = end;
   }
@@ -203,4 +186,47 @@ export function packByLength<T>(items: T[], length: (item: T) => number, budget:
   }
   if (current.length > 0) batches.push(current);
   return batches;
+}
+
+/** A stretch of tokens several sequences share, to compute once into the prefix cache:
+ * positions [from, to) of `sequences[members[0]]`. */
+export interface Trunk {
+  members: number[];
+  from: number;
+  to: number;
+}
+
+/** The outermost shared stretches worth a pass of their own: sequences sorted, every
+ * group with a common prefix of length ℓ whose members still need positions from `a`
+ * (the smallest of their `starts`) on gives the trunk [a, ℓ) when ℓ − a ≥ `minShared`;
+ * otherwise its subgroups are tried. Nested sharing (demos, then a sample's context
+ * under them) comes out one level per call: the caller runs a level into the cache and
+ * asks again. `starts[i]` ≥ `sequences[i].length` means nothing left to compute. */
+export function findTrunks(sequences: readonly (readonly number[])[], starts: readonly number[], minShared: number): Trunk[] {
+  const order = sequences.map((_, i) => i).filter((i) => starts[i]! < sequences[i]!.length);
+  order.sort((a, b) => compareTokens(sequences[a]!, sequences[b]!));
+  // lcp[k]: common prefix of order[k-1] and order[k].
+  const lcp = order.map((i, k) => (k === 0 ? 0 : commonPrefixLength(sequences[order[k - 1]!]!, sequences[i]!)));
+  const trunks: Trunk[] = [];
+  const visit = (lo: number, hi: number) => {
+    if (hi - lo < 2) return;
+    let shared = Infinity;
+    for (let k = lo + 1; k < hi; k++) shared = Math.min(shared, lcp[k]!);
+    const members = order.slice(lo, hi);
+    const from = Math.min(...members.map((i) => starts[i]!));
+    if (shared - from >= Math.max(1, minShared)) {
+      trunks.push({ members, from, to: shared });
+      return;
+    }
+    // Subgroups: split where the common prefix is exactly `shared`.
+    let start = lo;
+    for (let k = lo + 1; k <= hi; k++) {
+      if (k === hi || lcp[k] === shared) {
+        visit(start, k);
+        start = k;
+      }
+    }
+  };
+  visit(0, order.length);
+  return trunks;
 }

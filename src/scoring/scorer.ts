@@ -1,9 +1,17 @@
-// The scorer of one model: its settings, the request encoder (harness semantics), and
-// scoring units as plan → run. This is what the batcher, the CLI and tests call.
+// The scorer of one model: its settings, the request encoder (harness semantics), the
+// prefix cache, and scoring units as match → plan → run. This is what the batcher, the
+// CLI and tests call.
+//
+//   units ─► match each in the cache ─► shared trunks? ─yes─► run them into the cache ─┐
+//                 ▲                          │ no                                       │
+//                 └──────────────────────────┼──────────────────────────────────────────┘
+//                                            ▼
+//                     each unit's rest against its cached past ─► scores (cached + new)
 import type { Engine } from '../engine.js';
 import { InvalidArgumentError } from '../errors.js';
-import { plan, type Plan } from './planner.js';
-import { runPlan, type PlanResult, type RunOptions } from './runner.js';
+import { findTrunks, plan, planUnits, type Plan, type PlanOptions, type ScoreRow, type Trunk } from './planner.js';
+import { PrefixCache, type Match } from './prefix-cache.js';
+import { emptyScore, runPlan, type PlanResult, type RunOptions, type Work } from './runner.js';
 import {
   RequestEncoder,
   type ContinuationScore,
@@ -28,7 +36,17 @@ export interface ScorerOptions {
   /** Bytes of one layer's attention scores a pass may build (default 256 MiB): longer
    * rows run in query blocks that shrink as their keys grow. */
   maxAttentionBytes?: number;
+  /** KV bytes the prefix cache keeps between rounds (default 1 GiB); 0 shares prefixes
+   * within a round only. Needs `prefixSharing`. */
+  prefixCacheBytes?: number;
+  /** Tokens a stretch shared by several rows of one round must have to get a pass of its
+   * own (default 8). */
+  minSharedTokens?: number;
 }
+
+/** Nested sharing levels run into the cache before the rows themselves (a guard: real
+ * workloads have two or three — demos, a sample's context). */
+const MAX_TRUNK_LEVELS = 16;
 
 export class Scorer {
   readonly maxLength: number;
@@ -36,7 +54,12 @@ export class Scorer {
   readonly prefixSharing: boolean;
   readonly maxTopK: number;
   readonly maxAttentionBytes: number;
+  readonly minSharedTokens: number;
   readonly encoder: RequestEncoder;
+  /** Absent when prefix sharing is off. */
+  readonly cache?: PrefixCache;
+  /** Rounds that use the cache run one at a time (pins and inserts assume it). */
+  private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
     readonly engine: Engine,
@@ -55,6 +78,11 @@ export class Scorer {
     // Measured with bench/long.ts: with 1024-token blocks and no attention bound, scoring
     // 16k tokens peaked 2.4 GiB above the loaded model.
     this.maxAttentionBytes = options.maxAttentionBytes ?? 256 * 2 ** 20;
+    this.minSharedTokens = options.minSharedTokens ?? 8;
+    if (this.prefixSharing) {
+      const budget = options.prefixCacheBytes ?? 2 ** 30;
+      this.cache = new PrefixCache(engine.kvBytesPerToken, budget, (handle) => engine.dropPast({ handle, validLengths: [], length: 0 }));
+    }
     this.encoder = new RequestEncoder(engine.tokenizer, {
       vocabSize: engine.config.vocabSize,
       maxLength: this.maxLength,
@@ -75,18 +103,131 @@ export class Scorer {
     return this.encoder.prepareEcho(prompts, topK, minShared);
   }
 
-  /** The passes that would score `units` (pure: nothing runs). */
-  plan(units: readonly Unit[]): Plan {
-    return plan(units, {
+  private get planOptions(): PlanOptions {
+    return {
       maxBatchTokens: this.maxBatchTokens,
-      prefixSharing: this.prefixSharing,
       maxAttentionCells: Math.floor(this.maxAttentionBytes / (this.engine.config.numHeads * 4)),
-    });
+    };
   }
 
-  /** Score units: plan the passes, run them; the scores in unit order and the work done. */
+  /** The passes that score `units` as whole rows, as with a cold cache and nothing
+   * shared (pure: nothing runs). */
+  plan(units: readonly Unit[]): Plan {
+    return planUnits(units, this.planOptions);
+  }
+
+  /** Score units: the scores in unit order and the work done. */
   scoreUnits(units: readonly Unit[], options: RunOptions = {}): Promise<PlanResult> {
-    return runPlan(this.engine, units, this.plan(units), options);
+    const cache = this.cache;
+    if (!cache) return runPlan(this.engine, units, this.plan(units), options);
+    const run = this.queue.then(() => this.scoreCached(cache, units, options));
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  private async scoreCached(cache: PrefixCache, units: readonly Unit[], options: RunOptions): Promise<PlanResult> {
+    const seqs = units.map((u) => u.prefix.concat(u.tail));
+    const work: Required<Work> = { tokensComputed: 0, passes: 0, tokensReused: 0, tokensRequested: seqs.reduce((n, s) => n + s.length, 0) };
+    const pinned: Match[] = [];
+    let matches: Match[] = [];
+    const runRows = async (rows: ScoreRow[]) => {
+      const result = await runPlan(this.engine, units, plan(rows, this.planOptions), options, { cache, pinned });
+      work.tokensComputed += result.work.tokensComputed;
+      work.passes += result.work.passes;
+      return result.scores;
+    };
+    try {
+      let starts: number[];
+      for (let level = 0; ; level++) {
+        matches = seqs.map((s) => cache.match(s));
+        starts = units.map((u, i) => this.firstToCompute(cache, u, matches[i]!));
+        const trunks = level < MAX_TRUNK_LEVELS ? findTrunks(seqs, starts, this.minSharedTokens) : [];
+        if (trunks.length === 0) break;
+        await runRows(trunks.map((t) => this.trunkRow(t, units, seqs, matches)));
+        for (const m of matches) cache.release(m);
+        matches = [];
+      }
+      const rows: ScoreRow[] = [];
+      units.forEach((u, i) => {
+        const start = starts[i]!;
+        const seq = seqs[i]!;
+        work.tokensReused += Math.min(start, seq.length);
+        if (start >= seq.length) return;
+        const first = Math.max(start, u.prefix.length);
+        rows.push({
+          unit: i,
+          tokens: seq.slice(start),
+          startPosition: start,
+          scoredFrom: first - start,
+          targetFrom: first - u.prefix.length,
+          targetCount: seq.length - first,
+          pastRow: 0,
+          ...(start > 0 ? { cached: cache.pieces(matches[i]!, start) } : {}),
+          path: seq,
+        });
+      });
+      const scores = await runRows(rows);
+      // Positions before a unit's start come from the cache (its match is still pinned).
+      units.forEach((u, i) => {
+        const res = (scores[i] ??= emptyScore(u));
+        const end = Math.min(starts[i]!, seqs[i]!.length);
+        for (let pos = u.prefix.length; pos < end; pos++) {
+          const t = pos - u.prefix.length;
+          const hit = cache.score(matches[i]!, pos, u.targets[t]!, u.topK)!;
+          res.logprobs[t] = hit.logprob;
+          res.greedy[t] = hit.greedy;
+          if (u.topK > 0) res.topK![t] = hit.topK!;
+        }
+      });
+      return { scores, work };
+    } finally {
+      for (const m of matches) cache.release(m);
+      for (const m of pinned) cache.release(m);
+      cache.evict();
+    }
+  }
+
+  /** The first input position of `unit` to compute: its cached KV ends there, or a scored
+   * position there has no cached score; its length when everything is cached. */
+  private firstToCompute(cache: PrefixCache, unit: Unit, match: Match): number {
+    const n = unit.prefix.length + unit.tail.length;
+    const kv = Math.min(match.depth, n);
+    for (let pos = unit.prefix.length; pos < n; pos++) {
+      if (pos >= match.depth || !cache.score(match, pos, unit.targets[pos - unit.prefix.length]!, unit.topK)) return Math.min(pos, kv);
+    }
+    return n;
+  }
+
+  /** A trunk as a row: its tokens after the cached past, every member's scored positions
+   * inside it scored into the cache. */
+  private trunkRow(t: Trunk, units: readonly Unit[], seqs: number[][], matches: Match[]): ScoreRow {
+    const rep = t.members[0]!;
+    const seen = new Set<string>();
+    const cacheScores: { index: number; target: number }[] = [];
+    for (const m of t.members) {
+      const u = units[m]!;
+      const end = Math.min(t.to, seqs[m]!.length);
+      for (let pos = Math.max(t.from, u.prefix.length); pos < end; pos++) {
+        const target = u.targets[pos - u.prefix.length]!;
+        const key = `${pos}:${target}`;
+        if (seen.has(key)) continue;
+        seen.add(key);
+        cacheScores.push({ index: pos - t.from, target });
+      }
+    }
+    cacheScores.sort((a, b) => a.index - b.index || a.target - b.target);
+    return {
+      tokens: seqs[rep]!.slice(t.from, t.to),
+      startPosition: t.from,
+      scoredFrom: 0,
+      targetFrom: 0,
+      targetCount: 0,
+      pastRow: 0,
+      ...(t.from > 0 ? { cached: this.cache!.pieces(matches[rep]!, t.from) } : {}),
+      cacheScores,
+      topK: Math.max(0, ...t.members.map((m) => units[m]!.topK)),
+      path: seqs[rep]!,
+    };
   }
 
   async loglikelihood(requests: LoglikelihoodRequest[]): Promise<ContinuationScore[][]> {

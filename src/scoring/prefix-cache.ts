@@ -1,0 +1,286 @@
+// The prefix cache of one model: a radix trie over token sequences whose nodes hold the
+// KV of their tokens and the log-probs already computed at those positions, so a request
+// whose prefix some earlier request (any client, either transport) ran computes only the
+// rest, and an echo request still gets every position's log-prob.
+//
+//   root ─[instruction + demos]─┬─[sample 1 context]─┬─[continuation a]
+//                               │                    └─[continuation b]
+//                               └─[sample 2 context]─…
+//
+// A node's KV is a range of a segment: a KV tensor kept in the session host under a
+// handle (one per computed row; a node split in two shares it). Bytes are counted per
+// segment and freed when no node uses it. Eviction removes least recently used leaves
+// that no in-flight round has pinned, until the bytes are within the budget.
+//
+// Scores live with the position whose logits made them: position i keeps, per target
+// token, its log-prob and greedy flag, and the top-k of its distribution when one was
+// asked for. Bit-identity of a hit with a miss rests on the engine being shape-invariant
+// (the same row gives the same bits whatever its batch, padding and past split);
+// test/prefix-cache.test.ts checks it.
+import type { TopK } from './units.js';
+
+/** A KV tensor in the session host: `tokens` positions, freed by `drop` when unused. */
+export interface Segment {
+  handle: number;
+  tokens: number;
+  refs: number;
+}
+
+/** A stretch of cached KV: positions [offset, offset + count) of a segment. */
+export interface Piece {
+  handle: number;
+  offset: number;
+  count: number;
+}
+
+export interface ScoreEntry {
+  logprob: number;
+  greedy: boolean;
+}
+
+class Node {
+  readonly children = new Map<number, Node>();
+  scores: (Map<number, ScoreEntry> | undefined)[];
+  topK: (TopK | undefined)[];
+  pins = 0;
+  lastUse = 0;
+  constructor(
+    public parent: Node | undefined,
+    /** Absolute position of tokens[0]. */
+    public depth: number,
+    public tokens: number[],
+    public segment: Segment | undefined,
+    public offset: number,
+  ) {
+    this.scores = new Array(tokens.length);
+    this.topK = new Array(tokens.length);
+  }
+  get end(): number {
+    return this.depth + this.tokens.length;
+  }
+}
+
+/** The longest cached prefix of a sequence: its nodes (pinned until `release`) and how far
+ * into the last one it reaches. */
+export interface Match {
+  /** Positions with cached KV: [0, depth). */
+  depth: number;
+  nodes: Node[];
+}
+
+export interface CacheStats {
+  bytes: number;
+  entries: number;
+  tokens: number;
+  evictions: number;
+}
+
+export class PrefixCache {
+  private readonly root = new Node(undefined, 0, [], undefined, 0);
+  private clock = 0;
+  private segments = new Set<Segment>();
+  /** Matches not yet released: a split must keep their paths and pins right. */
+  private live = new Set<Match>();
+  bytes = 0;
+  entries = 0;
+  evictions = 0;
+
+  constructor(
+    /** KV bytes of one position (all layers, keys and values). */
+    readonly bytesPerToken: number,
+    /** Bytes the cache may keep between rounds; 0 keeps nothing past a round. */
+    readonly budget: number,
+    /** Free a segment's tensor. */
+    private readonly drop: (handle: number) => void,
+  ) {}
+
+  /** Walk `tokens` as far as the trie holds them; the nodes are pinned. */
+  match(tokens: readonly number[]): Match {
+    const nodes: Node[] = [];
+    let node = this.root;
+    let depth = 0;
+    const now = ++this.clock;
+    for (;;) {
+      const child = depth < tokens.length ? node.children.get(tokens[depth]!) : undefined;
+      if (!child) break;
+      let k = 0;
+      while (k < child.tokens.length && depth + k < tokens.length && child.tokens[k] === tokens[depth + k]) k++;
+      child.pins++;
+      child.lastUse = now;
+      nodes.push(child);
+      depth += k;
+      if (k < child.tokens.length) break;
+      node = child;
+    }
+    const match = { depth, nodes };
+    this.live.add(match);
+    return match;
+  }
+
+  release(match: Match): void {
+    if (!this.live.delete(match)) return;
+    for (const n of match.nodes) n.pins--;
+  }
+
+  /** The KV of positions [0, upTo) of a match, as segment pieces in order. */
+  pieces(match: Match, upTo: number): Piece[] {
+    const out: Piece[] = [];
+    for (const n of match.nodes) {
+      if (n.depth >= upTo) break;
+      const count = Math.min(n.end, upTo) - n.depth;
+      out.push({ handle: n.segment!.handle, offset: n.offset, count });
+    }
+    return out;
+  }
+
+  /** The cached score of `target` at position `position` (< match.depth), if it has one
+   * with at least `topK` alternatives. */
+  score(match: Match, position: number, target: number, topK: number): (ScoreEntry & { topK?: TopK }) | undefined {
+    const n = nodeAt(match, position);
+    if (!n) return undefined;
+    const i = position - n.depth;
+    const entry = n.scores[i]?.get(target);
+    if (!entry) return undefined;
+    if (topK === 0) return entry;
+    const top = n.topK[i];
+    return top && top.ids.length >= topK ? { ...entry, topK: { ids: top.ids.slice(0, topK), logprobs: top.logprobs.slice(0, topK) } } : undefined;
+  }
+
+  /** Record what a pass computed for `tokens[from, from + count)`: their KV (positions
+   * [kvOffset, kvOffset + count) of `handle`) and scores. The trie must already hold
+   * [0, from) (a pinned match); positions it holds already keep their KV and gain the
+   * scores. Returns the match of the whole inserted path, pinned; false when the prefix
+   * was not there (the handle is then dropped). */
+  insert(
+    tokens: readonly number[],
+    from: number,
+    count: number,
+    handle: number,
+    kvOffset: number,
+    scores: { position: number; target: number; entry: ScoreEntry; topK?: TopK }[],
+  ): Match | undefined {
+    const end = from + count;
+    const match = this.match(tokens.slice(0, end));
+    const segment: Segment = { handle, tokens: count, refs: 0 };
+    if (match.depth < from) {
+      this.release(match);
+      this.drop(handle);
+      return undefined;
+    }
+    if (match.depth < end) {
+      let parent = this.root;
+      const last = match.nodes.at(-1);
+      if (last) parent = last.end === match.depth ? last : this.split(last, match.depth - last.depth);
+      const leaf = new Node(parent, match.depth, tokens.slice(match.depth, end), segment, kvOffset + match.depth - from);
+      segment.refs++;
+      parent.children.set(leaf.tokens[0]!, leaf);
+      leaf.pins++;
+      leaf.lastUse = this.clock;
+      match.nodes.push(leaf);
+      match.depth = end;
+      this.entries++;
+    }
+    if (segment.refs > 0) {
+      this.segments.add(segment);
+      this.bytes += segment.tokens * this.bytesPerToken;
+    } else this.drop(handle);
+    for (const s of scores) {
+      const n = nodeAt(match, s.position)!;
+      const i = s.position - n.depth;
+      (n.scores[i] ??= new Map()).set(s.target, s.entry);
+      if (s.topK && (n.topK[i]?.ids.length ?? 0) < s.topK.ids.length) n.topK[i] = s.topK;
+    }
+    return match;
+  }
+
+  /** Split `node` after `k` tokens; returns the upper half (the lower keeps the children). */
+  private split(node: Node, k: number): Node {
+    const upper = new Node(node.parent, node.depth, node.tokens.slice(0, k), node.segment, node.offset);
+    upper.scores = node.scores.slice(0, k);
+    upper.topK = node.topK.slice(0, k);
+    upper.lastUse = node.lastUse;
+    // Matches through `node` now pass through `upper`; those that ended inside the upper
+    // half no longer reach the lower one.
+    for (const m of this.live) {
+      const at = m.nodes.indexOf(node);
+      if (at < 0) continue;
+      upper.pins++;
+      if (m.depth <= node.depth + k) {
+        m.nodes[at] = upper;
+        node.pins--;
+      } else m.nodes.splice(at, 0, upper);
+    }
+    node.segment!.refs++;
+    node.parent!.children.set(upper.tokens[0]!, upper);
+    node.parent = upper;
+    node.tokens = node.tokens.slice(k);
+    node.scores = node.scores.slice(k);
+    node.topK = node.topK.slice(k);
+    node.depth += k;
+    node.offset += k;
+    upper.children.set(node.tokens[0]!, node);
+    this.entries++;
+    return upper;
+  }
+
+  /** Evict unpinned least recently used leaves until the bytes fit the budget. */
+  evict(): void {
+    if (this.bytes <= this.budget) return;
+    const leaves: Node[] = [];
+    const walk = (n: Node) => {
+      for (const c of n.children.values()) c.children.size === 0 ? leaves.push(c) : walk(c);
+    };
+    walk(this.root);
+    leaves.sort((a, b) => a.lastUse - b.lastUse);
+    // A parent left childless becomes a candidate in its turn (it is never more recent
+    // than its children).
+    for (let i = 0; i < leaves.length && this.bytes > this.budget; i++) {
+      const leaf = leaves[i]!;
+      if (leaf.pins > 0) continue;
+      this.remove(leaf);
+      const parent = leaf.parent!;
+      if (parent !== this.root && parent.children.size === 0) {
+        const at = leaves.findIndex((l, j) => j > i && l.lastUse >= parent.lastUse);
+        leaves.splice(at < 0 ? leaves.length : at, 0, parent);
+      }
+    }
+  }
+
+  private remove(leaf: Node): void {
+    leaf.parent!.children.delete(leaf.tokens[0]!);
+    this.entries--;
+    this.evictions++;
+    const s = leaf.segment!;
+    if (--s.refs === 0) {
+      this.segments.delete(s);
+      this.bytes -= s.tokens * this.bytesPerToken;
+      this.drop(s.handle);
+    }
+  }
+
+  /** Drop everything (unpinned or not): the model is going away. */
+  clear(): void {
+    for (const s of this.segments) this.drop(s.handle);
+    this.segments.clear();
+    this.root.children.clear();
+    this.bytes = 0;
+    this.entries = 0;
+  }
+
+  stats(): CacheStats {
+    let tokens = 0;
+    const walk = (n: Node) => {
+      for (const c of n.children.values()) {
+        tokens += c.tokens.length;
+        walk(c);
+      }
+    };
+    walk(this.root);
+    return { bytes: this.bytes, entries: this.entries, tokens, evictions: this.evictions };
+  }
+}
+
+function nodeAt(match: Match, position: number): Node | undefined {
+  if (position >= match.depth) return undefined;
+  return match.nodes.find((n) => position >= n.depth && position < n.end);
+}
