@@ -252,13 +252,18 @@ export class Engine {
     const c = this.config;
     const past = req.past;
     const B = req.rows.length;
-    const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
+    // At least two query slots: with one, onnxruntime's CPU attention products take
+    // another kernel path whose float32 rounding differs from the same row's in a longer
+    // pass (measured: 12 of 21 positions off by an ulp in a chain of one-token passes,
+    // none with two or more). A padding slot (an invalid key, unscored) keeps a one-token
+    // continuation of a cached prefix bit-identical to computing it in full.
+    const T = Math.max(2, ...req.rows.map((r) => r.tokens.length));
     const P = past?.length ?? 0;
     // The present KV is past then new slots; its valid slots stay a prefix of each row
     // for a pass without past, or one row continuing an unpadded past (a chain of query
     // blocks). Otherwise it has gaps: it can be sliced, not continued.
     if (past?.gaps) throw new Error('engine: a KV with gaps cannot be continued, only sliced');
-    const gaps = P > 0 && req.rows.some((r) => past!.validLengths[r.pastRow] !== P);
+    const gaps = (P > 0 && req.rows.some((r) => past!.validLengths[r.pastRow] !== P)) || (B === 1 && req.rows[0]!.tokens.length < T);
 
     const inputIds = new BigInt64Array(B * T);
     const positionIds = new BigInt64Array(B * T);

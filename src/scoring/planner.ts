@@ -108,10 +108,25 @@ export function plan(rows: readonly ScoreRow[], options: PlanOptions): Plan {
   return { passes };
 }
 
-/** Pack rows into passes, longest first (stable), while rows × longest stays within the
- * budget and rows × longest × (longest past + longest) within the cells. One row always
- * fits. */
+/** Pack rows into passes: rows of one past length together (below), longest first
+ * (stable), while rows × longest stays within the budget and rows × longest × (past +
+ * longest) within the cells. One row always fits. */
 function pack(rows: ScoreRow[], budget: number, cells: number): ScoreRow[][] {
+  // A row whose past is shorter than its pass's would see its new keys after padding
+  // slots: the keys sit at other offsets of the reductions over them and the answer moves
+  // by an ulp (measured: 4.8e-7 on a log-prob). Padding after the keys changes nothing, so
+  // rows of one past length share passes and every row's keys sit where they would alone:
+  // a cache hit is bit-identical to a miss.
+  const byPast = new Map<number, ScoreRow[]>();
+  for (const r of rows) {
+    const list = byPast.get(r.startPosition);
+    if (list) list.push(r);
+    else byPast.set(r.startPosition, [r]);
+  }
+  return [...byPast.keys()].sort((a, b) => a - b).flatMap((p) => packOnePast(byPast.get(p)!, budget, cells));
+}
+
+function packOnePast(rows: ScoreRow[], budget: number, cells: number): ScoreRow[][] {
   const sorted = [...rows].sort((a, b) => b.tokens.length - a.tokens.length);
   const batches: ScoreRow[][] = [];
   let current: ScoreRow[] = [];

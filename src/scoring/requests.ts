@@ -4,7 +4,6 @@
 // runs the model.
 import type { TextTokenizer } from '../tokenizer.js';
 import { InvalidArgumentError } from '../errors.js';
-import { commonPrefixLength, compareTokens } from '../common/sequences.js';
 import type { Prepared, TopK, Unit, UnitScore } from './units.js';
 
 export type TextOrTokens = string | number[];
@@ -266,10 +265,10 @@ export class RequestEncoder {
 
   /** Log-probs of every prompt token after the first, plus the greedy next token and its
    * log-prob, with the top-k alternatives at every position: what an OpenAI-compatible
-   * `echo: true, logprobs: k, max_tokens: 1` answer needs. Prompts that share a prefix of
-   * at least `minShared` tokens compute it once: its own log-probs in one row, its KV for
-   * the rest of every prompt. */
-  prepareEcho(prompts: number[][], topK: number, minShared = 16): Prepared<EchoScore[]> {
+   * `echo: true, logprobs: k, max_tokens: 1` answer needs. One unit per prompt, every
+   * position scored; prompts sharing a prefix share it through the scorer's prefix cache
+   * (the last target is a placeholder: that position's answer is its top-k). */
+  prepareEcho(prompts: number[][], topK: number): Prepared<EchoScore[]> {
     prompts.forEach((p, i) => {
       if (p.length === 0) throw new InvalidArgumentError(`prompt[${i}]`, 'prompt is empty');
       this.checkTokens(p, `prompt[${i}]`);
@@ -279,57 +278,14 @@ export class RequestEncoder {
     if (!Number.isInteger(topK) || topK < 0 || topK > this.maxTopK)
       throw new InvalidArgumentError('logprobs', `must be a whole number in [0, ${this.maxTopK}]`);
     const k = Math.max(1, topK);
-    // Group prompts that share a long prefix: sorted order puts them side by side.
-    const order = prompts.map((_, i) => i).sort((a, b) => compareTokens(prompts[a]!, prompts[b]!));
-    const groups: { members: number[]; shared: number }[] = [];
-    for (const i of order) {
-      const g = groups.at(-1);
-      const common = g ? commonPrefixLength(prompts[g.members[0]!]!, prompts[i]!) : 0;
-      if (g && Math.min(common, g.shared) >= minShared) {
-        g.members.push(i);
-        g.shared = Math.min(g.shared, common);
-      } else groups.push({ members: [i], shared: prompts[i]!.length });
-    }
-    const units: Unit[] = [];
-    // Where each prompt's scores come from: [unit index, first position it covers].
-    const parts: { unit: number; from: number }[][] = prompts.map(() => []);
-    for (const g of groups) {
-      // Every prompt keeps at least its last token in its own row (the next-token guess).
-      const shared = g.members.length > 1 ? Math.min(g.shared, ...g.members.map((i) => prompts[i]!.length)) - 1 : 0;
-      if (shared >= 1) {
-        const head = prompts[g.members[0]!]!.slice(0, shared);
-        // Positions 0..shared-2 predict head[1..]; position shared-1's target belongs to each prompt.
-        if (shared > 1) {
-          units.push({ prefix: [], tail: head.slice(0, shared - 1), targets: head.slice(1), topK: k });
-          for (const i of g.members) parts[i]!.push({ unit: units.length - 1, from: 0 });
-        }
-        for (const i of g.members) {
-          const p = prompts[i]!;
-          units.push({ prefix: head.slice(0, shared - 1), tail: p.slice(shared - 1), targets: [...p.slice(shared), 0], topK: k });
-          parts[i]!.push({ unit: units.length - 1, from: shared - 1 });
-        }
-      } else {
-        for (const i of g.members) {
-          const p = prompts[i]!;
-          units.push({ prefix: [], tail: p, targets: [...p.slice(1), 0], topK: k });
-          parts[i]!.push({ unit: units.length - 1, from: 0 });
-        }
-      }
-    }
+    const units: Unit[] = prompts.map((p) => ({ prefix: [], tail: p, targets: [...p.slice(1), 0], topK: k }));
     const finish = (scores: UnitScore[]) =>
       prompts.map((p, i) => {
-        const logprobs: number[] = [];
-        const top: TopK[] = [];
-        for (const part of parts[i]!) {
-          logprobs.push(...scores[part.unit]!.logprobs);
-          top.push(...scores[part.unit]!.topK!);
-        }
-        // The last position's target was a placeholder: its answer is the greedy token.
-        logprobs.pop();
-        const last = top[top.length - 1]!;
+        const { logprobs, topK: top } = scores[i]!;
+        const last = top![top!.length - 1]!;
         return {
-          promptLogprobs: logprobs, // for p[1..]
-          top, // for positions 0..n-1 (the last: the next token)
+          promptLogprobs: logprobs.slice(0, -1), // for p[1..]
+          top: top!, // for positions 0..n-1 (the last: the next token)
           nextToken: last.ids[0]!,
           nextLogprob: last.logprobs[0]!,
           length: p.length,

@@ -48,6 +48,11 @@ export async function runPlan(
       if (options.shouldStop?.()) throw new CancelledError();
       let past = pass.past === undefined ? undefined : kept.get(pass.past);
       let gathered: PastKV | undefined;
+      if (past?.gaps) {
+        // A one-token block leaves a padding slot after its KV: lay it out without.
+        gathered = await engine.gatherPast([[{ handle: past.handle, row: 0, offset: 0, count: past.validLengths[0]! }]]);
+        past = gathered;
+      }
       let pastRows: number[] = pass.rows.map((r) => r.pastRow);
       if (!past && pass.rows.some((r) => r.cached && r.cached.length > 0)) {
         ({ past: gathered, pastRows } = await gatherRows(engine, pass.rows));

@@ -99,8 +99,8 @@ export class Scorer {
     return this.encoder.prepareRolling(requests);
   }
 
-  prepareEcho(prompts: number[][], topK: number, minShared?: number): Prepared<EchoScore[]> {
-    return this.encoder.prepareEcho(prompts, topK, minShared);
+  prepareEcho(prompts: number[][], topK: number): Prepared<EchoScore[]> {
+    return this.encoder.prepareEcho(prompts, topK);
   }
 
   private get planOptions(): PlanOptions {
