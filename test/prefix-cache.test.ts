@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { PrefixCache } from '../src/scoring/prefix-cache.js';
 import { Scorer } from '../src/scoring/scorer.js';
-import type { LoglikelihoodRequest } from '../src/scoring/requests.js';
+import type { ContinuationScore, EchoScore } from '../src/scoring/requests.js';
 import { rng } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, familyEngine } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
@@ -135,7 +135,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
     // fixtures' sliding windows.
     const demos = randomTokens(r, 14, vocab);
     const samples = [randomTokens(r, 6, vocab), randomTokens(r, 9, vocab), randomTokens(r, 3, vocab)];
-    const items: LoglikelihoodRequest[] = [];
+    const items: { context: number[]; continuations: number[][]; topK?: number }[] = [];
     for (const s of samples) for (let k = 0; k < 3; k++) items.push({ context: [...demos, ...s], continuations: [randomTokens(r, 1 + k * 2, vocab)], topK: k });
     items.push({ context: [...demos, ...samples[0]!, ...samples[2]!], continuations: [randomTokens(r, 4, vocab)] });
     items.push({ context: randomTokens(r, 7, vocab), continuations: [randomTokens(r, 5, vocab)] });
@@ -143,7 +143,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
     items.push({ context: demos.slice(0, 5), continuations: [demos.slice(5)] });
 
     const alone = new Scorer(ctx.engine, { prefixSharing: false });
-    const expected = [];
+    const expected: ContinuationScore[] = [];
     for (const item of items) expected.push((await alone.loglikelihood([item]))[0]![0]!);
     // The unshared answers are the reference's.
     items.forEach((item, i) => {
@@ -187,7 +187,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
       const { scores, work } = await s.scoreUnits(prepared.units);
       return { answers: prepared.finish(scores), work };
     };
-    const expected = [];
+    const expected: EchoScore[] = [];
     for (const p of prompts) expected.push((await echo(alone, [p], 2)).answers[0]);
     const scorer = new Scorer(ctx.engine, { minSharedTokens: 4 });
     const first = await echo(scorer, [prompts[0]!], 2);
