@@ -188,7 +188,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
       return { answers: prepared.finish(scores), work };
     };
     const expected: EchoScore[] = [];
-    for (const p of prompts) expected.push((await echo(alone, [p], 2)).answers[0]);
+    for (const p of prompts) expected.push((await echo(alone, [p], 2)).answers[0]!);
     const scorer = new Scorer(ctx.engine, { minSharedTokens: 4 });
     const first = await echo(scorer, [prompts[0]!], 2);
     expect(first.answers[0]).toEqual(expected[0]);
