@@ -49,6 +49,8 @@ export class Batcher {
   private runningJobs: Job[] = [];
   private timer: NodeJS.Timeout | undefined;
   private idleWaiters: (() => void)[] = [];
+  /** Evictions already counted (the cache's own count only grows). */
+  private evictionsSeen = 0;
 
   constructor(
     private readonly model: string,
@@ -216,7 +218,19 @@ export class Batcher {
       jobs.flatMap((j) => j.units),
       { shouldStop: () => jobs.every((j) => j.cancelled) },
     );
-    this.metrics?.tokensComputed.inc({ model: this.model }, work.tokensComputed);
+    const model = { model: this.model };
+    this.metrics?.tokensComputed.inc(model, work.tokensComputed);
+    this.metrics?.tokensRequested.inc(model, work.tokensRequested);
+    this.metrics?.cacheTokensReused.inc(model, work.tokensReused);
+    const cache = this.scorer.cache;
+    if (this.metrics && cache) {
+      const stats = cache.stats();
+      this.metrics.cacheBytes.set(model, stats.bytes);
+      this.metrics.cacheBudgetBytes.set(model, cache.budget);
+      this.metrics.cacheEntries.set(model, stats.entries);
+      this.metrics.cacheEvictions.inc(model, stats.evictions - this.evictionsSeen);
+      this.evictionsSeen = stats.evictions;
+    }
     return scores;
   }
 }

@@ -49,6 +49,7 @@ interface ModelFlags {
   threads?: number;
   maxLength?: number;
   maxBatchTokens?: number;
+  prefixCacheBytes?: number;
 }
 
 function withModelFlags(cmd: Command): Command {
@@ -69,6 +70,11 @@ function withModelFlags(cmd: Command): Command {
       new Option('--max-batch-tokens <n>', 'padded tokens per forward pass')
         .argParser(int('max-batch-tokens'))
         .env('CTXPROBE_MAX_BATCH_TOKENS'),
+    )
+    .addOption(
+      new Option('--prefix-cache-bytes <n>', 'KV bytes of the prefix cache kept across requests (default 1 GiB; 0: none)')
+        .argParser(int('prefix-cache-bytes'))
+        .env('CTXPROBE_PREFIX_CACHE_BYTES'),
     );
 }
 
@@ -81,6 +87,7 @@ function entriesFrom(flags: ModelFlags & { models?: string; name?: string }): Mo
     ...(flags.cpuMemArena !== undefined && { cpuMemArena: flags.cpuMemArena === 'on' }),
     ...(flags.maxLength !== undefined && { maxLength: flags.maxLength }),
     ...(flags.maxBatchTokens !== undefined && { maxBatchTokens: flags.maxBatchTokens }),
+    ...(flags.prefixCacheBytes !== undefined && { prefixCacheBytes: flags.prefixCacheBytes }),
   };
   if (flags.model) {
     const dir = path.resolve(flags.model);
@@ -262,6 +269,7 @@ withModelFlags(program.command('serve').description('serve the models of a repos
         path: entry.path,
         seconds: +m.loadSeconds.toFixed(3),
         ...m.engine.info,
+        prefixCacheBytes: m.scorer.cache?.budget ?? 0,
       });
       if (entry.synthetic)
         log({

@@ -11,6 +11,12 @@ export class Metrics {
   readonly itemsScored: client.Counter<'model'>;
   readonly tokensScored: client.Counter<'model'>;
   readonly tokensComputed: client.Counter<'model'>;
+  readonly tokensRequested: client.Counter<'model'>;
+  readonly cacheTokensReused: client.Counter<'model'>;
+  readonly cacheBytes: client.Gauge<'model'>;
+  readonly cacheBudgetBytes: client.Gauge<'model'>;
+  readonly cacheEntries: client.Gauge<'model'>;
+  readonly cacheEvictions: client.Counter<'model'>;
   readonly batchUnits: client.Histogram<'model'>;
   readonly batchTokens: client.Histogram<'model'>;
   readonly queueWaitSeconds: client.Histogram<'model'>;
@@ -51,6 +57,42 @@ export class Metrics {
     this.tokensComputed = new client.Counter({
       name: 'ctxprobe_tokens_computed_total',
       help: 'Tokens run through the model (a shared prefix counts once)',
+      labelNames: ['model'],
+      registers,
+    });
+    this.tokensRequested = new client.Counter({
+      name: 'ctxprobe_tokens_requested_total',
+      help: 'Input tokens of the scored sequences (what computing each alone would run)',
+      labelNames: ['model'],
+      registers,
+    });
+    this.cacheTokensReused = new client.Counter({
+      name: 'ctxprobe_prefix_cache_tokens_reused_total',
+      help: 'Input tokens whose KV came from the prefix cache instead of being computed',
+      labelNames: ['model'],
+      registers,
+    });
+    this.cacheBytes = new client.Gauge({
+      name: 'ctxprobe_prefix_cache_bytes',
+      help: 'KV bytes held by the prefix cache',
+      labelNames: ['model'],
+      registers,
+    });
+    this.cacheBudgetBytes = new client.Gauge({
+      name: 'ctxprobe_prefix_cache_budget_bytes',
+      help: 'KV bytes the prefix cache may keep between rounds',
+      labelNames: ['model'],
+      registers,
+    });
+    this.cacheEntries = new client.Gauge({
+      name: 'ctxprobe_prefix_cache_entries',
+      help: 'Nodes of the prefix cache trie',
+      labelNames: ['model'],
+      registers,
+    });
+    this.cacheEvictions = new client.Counter({
+      name: 'ctxprobe_prefix_cache_evictions_total',
+      help: 'Prefix cache nodes evicted to stay within the budget',
       labelNames: ['model'],
       registers,
     });

@@ -37,6 +37,8 @@ export interface ModelEntry {
   maxAttentionBytes?: number;
   /** onnxruntime's CPU memory arena (default off: memory goes back after large requests). */
   cpuMemArena?: boolean;
+  /** KV bytes the prefix cache keeps across requests (default 1 GiB; 0: within a round only). */
+  prefixCacheBytes?: number;
   synthetic?: SyntheticSpec;
 }
 
@@ -95,6 +97,7 @@ const ENTRY_SCHEMA = {
     maxContinuations: positive,
     maxAttentionBytes: positive,
     cpuMemArena: { type: 'boolean' },
+    prefixCacheBytes: { type: 'integer', minimum: 0 },
     synthetic: SYNTHETIC_SCHEMA,
   },
 };
@@ -175,6 +178,7 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     maxBatchTokens: entry.maxBatchTokens,
     maxContinuations: entry.maxContinuations,
     maxAttentionBytes: entry.maxAttentionBytes,
+    prefixCacheBytes: entry.prefixCacheBytes,
   });
   const prober = new Prober(engine, { maxAttentionBytes: entry.maxProbeAttentionBytes, maxRawBytes: entry.maxRawAttentionBytes });
   return { entry, engine, scorer, prober, loadSeconds: (performance.now() - started) / 1000 };

@@ -6,16 +6,16 @@ import type { Engine, KvPiece, PastKV, ScoredPosition } from '../engine.js';
 import { CancelledError } from '../errors.js';
 import { planTokens, type Plan, type ScorePass, type ScoreRow } from './planner.js';
 import type { Match, Piece, PrefixCache, ScoreEntry } from './prefix-cache.js';
-import type { TopK, Unit, UnitScore } from './units.js';
+import { unitTokens, type TopK, type Unit, type UnitScore } from './units.js';
 
 export interface Work {
   /** Tokens run through the model. */
   tokensComputed: number;
   passes: number;
   /** Input tokens whose KV a unit took from the prefix cache instead of computing. */
-  tokensReused?: number;
+  tokensReused: number;
   /** Input tokens of the units (what scoring each alone from scratch would compute). */
-  tokensRequested?: number;
+  tokensRequested: number;
 }
 
 export interface PlanResult {
@@ -74,7 +74,10 @@ export async function runPlan(
     // A run that stopped early still frees the KV it kept.
     for (const past of kept.values()) engine.dropPast(past);
   }
-  return { scores, work: { tokensComputed: planTokens(plan), passes: plan.passes.length } };
+  return {
+    scores,
+    work: { tokensComputed: planTokens(plan), passes: plan.passes.length, tokensReused: 0, tokensRequested: units.reduce((n, u) => n + unitTokens(u), 0) },
+  };
 }
 
 /** The pass's cached pasts laid out as one KV, identical ones once. */

@@ -127,7 +127,7 @@ export class Scorer {
 
   private async scoreCached(cache: PrefixCache, units: readonly Unit[], options: RunOptions): Promise<PlanResult> {
     const seqs = units.map((u) => u.prefix.concat(u.tail));
-    const work: Required<Work> = { tokensComputed: 0, passes: 0, tokensReused: 0, tokensRequested: seqs.reduce((n, s) => n + s.length, 0) };
+    const work: Work = { tokensComputed: 0, passes: 0, tokensReused: 0, tokensRequested: seqs.reduce((n, s) => n + s.length, 0) };
     const pinned: Match[] = [];
     let matches: Match[] = [];
     const runRows = async (rows: ScoreRow[]) => {
