@@ -103,7 +103,7 @@ async function main() {
   const requests: LoglikelihoodRequest[] = charpevalItems(contexts);
   const items = contexts * 6;
   const unshared = new Scorer(engine, { prefixSharing: false });
-  const shared = new Scorer(engine);
+  const shared = new Scorer(engine, { prefixCacheBytes: 0 }) // sharing within a round only: runs repeat the same items;
   const oneAtATime = await timeIt(async () => {
     for (const r of requests)
       for (const cont of r.continuations) await unshared.loglikelihood([{ context: r.context, continuations: [cont] }]);

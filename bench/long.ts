@@ -18,7 +18,7 @@ const status = (key: string) => Number(new RegExp(`${key}:\\s+(\\d+) kB`).exec(f
 if (process.argv[2] === '--child') {
   const [mode, T] = [process.argv[3]!, Number(process.argv[4])];
   const engine = await Engine.load(dir(), { threads });
-  const scorer = new Scorer(engine);
+  const scorer = new Scorer(engine, { prefixCacheBytes: 0 }) // one request: its KV is not kept for later ones;
   const loaded = status('VmRSS');
   const ids = randomIds(T, T);
   const t = performance.now();

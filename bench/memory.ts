@@ -20,7 +20,7 @@ if (process.argv[2] === '--child') {
   const arena = process.argv[3] === 'on';
   const engine = await Engine.load(benchModelDir(), { threads, cpuMemArena: arena });
   const prober = new Prober(engine);
-  const scorer = new Scorer(engine);
+  const scorer = new Scorer(engine, { prefixCacheBytes: 0 }) // RSS after requests, without a cache's keep;
   const loaded = status('VmRSS');
   const ids = (seed: number) => randomIds(seed, 2048);
   const samples = [1, 2, 3, 4].map((s) => ({

@@ -74,6 +74,9 @@ export interface ProbeRequest {
   /** C + 2: the chunks, the excluded bin, the padding bin. */
   numBins: number;
   raw?: { layers: number[]; heads: number[]; queries: number[] };
+  /** One row continuing kept KV (a cached prefix): the row's tokens start after it, and
+   * its keys are binned by `keyBins` like the row's own. */
+  past?: { kv: PastKV; keyBins: number[] };
 }
 
 export interface ProbeResult {
@@ -193,17 +196,27 @@ export class Engine {
     await this.probeGraph();
     const B = req.rows.length;
     const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
+    const past = req.past;
+    const P = past?.kv.length ?? 0;
+    if (past && (B !== 1 || past.kv.gaps || past.kv.validLengths[0] !== P || past.keyBins.length !== P)) {
+      throw new Error('engine: a probe continues a past only for one row, over an unpadded past with a bin per key');
+    }
+    const S = P + T;
     const inputIds = new BigInt64Array(B * T);
     const positionIds = new BigInt64Array(B * T);
-    const keyPositions = new BigInt64Array(B * T).fill(-1n);
-    const keyBin = new BigInt64Array(B * T).fill(BigInt(req.numBins - 1));
+    const keyPositions = new BigInt64Array(B * S).fill(-1n);
+    const keyBin = new BigInt64Array(B * S).fill(BigInt(req.numBins - 1));
     const queryWeight = new Float32Array(B * T);
+    past?.keyBins.forEach((bin, j) => {
+      keyPositions[j] = BigInt(j);
+      keyBin[j] = BigInt(bin);
+    });
     req.rows.forEach((row, b) =>
       row.tokens.forEach((tok, t) => {
         inputIds[b * T + t] = BigInt(tok);
-        positionIds[b * T + t] = BigInt(t);
-        keyPositions[b * T + t] = BigInt(t);
-        keyBin[b * T + t] = BigInt(row.keyBins[t]!);
+        positionIds[b * T + t] = BigInt(P + t);
+        keyPositions[b * S + P + t] = BigInt(P + t);
+        keyBin[b * S + P + t] = BigInt(row.keyBins[t]!);
         queryWeight[b * T + t] = row.queryWeights[t]!;
       }),
     );
@@ -212,15 +225,19 @@ export class Engine {
     const feeds: Record<string, HostTensor> = {
       input_ids: int64(inputIds, [B, T]),
       position_ids: int64(positionIds, [B, T]),
-      key_positions: int64(keyPositions, [B, T]),
+      key_positions: int64(keyPositions, [B, S]),
       past_index: int64(new BigInt64Array(B), [B]),
-      key_bin: int64(keyBin, [B, T]),
+      key_bin: int64(keyBin, [B, S]),
       query_weight: { type: 'float32', data: queryWeight, dims: [B, T] },
       num_bins: i64([req.numBins]),
       raw_heads: i64(raw.heads),
       raw_queries: i64(raw.queries),
       // 1 + the most excluded keys of any row: the top keys always hold a kept one.
-      probe_top_keys: i64([1 + Math.max(0, ...req.rows.map((r) => r.keyBins.filter((b) => b === req.numBins - 2).length))]),
+      probe_top_keys: i64([
+        1 +
+          (past?.keyBins.filter((b) => b === req.numBins - 2).length ?? 0) +
+          Math.max(0, ...req.rows.map((r) => r.keyBins.filter((b) => b === req.numBins - 2).length)),
+      ]),
     };
     const names = ['probe.votes', 'probe.sink_votes', 'probe.mass', 'probe.sink_mass', 'heat.key_count'];
     for (const pool of ['max', 'mean']) names.push(`heat.${pool}.key_max`, `heat.${pool}.key_sum`);
@@ -229,6 +246,7 @@ export class Engine {
       session: 'probe',
       feeds,
       fetches: names,
+      past: past?.kv.handle,
       numLayers: c.numLayers,
       emptyPast: this.emptyPast,
     });

@@ -3,7 +3,8 @@
 // attention slices under a size cap. The graph does the reductions over layers, heads
 // and keys (kernels/attention.ts); this file turns per-bin sums into the reported
 // distributions and reduces query tokens to segments.
-import type { Engine, ProbeRow } from './engine.js';
+import type { Engine, PastKV, ProbeResult, ProbeRow } from './engine.js';
+import type { Scorer } from './scoring/scorer.js';
 import { CancelledError, InvalidArgumentError } from './errors.js';
 import { meanMatrix, meanVector } from './common/matrix.js';
 import {
@@ -41,6 +42,10 @@ export interface ProbeOptions {
   keyReduce?: Reducer;
   /** Also return [layers × heads × chunks]. */
   perHead?: boolean;
+  /** Compute the heatmap (default true). Without it only the query chunks' rows need
+   * attention: everything before the first query token is a cached prefix (prefix cache,
+   * KV only), and the probe pass runs from there. */
+  heatmap?: boolean;
 }
 
 export interface SampleProbe {
@@ -58,10 +63,14 @@ export interface SampleProbe {
   massExcluded: number[];
   votesPerHead?: number[][][];
   massPerHead?: number[][][];
-  /** [segments][segments], lower-triangular: query segment (row) → key segment (column). */
+  /** [segments][segments], lower-triangular: query segment (row) → key segment (column);
+   * empty when the heatmap was not asked for. */
   heatmap: number[][];
   /** [segments]: the same reduction over the excluded keys. */
   heatmapExcluded: number[];
+  /** Tokens before the first query token: computed here (KV only), or taken from the
+   * prefix cache; absent when the probe ran the whole sample. */
+  prefix?: { computed: number; reused: number };
 }
 
 export interface ProbeMean {
@@ -104,6 +113,8 @@ export interface PreparedRaw {
 }
 
 export interface ProberOptions {
+  /** The model's scorer, whose prefix cache probes without a heatmap use. */
+  scorer?: Scorer;
   /** Bytes of one layer's attention (batch × heads × T × T × 4) a probe pass may hold. */
   maxAttentionBytes?: number;
   /** Largest raw-attention answer, in bytes of the requested dtype. */
@@ -121,11 +132,13 @@ export interface PreparedSample {
 export class Prober {
   readonly maxAttentionBytes: number;
   readonly maxRawBytes: number;
+  private readonly scorer?: Scorer;
 
   constructor(
     readonly engine: Engine,
     options: ProberOptions = {},
   ) {
+    this.scorer = options.scorer;
     this.maxAttentionBytes = options.maxAttentionBytes ?? 512 * 2 ** 20;
     this.maxRawBytes = options.maxRawBytes ?? 64 * 2 ** 20;
   }
@@ -206,6 +219,7 @@ export class Prober {
       queryReduce: options.queryReduce ?? 'mean',
       keyReduce: options.keyReduce ?? 'max',
       perHead: options.perHead ?? false,
+      heatmap: options.heatmap ?? true,
     };
     if (!['max', 'mean'].includes(opts.pool)) throw new InvalidArgumentError('pool', `must be max or mean (got ${opts.pool})`);
     for (const side of ['queryReduce', 'keyReduce'] as const) {
@@ -232,7 +246,13 @@ export class Prober {
       if (batch.length > 0) await this.runBatch(prepared, batch, opts, results);
       batch = [];
     };
-    for (const i of order) {
+    // Without a heatmap, a sample whose queries start late runs alone after its cached prefix.
+    const cached = (i: number) => !opts.heatmap && this.scorer?.cache !== undefined && firstQuery(prepared[i]!) > 0;
+    for (const i of order.filter(cached)) {
+      if (shouldStop?.()) throw new CancelledError();
+      await this.runAfterPrefix(prepared, i, opts, results);
+    }
+    for (const i of order.filter((i) => !cached(i))) {
       const longest = Math.max(prepared[i]!.row.tokens.length, ...batch.map((j) => prepared[j]!.row.tokens.length));
       if (batch.length > 0 && this.attentionBytes(batch.length + 1, longest) > this.maxAttentionBytes) await flush();
       batch.push(i);
@@ -241,10 +261,24 @@ export class Prober {
     return { samples: results, mean: meanOf(results), options: opts };
   }
 
+  /** One sample without a heatmap: the tokens before its first query token from the
+   * prefix cache (computed into it when missing), then a probe pass of the rest. */
+  private async runAfterPrefix(prepared: PreparedSample[], i: number, opts: ProbeAnswer['options'], results: SampleProbe[]): Promise<void> {
+    const p = prepared[i]!;
+    const r0 = firstQuery(p);
+    const bins = p.seg.segments.length + 2;
+    const { value: out, computed, reused } = await this.scorer!.withCachedPrefix(p.row.tokens.slice(0, r0), (kv: PastKV) =>
+      this.engine.probe({
+        rows: [{ tokens: p.row.tokens.slice(r0), keyBins: p.row.keyBins.slice(r0), queryWeights: p.row.queryWeights.slice(r0) }],
+        numBins: bins,
+        past: { kv, keyBins: p.row.keyBins.slice(0, r0) },
+      }),
+    );
+    this.collect(prepared, [i], opts, results, out, bins, r0);
+    results[i]!.prefix = { computed, reused };
+  }
+
   private async runBatch(prepared: PreparedSample[], batch: number[], opts: ProbeAnswer['options'], results: SampleProbe[]): Promise<void> {
-    const c = this.engine.config;
-    const L = c.numLayers;
-    const H = c.numHeads;
     // All samples of a pass share the bin layout: chunks padded to the most chunks.
     const C = Math.max(...batch.map((i) => prepared[i]!.seg.segments.length));
     const rows = batch.map((i) => {
@@ -253,7 +287,23 @@ export class Prober {
       return { ...p.row, keyBins: p.row.keyBins.map((b) => (b === own ? C : b)) };
     });
     const bins = C + 2;
-    const out = await this.engine.probe({ rows, numBins: bins });
+    this.collect(prepared, batch, opts, results, await this.engine.probe({ rows, numBins: bins }), bins, 0);
+  }
+
+  /** Per-sample answers from a probe pass whose rows start at token `offset`. */
+  private collect(
+    prepared: PreparedSample[],
+    batch: number[],
+    opts: ProbeAnswer['options'],
+    results: SampleProbe[],
+    out: ProbeResult,
+    bins: number,
+    offset: number,
+  ): void {
+    const c = this.engine.config;
+    const L = c.numLayers;
+    const H = c.numHeads;
+    const C = bins - 2;
     const T = out.T;
     batch.forEach((i, b) => {
       const p = prepared[i]!;
@@ -269,7 +319,7 @@ export class Prober {
       const sink = (data: Float32Array) => Array.from({ length: L }, (_, l) => sumHeads(H, (h) => data[(b * L + l) * H + h]!) / (H * nq));
       const heat = out.heat[opts.pool];
       const keyValue = (t: number, u: number): number => {
-        const at = (b * T + t) * bins + u;
+        const at = (b * T + t - offset) * bins + u;
         if (opts.keyReduce === 'max') return heat.keyMax[at]!;
         if (opts.keyReduce === 'sum') return heat.keySum[at]!;
         const n = out.keyCount[at]!;
@@ -293,8 +343,8 @@ export class Prober {
         mass: dist(out.mass),
         massExcluded: sink(out.sinkMass),
         ...(opts.perHead ? { votesPerHead: perHead(out.votes), massPerHead: perHead(out.mass) } : {}),
-        heatmap: p.seg.segments.map((s) => Array.from({ length: S }, (_, u) => reduceQueries(s, u))),
-        heatmapExcluded: p.seg.segments.map((s) => reduceQueries(s, C)),
+        heatmap: opts.heatmap ? p.seg.segments.map((s) => Array.from({ length: S }, (_, u) => reduceQueries(s, u))) : [],
+        heatmapExcluded: opts.heatmap ? p.seg.segments.map((s) => reduceQueries(s, C)) : [],
       };
     });
   }
@@ -367,4 +417,9 @@ function meanOf(results: SampleProbe[]): ProbeMean | undefined {
     massExcluded: meanVector(results.map((r) => r.massExcluded)),
     heatmap: meanMatrix(results.map((r) => r.heatmap)),
   };
+}
+
+/** Index of a sample's first query token. */
+function firstQuery(p: PreparedSample): number {
+  return p.row.queryWeights.findIndex((w) => w > 0);
 }

@@ -180,6 +180,10 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     maxAttentionBytes: entry.maxAttentionBytes,
     prefixCacheBytes: entry.prefixCacheBytes,
   });
-  const prober = new Prober(engine, { maxAttentionBytes: entry.maxProbeAttentionBytes, maxRawBytes: entry.maxRawAttentionBytes });
+  const prober = new Prober(engine, {
+    maxAttentionBytes: entry.maxProbeAttentionBytes,
+    maxRawBytes: entry.maxRawAttentionBytes,
+    scorer,
+  });
   return { entry, engine, scorer, prober, loadSeconds: (performance.now() - started) / 1000 };
 }

@@ -3,6 +3,7 @@
 // bit-identical whether its prefix was a hit or a miss, whatever shared its batch and in
 // whatever order items came, against each item scored alone with no sharing at all.
 import { describe, expect, it } from 'vitest';
+import type { Engine } from '../src/engine.js';
 import { PrefixCache } from '../src/scoring/prefix-cache.js';
 import { Scorer } from '../src/scoring/scorer.js';
 import type { ContinuationScore, EchoScore } from '../src/scoring/requests.js';
@@ -123,6 +124,23 @@ function shuffled<T>(items: T[], r: () => number): T[] {
   }
   return out;
 }
+
+describe('a model whose rotary values depend on the sequence length', () => {
+  const ctx = familyEngine('llama');
+  it('gets no cache and no sharing: every row runs whole, with the unshared answers', async () => {
+    const config = { ...ctx.engine.config, rope: { ...ctx.engine.config.rope!, dependsOnLength: true } };
+    const lengthDependent: Engine = Object.create(ctx.engine, { config: { value: config } });
+    const scorer = new Scorer(lengthDependent);
+    expect(scorer.cache).toBeUndefined();
+    expect(() => new Scorer(lengthDependent, { prefixSharing: true })).toThrow(/positions depend on the sequence length/);
+    const context = Array.from({ length: 12 }, (_, i) => 5 + i);
+    const requests = [{ context, continuations: [[40, 41], [42]] }];
+    const prepared = await scorer.prepareLoglikelihood(requests);
+    const { scores, work } = await scorer.scoreUnits(prepared.units);
+    expect(work.tokensComputed).toBe(2 * context.length + 1);
+    expect(prepared.finish(scores)).toEqual(await new Scorer(ctx.engine, { prefixSharing: false }).loglikelihood(requests));
+  });
+});
 
 describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) => {
   const ctx = familyEngine(family);

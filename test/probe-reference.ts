@@ -2,6 +2,7 @@
 // attention tensors, and the check of a prober against them (shared by test files).
 import { expect } from 'vitest';
 import type { Engine } from '../src/engine.js';
+import { Scorer } from '../src/scoring/scorer.js';
 import { Prober, type ProbeOptions, type Reducer } from '../src/probe.js';
 import { rng } from '../src/model/synthetic.js';
 import { referenceForward, referenceWindow, type ReferenceModel } from './reference.js';
@@ -19,7 +20,7 @@ export function referenceProbe(
   spans: [number, number][],
   queries: number[],
   excluded: Set<number>,
-  opts: Required<Omit<ProbeOptions, 'perHead'>>,
+  opts: Required<Pick<ProbeOptions, 'pool' | 'queryReduce' | 'keyReduce'>>,
   window?: number,
 ) {
   const L = A.length;
@@ -125,5 +126,19 @@ export async function checkFamily(model: ReferenceModel, engine: Engine, seed: n
       got.votes.forEach((row) => expect(Math.abs(row.reduce((a, v) => a + v, 0) - 1)).toBeLessThan(1e-5));
       got.mass.forEach((row) => expect(Math.abs(row.reduce((a, v) => a + v, 0) - 1)).toBeLessThan(1e-5));
     }
+  }
+  // Without a heatmap, through the prefix cache: the 17 tokens before the query chunk are
+  // computed once (KV only), then reused; the probe pass runs only the query rows.
+  const cached = new Prober(engine, { scorer: new Scorer(engine) });
+  for (const [round, excluded] of [new Set<number>(), new Set([0])].entries()) {
+    const answer = await cached.probe([{ chunkIds: chunks, excludePositions: [...excluded] }], { heatmap: false });
+    const got = answer.samples[0]!;
+    const ref = referenceProbe(A, spans, queries, excluded, { pool: 'max', queryReduce: 'mean', keyReduce: 'max' }, referenceWindow(model.config));
+    expect(got.prefix).toEqual(round === 0 ? { computed: 17, reused: 0 } : { computed: 0, reused: 17 });
+    expect(got.heatmap).toEqual([]);
+    expectMatrix(got.votes, ref.votes, ref.nearTies + 1e-6, 'cached prefix votes');
+    expectMatrix([got.votesExcluded], [ref.votesExcluded], 1e-6, 'cached prefix votesExcluded');
+    expectMatrix(got.mass, ref.mass, 1e-5, 'cached prefix mass');
+    expectMatrix([got.massExcluded], [ref.massExcluded], 1e-5, 'cached prefix massExcluded');
   }
 }

@@ -41,6 +41,34 @@ afterAll(async () => {
 const close = (a: number[], b: number[], tol = 1e-6) => a.forEach((v, i) => expect(Math.abs(v - b[i]!)).toBeLessThan(tol));
 
 describe('Probe', () => {
+  it('skip_heatmap: a dialogue extended round by round computes only what its cache lacks, with the full probe\'s votes and mass', async () => {
+    const rounds = Array.from({ length: 5 }, (_, r) => ({
+      label: `round#${r + 1}`,
+      text: `U: q${r + 1}?\nB: 188${r}.\n`,
+    }));
+    const tokensBefore = async (k: number) =>
+      (await model.engine.tokenizer.encodeAsync(rounds.slice(0, k).map((c) => c.text).join(''), false)).length;
+    let previous = 0;
+    for (const k of [3, 4, 5]) {
+      const sample = { id: `k${k}`, chunks: rounds.slice(0, k) };
+      const cached = await unary(client, 'Probe', { samples: [sample], skipHeatmap: true });
+      const full = await unary(client, 'Probe', { samples: [sample] });
+      const got = cached.samples[0];
+      const want = full.samples[0];
+      expect(got.heatmap.values).toEqual([]);
+      expect(want.heatmap.values.length).toBeGreaterThan(0);
+      close(got.votes.values, want.votes.values, 1e-5);
+      close(got.mass.values, want.mass.values, 1e-5);
+      close(got.massExcluded, want.massExcluded, 1e-5);
+      // Everything before the last round is the prefix: what earlier probes cached is reused.
+      const prefix = await tokensBefore(k - 1);
+      expect(got.prefixTokensReused + got.prefixTokensComputed).toBe(prefix);
+      expect(got.prefixTokensReused).toBe(previous);
+      expect(want.prefixTokensComputed + want.prefixTokensReused).toBe(0);
+      previous = prefix;
+    }
+  });
+
   it('answers as the prober does, per sample and as a mean', async () => {
     const samples = [
       { id: 'a', chunks, excludePositions: [0] },

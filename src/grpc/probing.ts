@@ -38,6 +38,7 @@ export function probingService(service: Service): ProbingHandlers {
           queryReduce: reducer(req.queryReduce, 'query_reduce'),
           keyReduce: reducer(req.keyReduce, 'key_reduce'),
           perHead: req.perHead,
+          heatmap: !req.skipHeatmap,
         },
         call,
       );
@@ -142,5 +143,7 @@ function toSampleMessage(id: string, s: SampleProbe): SampleProbeMessage {
     massPerHead: s.massPerHead ? matrix(s.massPerHead.flat()) : undefined,
     heatmap: matrix(s.heatmap),
     heatmapExcluded: s.heatmapExcluded,
+    prefixTokensComputed: s.prefix?.computed ?? 0,
+    prefixTokensReused: s.prefix?.reused ?? 0,
   };
 }

@@ -146,6 +146,12 @@ export interface RopeSpec {
   theta: number;
   /** One frequency per rotated pair, rope_scaling already applied. */
   invFreq: Float32Array;
+  /** The rotary values depend on the whole sequence's length (Phi-3 `longrope` picks its
+   * factors per forward pass, dynamic NTK rescales past the trained length): the same
+   * prefix has other KV in a longer sequence, so no prefix cache, prefix sharing or query
+   * block may reuse it. No scaling ctxprobe implements does this yet; the ones that do
+   * are refused at load. */
+  dependsOnLength: boolean;
 }
 
 export interface ModelConfig extends Dims {
@@ -366,7 +372,7 @@ export function ropeFrequencies(c: RawConfig, headDim: number): RopeSpec {
   } else if (type !== 'default') {
     throw new CheckpointError(`config.json: rope_scaling type ${type} is not supported (default, linear, llama3)`);
   }
-  return { theta, invFreq: Float32Array.from(freqs) };
+  return { theta, invFreq: Float32Array.from(freqs), dependsOnLength: false };
 }
 
 /** A parsed config.json in the shape the graph builder uses. */

@@ -7,7 +7,8 @@
 //                 └──────────────────────────┼──────────────────────────────────────────┘
 //                                            ▼
 //                     each unit's rest against its cached past ─► scores (cached + new)
-import type { Engine } from '../engine.js';
+import type { Engine, PastKV } from '../engine.js';
+import type { ModelConfig } from '../model/families.js';
 import { InvalidArgumentError } from '../errors.js';
 import { findTrunks, plan, planUnits, type Plan, type PlanOptions, type ScoreRow, type Trunk } from './planner.js';
 import { PrefixCache, type Match } from './prefix-cache.js';
@@ -42,6 +43,12 @@ export interface ScorerOptions {
   /** Tokens a stretch shared by several rows of one round must have to get a pass of its
    * own (default 8). */
   minSharedTokens?: number;
+}
+
+/** Whether a prefix's KV is the same in every sequence that starts with it: false when
+ * rotary values depend on the sequence length (then every row runs whole, uncached). */
+export function reusableKv(config: Pick<ModelConfig, 'rope'>): boolean {
+  return !config.rope?.dependsOnLength;
 }
 
 /** Nested sharing levels run into the cache before the rows themselves (a guard: real
@@ -79,6 +86,11 @@ export class Scorer {
     // 16k tokens peaked 2.4 GiB above the loaded model.
     this.maxAttentionBytes = options.maxAttentionBytes ?? 256 * 2 ** 20;
     this.minSharedTokens = options.minSharedTokens ?? 8;
+    // KV reused across sequences must be what each sequence would compute itself.
+    if (this.prefixSharing && !reusableKv(engine.config)) {
+      if (options.prefixSharing) throw new InvalidArgumentError('prefix_sharing', `${engine.config.modelType}: positions depend on the sequence length`);
+      this.prefixSharing = false;
+    }
     if (this.prefixSharing) {
       const budget = options.prefixCacheBytes ?? 2 ** 30;
       this.cache = new PrefixCache(engine.kvBytesPerToken, budget, (handle) => engine.dropPast({ handle, validLengths: [], length: 0 }));
@@ -185,6 +197,49 @@ export class Scorer {
       for (const m of pinned) cache.release(m);
       cache.evict();
     }
+  }
+
+  /** Run `fn` on the KV of `tokens` laid out as one past, computing what the cache lacks
+   * into it first (KV only); serialised with scoring rounds. Returns `fn`'s value and how
+   * many of the tokens were computed and how many came from the cache. */
+  async withCachedPrefix<T>(tokens: number[], fn: (past: PastKV) => Promise<T>): Promise<{ value: T; computed: number; reused: number }> {
+    const cache = this.cache;
+    if (!cache) throw new Error('scorer: no prefix cache');
+    const run = this.queue.then(async () => {
+      const pinned: Match[] = [];
+      let match = cache.match(tokens);
+      let past: PastKV | undefined;
+      try {
+        const reused = Math.min(match.depth, tokens.length);
+        let computed = 0;
+        if (match.depth < tokens.length) {
+          const start = match.depth;
+          const row: ScoreRow = {
+            tokens: tokens.slice(start),
+            startPosition: start,
+            scoredFrom: 0,
+            targetFrom: 0,
+            targetCount: 0,
+            pastRow: 0,
+            ...(start > 0 ? { cached: cache.pieces(match, start) } : {}),
+            cacheScores: [],
+            path: tokens,
+          };
+          computed = (await runPlan(this.engine, [], plan([row], this.planOptions), {}, { cache, pinned })).work.tokensComputed;
+          cache.release(match);
+          match = cache.match(tokens); // pinned trunks: it reaches the end
+        }
+        past = await this.engine.gatherPast([cache.pieces(match, tokens.length).map((p) => ({ ...p, row: 0 }))]);
+        return { value: await fn(past), computed, reused };
+      } finally {
+        if (past) this.engine.dropPast(past);
+        cache.release(match);
+        for (const m of pinned) cache.release(m);
+        cache.evict();
+      }
+    });
+    this.queue = run.catch(() => {});
+    return run;
   }
 
   /** The first input position of `unit` to compute: its cached KV ends there, or a scored

@@ -23,6 +23,12 @@ export interface ProbeRequest {
    * also return [layers × heads × chunks]
    */
   'perHead'?: (boolean);
+  /**
+   * No heatmap: only the query chunks' rows need attention, so the tokens before the
+   * first query token come from the prefix cache (computed into it when missing, KV only)
+   * and the probe pass runs from there. Votes and mass are unchanged.
+   */
+  'skipHeatmap'?: (boolean);
 }
 
 export interface ProbeRequest__Output {
@@ -44,4 +50,10 @@ export interface ProbeRequest__Output {
    * also return [layers × heads × chunks]
    */
   'perHead': (boolean);
+  /**
+   * No heatmap: only the query chunks' rows need attention, so the tokens before the
+   * first query token come from the prefix cache (computed into it when missing, KV only)
+   * and the probe pass runs from there. Votes and mass are unchanged.
+   */
+  'skipHeatmap': (boolean);
 }

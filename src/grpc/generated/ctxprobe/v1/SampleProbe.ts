@@ -37,6 +37,12 @@ export interface SampleProbe {
    * [segments]: the heatmap reduction over excluded keys
    */
   'heatmapExcluded'?: (number | string)[];
+  /**
+   * With skip_heatmap: tokens before the first query token computed for this probe, and
+   * taken from the prefix cache (both 0 when the probe ran the whole sample).
+   */
+  'prefixTokensComputed'?: (number);
+  'prefixTokensReused'?: (number);
 }
 
 export interface SampleProbe__Output {
@@ -73,4 +79,10 @@ export interface SampleProbe__Output {
    * [segments]: the heatmap reduction over excluded keys
    */
   'heatmapExcluded': (number)[];
+  /**
+   * With skip_heatmap: tokens before the first query token computed for this probe, and
+   * taken from the prefix cache (both 0 when the probe ran the whole sample).
+   */
+  'prefixTokensComputed': (number);
+  'prefixTokensReused': (number);
 }
