@@ -169,6 +169,18 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
       expected[i]!.tokenLogprobs.forEach((lp, k) => expect(Math.abs(lp - ref.logprobs[k]!)).toBeLessThan(1e-4));
     });
 
+    // One cold round: stretches the items share (the demos, then each sample's context)
+    // are computed once; each distinct input position once, at most one more per unit (a
+    // row restarts where its own next token's log-prob was not computed).
+    const cold = new Scorer(ctx.engine, { minSharedTokens: 2 });
+    const prepared = await cold.prepareLoglikelihood(items);
+    const { work } = await cold.scoreUnits(prepared.units);
+    const inputs = prepared.units.map((u) => u.prefix.concat(u.tail));
+    const distinct = new Set(inputs.flatMap((seq) => seq.map((_, i) => seq.slice(0, i + 1).join(',')))).size;
+    expect(work.tokensComputed).toBeGreaterThanOrEqual(distinct);
+    expect(work.tokensComputed).toBeLessThanOrEqual(distinct + inputs.length);
+    expect(work.tokensRequested).toBe(inputs.reduce((n, seq) => n + seq.length, 0));
+
     for (const [budget, batchTokens] of [
       [2 ** 30, 64],
       [0, 64],
