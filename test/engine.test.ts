@@ -126,3 +126,23 @@ describe('worker threads that stop', () => {
     expect(Date.now() - started).toBeLessThan(2000);
   });
 });
+
+describe('gemma2 fixture', () => {
+  const ctx = familyEngine('gemma2');
+  it('is sensitive to every Gemma difference the engine implements (so matching the reference means something)', async () => {
+    const tokens = randomTokens(31, 20, ctx.engine.config.vocabSize);
+    const base = referenceForward(ctx.fx, tokens).logprobs;
+    const variant = (config: Record<string, unknown>) => referenceForward({ ...ctx.fx, config: { ...ctx.fx.config, ...config } }, tokens).logprobs;
+    const maxDiff = (a: Float64Array[], b: Float64Array[]) => Math.max(...a.map((r, t) => Math.max(...r.map((v, i) => Math.abs(v - b[t]![i]!)))));
+    // Each of these changes the numbers by far more than the 1e-4 the engine is held to.
+    expect(maxDiff(base, variant({ attn_logit_softcapping: null }))).toBeGreaterThan(1e-2);
+    expect(maxDiff(base, variant({ final_logit_softcapping: null }))).toBeGreaterThan(1e-2);
+    expect(maxDiff(base, variant({ layer_types: ['full_attention', 'full_attention'] }))).toBeGreaterThan(1e-2);
+    expect(maxDiff(base, variant({ layer_types: ['sliding_attention', 'sliding_attention'] }))).toBeGreaterThan(1e-2);
+    expect(maxDiff(base, variant({ query_pre_attn_scalar: 12 }))).toBeGreaterThan(1e-2);
+    // And the engine follows the config's layer types, not a fixed pattern.
+    expect(ctx.engine.config.slidingLayers).toEqual([true, false]);
+    expect(ctx.engine.config.attentionSoftcap).toBe(0.5);
+    expect(ctx.engine.config.finalSoftcap).toBe(1.5);
+  });
+});

@@ -21,6 +21,7 @@ const REFUSED: Record<string, unknown> = {
   use_sliding_window: true,
   scale_attn_weights: false,
   scale_attn_by_inverse_layer_idx: true,
+  use_bidirectional_attention: true,
 };
 
 describe('config keys that change the computation', () => {
@@ -62,6 +63,37 @@ describe('config keys that change the computation', () => {
     expect(parseModelConfig({ ...configs.llama, sliding_window: 9 }).slidingWindow).toBeUndefined();
     expect(parseModelConfig({ ...configs.qwen2, sliding_window: 9 }).slidingWindow).toBeUndefined();
     expect(parseModelConfig({ ...configs.qwen3, sliding_window: 9, use_sliding_window: false }).slidingWindow).toBeUndefined();
+  });
+
+  it("reads Gemma 2 as Gemma2Config does: class defaults for absent keys, null turns a cap or the window off, layer_types wins", () => {
+    const { head_dim: _h, query_pre_attn_scalar: _q, attn_logit_softcapping: _a, final_logit_softcapping: _f, sliding_window: _w, ...bare } =
+      configs.gemma2!;
+    const d = parseModelConfig({ ...bare, num_hidden_layers: 4 });
+    expect([d.headDim, d.attentionScale, d.attentionSoftcap, d.finalSoftcap, d.slidingWindow]).toEqual([256, 256 ** -0.5, 50, 30, 4096]);
+    // Layer l slides when (l + 1) % 2 ≠ 0: the even layers.
+    expect(d.slidingLayers).toEqual([true, false, true, false]);
+    const off = parseModelConfig({ ...configs.gemma2, attn_logit_softcapping: null, final_logit_softcapping: null, sliding_window: null });
+    expect([off.attentionSoftcap, off.finalSoftcap, off.slidingWindow]).toEqual([undefined, undefined, undefined]);
+    expect(off.slidingLayers).toEqual([false, false]);
+    const typed = parseModelConfig({ ...configs.gemma2, layer_types: ['full_attention', 'sliding_attention'] });
+    expect(typed.slidingLayers).toEqual([false, true]);
+    expect(() => parseModelConfig({ ...configs.gemma2, layer_types: ['full_attention'] })).toThrow(/layer_types has 1 entries for 2 layers/);
+    expect(() => parseModelConfig({ ...configs.gemma2, layer_types: ['chunked_attention', 'full_attention'] })).toThrow(
+      /layer_types\[0\] = "chunked_attention" is not supported/,
+    );
+    expect(() => parseModelConfig({ ...configs.gemma2, attn_logit_softcapping: -1 })).toThrow(/attn_logit_softcapping must be a positive number or null/);
+    // Gemma 2 reads hidden_activation; the embedding is scaled and tied by default.
+    expect(parseModelConfig({ ...configs.gemma2, hidden_activation: 'silu' }).activation).toBe('silu');
+    expect(parseModelConfig(configs.gemma2!).tiedEmbeddings).toBe(true);
+  });
+
+  it('reads rope_parameters (newer transformers) as rope_theta and rope_scaling', () => {
+    const { rope_theta: _t, ...raw } = configs.qwen2!;
+    const old = parseModelConfig({ ...raw, rope_theta: 5e5 }).rope!.invFreq;
+    expect(parseModelConfig({ ...raw, rope_parameters: { rope_type: 'default', rope_theta: 5e5 } }).rope!.invFreq).toEqual(old);
+    const linear = parseModelConfig({ ...raw, rope_theta: 5e5, rope_scaling: { rope_type: 'linear', factor: 2 } }).rope!.invFreq;
+    expect(parseModelConfig({ ...raw, rope_parameters: { rope_type: 'linear', factor: 2, rope_theta: 5e5 } }).rope!.invFreq).toEqual(linear);
+    expect(() => parseModelConfig({ ...raw, rope_parameters: { rope_type: 'yarn', factor: 2, rope_theta: 5e5 } })).toThrow(/rope_scaling type yarn/);
   });
 
   it("takes Qwen3's head_dim default of 128 from its config class", () => {

@@ -73,6 +73,19 @@ export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
   // No pre-norms: q/k RMSNorm over the whole projections, norms on the attention and MLP
   // outputs before each residual add.
   olmo2: { family: 'olmo2', ...TINY, kvHeads: 4, intermediate: 40, seed: 17 },
+  // Gemma 2: (1 + w) RMSNorms, sandwich norms, √hidden embeddings, query_pre_attn_scalar,
+  // soft-capped scores and logits (caps near the values' size, so they bite), a window
+  // of 5 on even layers only, gelu_pytorch_tanh, tied head, head_dim apart.
+  gemma2: {
+    family: 'gemma2',
+    ...TINY,
+    kvHeads: 2,
+    headDim: 12,
+    intermediate: 40,
+    seed: 19,
+    slidingWindow: 5,
+    extraConfig: { query_pre_attn_scalar: 10, attn_logit_softcapping: 0.5, final_logit_softcapping: 1.5 },
+  },
   // Learned positions, LayerNorm, gelu_new, Conv1D weights, fused qkv, tied head.
   gpt2: { family: 'gpt2', ...TINY, kvHeads: 4, intermediate: 64, seed: 14 },
 };

@@ -1,7 +1,7 @@
 // A plain reference forward pass in float64 loops, written from the Hugging Face model
 // code (LlamaModel / MistralModel / Qwen2Model / Qwen3Model / Phi3Model / Olmo2Model /
-// GPT2Model), independent of the graph builder: it reads config.json keys and HF tensor
-// names itself.
+// Gemma2Model / GPT2Model), independent of the graph builder: it reads config.json keys
+// and HF tensor names itself.
 import type { TensorData } from '../src/checkpoint/safetensors.js';
 
 type Tensors = Map<string, TensorData>;
@@ -39,12 +39,16 @@ function linear(x: Vec, w: TensorData, b: TensorData | undefined, layout: 'out_i
   return y;
 }
 
-function rmsNorm(x: Vec, w: TensorData, eps: number): Vec {
+/** RMSNorm; Gemma's scales by (1 + w) (Gemma2RMSNorm). */
+function rmsNorm(x: Vec, w: TensorData, eps: number, offset = 0): Vec {
   let ms = 0;
   for (const v of x) ms += v * v;
   const r = 1 / Math.sqrt(ms / x.length + eps);
-  return x.map((v, i) => v * r * w.data[i]!);
+  return x.map((v, i) => v * r * (offset + w.data[i]!));
 }
+
+/** Gemma 2's soft-capping: cap · tanh(x / cap); a null cap is none. */
+const softcap = (x: number, cap: number | null) => (cap === null ? x : cap * Math.tanh(x / cap));
 
 function layerNorm(x: Vec, w: TensorData, b: TensorData, eps: number): Vec {
   const mean = x.reduce((a, v) => a + v, 0) / x.length;
@@ -91,9 +95,20 @@ export function referenceInvFreq(config: Record<string, any>, headDim: number): 
   throw new Error(`reference: rope type ${type}`);
 }
 
-/** Mistral and Phi-3 window every layer: key j is visible from query t iff t - j < window. */
+/** Mistral and Phi-3 window every layer: key j is visible from query t iff t - j < window.
+ * (Gemma 2 windows some layers only: see `referenceLayerWindow`; this is the window every
+ * layer shares, if any.) */
 export function referenceWindow(config: Record<string, any>): number | undefined {
   return ['mistral', 'phi3'].includes(config.model_type) ? (config.sliding_window ?? undefined) : undefined;
+}
+
+/** The window of layer `l`: Gemma 2's `layer_types`, by default "sliding_attention" when
+ * (l + 1) % 2 (Gemma2Config.__post_init__), window `sliding_window` (default 4096). */
+export function referenceLayerWindow(config: Record<string, any>, l: number): number | undefined {
+  if (config.model_type !== 'gemma2') return referenceWindow(config);
+  const sliding = config.layer_types ? config.layer_types[l] === 'sliding_attention' : (l + 1) % 2 !== 0;
+  const window = config.sliding_window === undefined ? 4096 : config.sliding_window;
+  return sliding && window !== null ? window : undefined;
 }
 
 export function referenceForward(m: ReferenceModel, tokens: number[]): ReferenceOutput {
@@ -103,11 +118,18 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
   const nLayers: number = gpt2 ? c.n_layer : c.num_hidden_layers;
   const nHeads: number = gpt2 ? c.n_head : c.num_attention_heads;
   const nKv: number = gpt2 ? nHeads : (c.num_key_value_heads ?? nHeads);
-  const D: number = c.head_dim ?? (c.model_type === 'qwen3' ? 128 : hidden / nHeads);
+  const gemma2 = c.model_type === 'gemma2';
+  const D: number = c.head_dim ?? (c.model_type === 'qwen3' ? 128 : gemma2 ? 256 : hidden / nHeads);
   const olmo2 = c.model_type === 'olmo2';
   const qwen3 = c.model_type === 'qwen3';
   const eps: number = gpt2 ? c.layer_norm_epsilon : c.rms_norm_eps;
-  const window = referenceWindow(c);
+  // Gemma2RMSNorm: x̂ · (1 + w).
+  const norm = (x: Vec, name: string) => rmsNorm(x, get(m, name), eps, gemma2 ? 1 : 0);
+  // Gemma2Attention: scaling = query_pre_attn_scalar^-0.5; soft-caps (defaults 50 and 30;
+  // null is none).
+  const scaling = gemma2 ? (c.query_pre_attn_scalar ?? 256) ** -0.5 : 1 / Math.sqrt(D);
+  const attnCap: number | null = gemma2 ? (c.attn_logit_softcapping === undefined ? 50 : c.attn_logit_softcapping) : null;
+  const finalCap: number | null = gemma2 ? (c.final_logit_softcapping === undefined ? 30 : c.final_logit_softcapping) : null;
   const layout = gpt2 ? 'in_out' : 'out_in';
   const T = tokens.length;
   const embed = get(m, gpt2 ? 'transformer.wte.weight' : 'model.embed_tokens.weight');
@@ -119,7 +141,8 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
       const p = row(get(m, 'transformer.wpe.weight'), t);
       return e.map((v, i) => v + p[i]!);
     }
-    return e;
+    // Gemma2Model: hidden_states * hidden_size ** 0.5.
+    return gemma2 ? e.map((v) => v * Math.sqrt(hidden)) : e;
   });
   const inv = gpt2 ? [] : referenceInvFreq(c, D);
   const rope = (v: Vec, pos: number) => {
@@ -136,12 +159,9 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
     const p = gpt2 ? `transformer.h.${l}.` : `model.layers.${l}.`;
     const opt = (n: string) => m.tensors.get(n);
     // OLMo 2 has no norm before attention.
+    const window = referenceLayerWindow(c, l);
     const hs = xs.map((x) =>
-      gpt2
-        ? layerNorm(x, get(m, p + 'ln_1.weight'), get(m, p + 'ln_1.bias'), eps)
-        : olmo2
-          ? x
-          : rmsNorm(x, get(m, p + 'input_layernorm.weight'), eps),
+      gpt2 ? layerNorm(x, get(m, p + 'ln_1.weight'), get(m, p + 'ln_1.bias'), eps) : olmo2 ? x : norm(x, p + 'input_layernorm.weight'),
     );
     let qs: Vec[][], ks: Vec[][], vs: Vec[][];
     const heads = (v: Vec, n: number) => Array.from({ length: n }, (_, h) => v.slice(h * D, (h + 1) * D));
@@ -184,7 +204,7 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
           if (!allowed(j)) return -Infinity;
           let s = 0;
           for (let d = 0; d < D; d++) s += qs[t]![h]![d]! * ks[j]![kvh]![d]!;
-          return s / Math.sqrt(D);
+          return softcap(s * scaling, attnCap);
         });
         const probs = softmax(scores);
         headAttn.push(probs);
@@ -196,8 +216,9 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
     const o = gpt2 ? 'attn.c_proj' : 'self_attn.o_proj';
     xs = xs.map((x, t) => {
       let a = linear(ctx[t]!, get(m, `${p}${o}.weight`), opt(`${p}${o}.bias`), layout);
-      // Olmo2DecoderLayer: post_attention_layernorm normalises the attention output.
-      if (olmo2) a = rmsNorm(a, get(m, p + 'post_attention_layernorm.weight'), eps);
+      // Olmo2DecoderLayer, Gemma2DecoderLayer: post_attention_layernorm normalises the
+      // attention output.
+      if (olmo2 || gemma2) a = norm(a, p + 'post_attention_layernorm.weight');
       return x.map((v, i) => v + a[i]!);
     });
     xs = xs.map((x) => {
@@ -209,7 +230,7 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
         const y = linear(f, get(m, p + 'mlp.c_proj.weight'), get(m, p + 'mlp.c_proj.bias'), 'in_out');
         return x.map((v, i) => v + y[i]!);
       }
-      const h = olmo2 ? x : rmsNorm(x, get(m, p + 'post_attention_layernorm.weight'), eps);
+      const h = olmo2 ? x : gemma2 ? norm(x, p + 'pre_feedforward_layernorm.weight') : norm(x, p + 'post_attention_layernorm.weight');
       let gate: Vec, up: Vec;
       if (c.model_type === 'phi3') {
         // Phi3MLP: gate, up = gate_up_proj(x).chunk(2): the gate is the first half.
@@ -220,14 +241,16 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
         gate = linear(h, get(m, p + 'mlp.gate_proj.weight'), opt(p + 'mlp.gate_proj.bias'), 'out_in');
         up = linear(h, get(m, p + 'mlp.up_proj.weight'), opt(p + 'mlp.up_proj.bias'), 'out_in');
       }
+      // Gemma2MLP: gelu_pytorch_tanh; the others: silu.
+      const act = (g: number) => (gemma2 ? 0.5 * g * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (g + 0.044715 * g ** 3))) : g / (1 + Math.exp(-g)));
       let y = linear(
-        gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]!),
+        gate.map((g, i) => act(g) * up[i]!),
         get(m, p + 'mlp.down_proj.weight'),
         opt(p + 'mlp.down_proj.bias'),
         'out_in',
       );
-      // Olmo2DecoderLayer: post_feedforward_layernorm normalises the MLP output.
-      if (olmo2) y = rmsNorm(y, get(m, p + 'post_feedforward_layernorm.weight'), eps);
+      // Olmo2DecoderLayer, Gemma2DecoderLayer: post_feedforward_layernorm normalises the MLP output.
+      if (olmo2 || gemma2) y = norm(y, p + 'post_feedforward_layernorm.weight');
       return x.map((v, i) => v + y[i]!);
     });
   }
@@ -235,8 +258,9 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
   const logprobs = xs.map((x) => {
     const h = gpt2
       ? layerNorm(x, get(m, 'transformer.ln_f.weight'), get(m, 'transformer.ln_f.bias'), eps)
-      : rmsNorm(x, get(m, 'model.norm.weight'), eps);
-    return logSoftmax(linear(h, head, undefined, 'out_in'));
+      : norm(x, 'model.norm.weight');
+    // Gemma2ForCausalLM: final_logit_softcapping on the logits.
+    return logSoftmax(linear(h, head, undefined, 'out_in').map((v) => softcap(v, finalCap)));
   });
   return { logprobs, attention };
 }

@@ -112,7 +112,7 @@ class DecoderBuilder {
       const pastKey = g.input(`past.${i}.key`, kvType, ['past_batch', c.numKvHeads, 'past', c.headDim]);
       const pastValue = g.input(`past.${i}.value`, kvType, ['past_batch', c.numKvHeads, 'past', c.headDim]);
       const layer = g.scope(`model/layers.${i}`, () =>
-        this.decoderLayer(i, x, mask.bias, rope, { key: pastKey, value: pastValue, index: pastIndex }),
+        this.decoderLayer(i, x, mask.biases[i]!, rope, { key: pastKey, value: pastValue, index: pastIndex }),
       );
       x = this.tap ? g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, layer.hidden)) : layer.hidden;
       g.output(`present.${i}.key`, layer.presentKey, kvType, ['batch', c.numKvHeads, 'total', c.headDim]);
@@ -135,7 +135,7 @@ class DecoderBuilder {
   private embed(inputIds: string, positionIds: string): string {
     const { g, c } = this;
     const table = this.weight(this.spec.embed, [c.vocabSize, c.hiddenSize]);
-    const x = g.node('Gather', [table, inputIds], { name: 'embed_tokens', attrs: { axis: 0 } });
+    const x = this.scaleEmbeddings(g.node('Gather', [table, inputIds], { name: 'embed_tokens', attrs: { axis: 0 } }));
     const positions = this.spec.positions;
     switch (positions.kind) {
       case 'rope':
@@ -150,24 +150,50 @@ class DecoderBuilder {
     }
   }
 
-  // One additive mask for every layer, from positions (so left/right padding and a
-  // shared past all follow the same rule):
+  // Gemma: embeddings × √hidden, the factor rounded to the compute dtype as transformers
+  // does (`torch.tensor(hidden ** 0.5, dtype=…)`).
+  private scaleEmbeddings(x: string): string {
+    const { g, c } = this;
+    switch (this.spec.embedScale) {
+      case 'none':
+        return x;
+      case 'sqrtHidden':
+        return g.node('Mul', [x, this.fromFloat32(g.scalar(Math.sqrt(c.hiddenSize)))], { name: 'embed_scale' });
+      default:
+        return unreachable(this.spec.embedScale);
+    }
+  }
+
+  // Additive masks from positions (so left/right padding and a shared past all follow the
+  // same rule); a layer with the sliding window uses the windowed one:
   //   key_positions [B,S] ─Unsqueeze─► [B,1,S] ─┬─ LessOrEqual(q) ──┐
-  //   position_ids  [B,T] ─Unsqueeze─► [B,T,1] ─┘  GreaterOrEqual(0)─And─(window)─► allowed ─Where(0, -big)─► [B,1,1,T,S]
-  private attentionMask(positionIds: string, keyPositions: string): { bias: string; allowed: string } {
-    const { g } = this;
+  //   position_ids  [B,T] ─Unsqueeze─► [B,T,1] ─┘  GreaterOrEqual(0)─And─► allowed ─Where(0, -big)─► [B,1,1,T,S]
+  //                                               Sub(q, k) < window ─And(allowed)─► windowed ─Where─► [B,1,1,T,S]
+  // `allowed` for a tap: the windowed mask when every layer slides, else the causal one.
+  private attentionMask(positionIds: string, keyPositions: string): { biases: string[]; allowed: string } {
+    const { g, c } = this;
     const q = g.node('Unsqueeze', [positionIds, g.ints([2])], { name: 'query_positions' });
     const k = g.node('Unsqueeze', [keyPositions, g.ints([1])], { name: 'key_positions' });
     const causal = g.node('LessOrEqual', [k, q], { name: 'causal' });
     const valid = g.node('GreaterOrEqual', [k, g.int(0)], { name: 'valid_keys' });
-    let allowed = g.node('And', [causal, valid], { name: 'allowed' });
-    if (this.c.slidingWindow !== undefined) {
+    const allowed = g.node('And', [causal, valid], { name: 'allowed' });
+    const bias = (mask: string, name: string) =>
+      g.node('Unsqueeze', [g.node('Where', [mask, g.scalar(0), g.scalar(this.maskValue)], { name }), g.ints([1, 2])], {
+        name: `${name}_5d`,
+      });
+    const sliding = c.slidingLayers;
+    let windowed: string | undefined;
+    if (c.slidingWindow !== undefined && sliding.some(Boolean)) {
       const distance = g.node('Sub', [q, k], { name: 'distance' });
-      const inWindow = g.node('Less', [distance, g.int(this.c.slidingWindow)], { name: 'in_window' });
-      allowed = g.node('And', [allowed, inWindow], { name: 'allowed_in_window' });
+      const inWindow = g.node('Less', [distance, g.int(c.slidingWindow)], { name: 'in_window' });
+      windowed = g.node('And', [allowed, inWindow], { name: 'allowed_in_window' });
     }
-    const bias = g.node('Where', [allowed, g.scalar(0), g.scalar(this.maskValue)], { name: 'bias' });
-    return { bias: g.node('Unsqueeze', [bias, g.ints([1, 2])], { name: 'bias_5d' }), allowed };
+    const full = sliding.every(Boolean) ? undefined : bias(allowed, 'bias');
+    const window = windowed ? bias(windowed, 'window_bias') : undefined;
+    return {
+      biases: sliding.map((slides) => (slides ? window! : full!)),
+      allowed: windowed && sliding.every(Boolean) ? windowed : allowed,
+    };
   }
 
   // cos/sin for every new token, shared by all layers (transformers' rotate-half form):
@@ -204,7 +230,7 @@ class DecoderBuilder {
   // Grouped-query attention without repeating K/V: queries are laid out
   // [B, kv_heads, group, T, D] and K/V [B, kv_heads, 1, S, D], so MatMul broadcasts.
   //   h ─► q, k, v projections (qk norms) ─Reshape/Transpose─► q [B,kv,G,T,D], k/v [B,kv,T,D] ─rope(q, k)
-  //   k, v ─Concat(past gathered per row)─► present ─Unsqueeze─► FusedMatMul(q,kᵀ,·1/√D) + bias ─► Softmax ─► probs
+  //   k, v ─Concat(past gathered per row)─► present ─Unsqueeze─► FusedMatMul(q,kᵀ,·scale) ─(softcap)─ + bias ─► Softmax ─► probs
   //   probs ─MatMul(v)─► [B,T,H·D] ─► o_proj
   private attention(prefix: string, h: string, bias: string, rope: Rope | undefined, past: Past, layer: number) {
     const { g, c } = this;
@@ -241,9 +267,10 @@ class DecoderBuilder {
     const scores = g.node('FusedMatMul', [q, keys], {
       name: 'scores',
       domain: 'com.microsoft',
-      attrs: { transB: 1, alpha: float(1 / Math.sqrt(D)) },
+      attrs: { transB: 1, alpha: float(c.attentionScale) },
     });
-    const masked = g.node('Add', [this.toFloat32(scores), bias], { name: 'masked_scores' });
+    const capped = this.softcap(this.toFloat32(scores), c.attentionSoftcap, 'scores_softcap');
+    const masked = g.node('Add', [capped, bias], { name: 'masked_scores' });
     const probs32 = g.node('Softmax', [masked], { name: 'probs', attrs: { axis: -1 } });
     this.tap?.attentionProbs(layer, probs32);
     let ctx = g.node('MatMul', [this.fromFloat32(probs32), values], { name: 'context' });
@@ -340,8 +367,18 @@ class DecoderBuilder {
     const scored = g.node('Gather', [flat, scoreRows], { name: 'scored_positions', attrs: { axis: 0 } });
     const normed = g.scope('norm', () => this.norm(scored, this.spec.finalNorm, c.hiddenSize));
     const head = this.weight(c.tiedEmbeddings ? this.spec.embed : this.spec.lmHead, [c.vocabSize, c.hiddenSize]);
-    return this.toFloat32(
+    const logits = this.toFloat32(
       g.scope('lm_head', () => g.node('FusedMatMul', [normed, head], { domain: 'com.microsoft', attrs: { transB: 1 } })),
+    );
+    return this.softcap(logits, c.finalSoftcap, 'logits_softcap');
+  }
+
+  // Gemma's soft-capping, in float32: x ─Div(cap)─► Tanh ─Mul(cap)─► cap·tanh(x/cap)
+  private softcap(x: string, cap: number | undefined, name: string): string {
+    if (cap === undefined) return x;
+    const { g } = this;
+    return g.scope(name, () =>
+      g.node('Mul', [g.node('Tanh', [g.node('Div', [x, g.scalar(cap)], { name: 'scaled' })], { name: 'tanh' }), g.scalar(cap)], { name: 'capped' }),
     );
   }
 
@@ -359,12 +396,15 @@ class DecoderBuilder {
         const y = g.node('LayerNormalization', [x32, weight, bias], { attrs: { axis: -1, epsilon: float(c.normEps) } });
         return this.fromFloat32(y);
       }
-      case 'rms': {
+      case 'rms':
+      case 'rmsOffset': {
         const sq = g.node('Pow', [x32, g.scalar(2)], { name: 'square' });
         const mean = g.node('ReduceMean', [sq, g.ints([-1])], { name: 'mean_square', attrs: { keepdims: 1 } });
         const rms = g.node('Sqrt', [g.node('Add', [mean, g.scalar(c.normEps)], { name: 'plus_eps' })], { name: 'rms' });
         const normed = g.node('Div', [x32, rms], { name: 'normalized' });
-        return this.fromFloat32(g.node('Mul', [normed, weight], { name: 'scaled' }));
+        // Gemma scales by (1 + w), in float32 before the cast back (transformers' #29402).
+        const scale = this.spec.norm === 'rmsOffset' ? g.node('Add', [weight, g.scalar(1)], { name: 'one_plus_weight' }) : weight;
+        return this.fromFloat32(g.node('Mul', [normed, scale], { name: 'scaled' }));
       }
       default:
         return unreachable(this.spec.norm);

@@ -10,7 +10,11 @@ import path from 'node:path';
 import { CheckpointError } from '../errors.js';
 import { readJsonObject } from '../checkpoint/files.js';
 
-export type NormKind = 'rms' | 'layer';
+/** `rms`: x̂ · w; `rmsOffset`: x̂ · (1 + w) (Gemma, in float32); `layer`: LayerNorm. */
+export type NormKind = 'rms' | 'rmsOffset' | 'layer';
+
+/** `sqrtHidden`: embeddings × √hidden, the factor rounded to the compute dtype (Gemma). */
+export type EmbedScale = 'none' | 'sqrtHidden';
 export type Activation = 'silu' | 'gelu_tanh' | 'gelu';
 
 /** Per-layer norms by what they normalise (names relative to the layer prefix; the
@@ -96,6 +100,15 @@ export interface FamilySpec {
   bias: (c: RawConfig) => Biases;
   /** The sliding window this config asks for, if any. */
   slidingWindow: (c: RawConfig) => number | undefined;
+  /** Which layers the window applies to (default: every layer). */
+  slidingLayers?: (c: RawConfig, layers: number) => boolean[];
+  embedScale: EmbedScale;
+  /** Factor of q·kᵀ before the softmax (default 1/√head_dim). */
+  attentionScale?: (c: RawConfig, headDim: number) => number;
+  /** `cap · tanh(x / cap)` of the attention scores (after scaling, before the mask), and
+   * of the output logits before the log-softmax. */
+  attentionSoftcap?: (c: RawConfig) => number | undefined;
+  finalSoftcap?: (c: RawConfig) => number | undefined;
   /** Config values that would change the computation in ways not implemented: refused
    * at load with the key and value named, never ignored. */
   unsupported: ConfigRule[];
@@ -159,6 +172,11 @@ export interface ModelConfig extends Dims {
   spec: FamilySpec;
   bias: Biases;
   rope?: RopeSpec;
+  /** Per layer: whether `slidingWindow` applies (all false without a window). */
+  slidingLayers: boolean[];
+  attentionScale: number;
+  attentionSoftcap?: number;
+  finalSoftcap?: number;
   bosTokenId?: number;
   eosTokenId?: number;
 }
@@ -197,6 +215,7 @@ const LLAMA: FamilySpec = {
   bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: c.mlp_bias === true }),
   // LlamaModel has no sliding window: a `sliding_window` key in its config is ignored there too.
   slidingWindow: () => undefined,
+  embedScale: 'none',
   unsupported: [],
 };
 
@@ -207,6 +226,21 @@ const perLayerWindows: ConfigRule = {
   supported: absentOr(false),
   why: 'sliding windows on the layers from max_window_layers on',
 };
+
+/** Which layers slide: `layer_types` when given (it wins over any pattern), else layer
+ * `l` slides when (l + 1) % pattern ≠ 0. */
+function layerTypes(c: RawConfig, layers: number, pattern: number): boolean[] {
+  if (Array.isArray(c.layer_types)) {
+    if (c.layer_types.length !== layers)
+      throw new CheckpointError(`config.json: layer_types has ${c.layer_types.length} entries for ${layers} layers`);
+    return c.layer_types.map((t: unknown, l: number) => {
+      if (t === 'sliding_attention') return true;
+      if (t === 'full_attention') return false;
+      throw new CheckpointError(`config.json: layer_types[${l}] = ${JSON.stringify(t)} is not supported (sliding_attention, full_attention)`);
+    });
+  }
+  return Array.from({ length: layers }, (_, l) => (l + 1) % pattern !== 0);
+}
 
 const family = (base: FamilySpec, overrides: Partial<FamilySpec> & Pick<FamilySpec, 'family' | 'modelTypes'>): FamilySpec => ({
   ...base,
@@ -267,6 +301,36 @@ export const FAMILIES: FamilySpec[] = [
     bias: fixedBiases(false, false, false),
     slidingWindow: (c) => c.sliding_window ?? undefined,
   }),
+  // Gemma 2 (modeling_gemma2.py, configuration_gemma2.py): embeddings × √hidden;
+  // RMSNorm × (1 + w) in float32; sandwich norms (input / post_attention on the attention
+  // output / pre_feedforward / post_feedforward on the MLP output); scores ×
+  // query_pre_attn_scalar^-0.5, soft-capped at attn_logit_softcapping before the mask;
+  // logits soft-capped at final_logit_softcapping; `layer_types` (default: even layers
+  // sliding) pick the layers `sliding_window` applies to. Absent keys take the config
+  // class's defaults (caps 50 and 30, scalar 256, window 4096, head_dim 256); an explicit
+  // null turns a cap or the window off.
+  family(LLAMA, {
+    family: 'gemma2',
+    modelTypes: ['gemma2'],
+    keys: { ...LLAMA.keys, activation: 'hidden_activation' },
+    defaults: { maxPositions: 8192, headDim: 256, normEps: 1e-6, activation: 'gelu_pytorch_tanh', tied: true },
+    norm: 'rmsOffset',
+    norms: {
+      attnIn: 'input_layernorm',
+      attnOut: 'post_attention_layernorm',
+      mlpIn: 'pre_feedforward_layernorm',
+      mlpOut: 'post_feedforward_layernorm',
+    },
+    embedScale: 'sqrtHidden',
+    // Gemma2Attention: q/k/v/o bias = config.attention_bias; Gemma2MLP has none.
+    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
+    slidingWindow: (c) => (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)),
+    slidingLayers: (c, layers) => layerTypes(c, layers, 2),
+    attentionScale: (c) => (c.query_pre_attn_scalar ?? 256) ** -0.5,
+    attentionSoftcap: (c) => (c.attn_logit_softcapping === undefined ? 50 : (c.attn_logit_softcapping ?? undefined)),
+    finalSoftcap: (c) => (c.final_logit_softcapping === undefined ? 30 : (c.final_logit_softcapping ?? undefined)),
+    unsupported: [{ key: 'use_bidirectional_attention', supported: absentOr(false), why: 'attention to every token, not causal' }],
+  }),
   {
     family: 'gpt2',
     modelTypes: ['gpt2'],
@@ -295,6 +359,7 @@ export const FAMILIES: FamilySpec[] = [
     linearLayout: 'in_out',
     bias: fixedBiases(true, true, true),
     slidingWindow: () => undefined,
+    embedScale: 'none',
     unsupported: [
       { key: 'scale_attn_weights', supported: absentOr(true), why: 'attention scores not divided by √head_dim' },
       { key: 'scale_attn_by_inverse_layer_idx', supported: absentOr(false), why: 'attention scores divided by the layer number' },
@@ -348,12 +413,15 @@ export function readDims(spec: FamilySpec, c: RawConfig): Dims {
 
 /** Rotary frequencies as transformers computes them, with `rope_scaling` applied. */
 export function ropeFrequencies(c: RawConfig, headDim: number): RopeSpec {
-  const theta: number = c.rope_theta ?? 10000;
+  // Newer transformers save `rope_parameters` ({rope_type, rope_theta, …}) in place of
+  // rope_theta / rope_scaling.
+  const params = c.rope_parameters ?? undefined;
+  const theta: number = c.rope_theta ?? params?.rope_theta ?? 10000;
   const rotaryDim = Math.round(headDim * (c.partial_rotary_factor ?? 1));
   if (rotaryDim !== headDim) throw new CheckpointError('config.json: partial_rotary_factor < 1 is not supported yet');
   const half = rotaryDim / 2;
   const base = Array.from({ length: half }, (_, i) => 1 / theta ** ((2 * i) / rotaryDim));
-  const scaling = c.rope_scaling ?? null;
+  const scaling = c.rope_scaling ?? (params && (params.rope_type ?? 'default') !== 'default' ? params : null);
   const type: string = scaling ? (scaling.rope_type ?? scaling.type ?? 'default') : 'default';
   let freqs = base;
   if (type === 'linear') {
@@ -400,9 +468,22 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     spec,
     bias: spec.bias(raw),
     rope: spec.positions.kind === 'rope' ? ropeFrequencies(raw, dims.headDim) : undefined,
+    slidingLayers:
+      dims.slidingWindow === undefined
+        ? new Array(dims.numLayers).fill(false)
+        : (spec.slidingLayers?.(raw, dims.numLayers) ?? new Array(dims.numLayers).fill(true)),
+    attentionScale: spec.attentionScale?.(raw, dims.headDim) ?? 1 / Math.sqrt(dims.headDim),
+    attentionSoftcap: positiveOrNone(spec.attentionSoftcap?.(raw), 'attn_logit_softcapping', file),
+    finalSoftcap: positiveOrNone(spec.finalSoftcap?.(raw), 'final_logit_softcapping', file),
     bosTokenId: typeof raw.bos_token_id === 'number' ? raw.bos_token_id : undefined,
     eosTokenId: typeof raw.eos_token_id === 'number' ? raw.eos_token_id : Array.isArray(raw.eos_token_id) ? raw.eos_token_id[0] : undefined,
   };
+}
+
+function positiveOrNone(v: unknown, key: string, file: string): number | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !(v > 0)) throw new CheckpointError(`${file}: ${key} must be a positive number or null (got ${JSON.stringify(v)})`);
+  return v;
 }
 
 /** Read `config.json` of a checkpoint directory. */

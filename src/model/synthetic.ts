@@ -106,6 +106,7 @@ const ARCHITECTURES: Record<string, string> = {
   phi3: 'Phi3ForCausalLM',
   qwen3: 'Qwen3ForCausalLM',
   olmo2: 'Olmo2ForCausalLM',
+  gemma2: 'Gemma2ForCausalLM',
   gpt2: 'GPT2LMHeadModel',
 };
 
