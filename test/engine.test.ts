@@ -146,3 +146,21 @@ describe('gemma2 fixture', () => {
     expect(ctx.engine.config.finalSoftcap).toBe(1.5);
   });
 });
+
+describe('gemma3_text fixture', () => {
+  const ctx = familyEngine('gemma3_text');
+  it('is sensitive to its local rotary base, its layer pattern and its final cap; its attention cap is never applied', async () => {
+    const tokens = randomTokens(32, 20, ctx.engine.config.vocabSize);
+    const base = referenceForward(ctx.fx, tokens).logprobs;
+    const variant = (config: Record<string, unknown>) => referenceForward({ ...ctx.fx, config: { ...ctx.fx.config, ...config } }, tokens).logprobs;
+    const maxDiff = (a: Float64Array[], b: Float64Array[]) => Math.max(...a.map((r, t) => Math.max(...r.map((v, i) => Math.abs(v - b[t]![i]!)))));
+    expect(maxDiff(base, variant({ rope_local_base_freq: 1e4 }))).toBeGreaterThan(1e-2);
+    expect(maxDiff(base, variant({ rope_scaling: null }))).toBeGreaterThan(1e-2);
+    expect(maxDiff(base, variant({ sliding_window_pattern: 6 }))).toBeGreaterThan(1e-2);
+    expect(maxDiff(base, variant({ final_logit_softcapping: null }))).toBeGreaterThan(1e-2);
+    // The engine read the same: the config's attention cap is not used.
+    expect(ctx.engine.config.attentionSoftcap).toBeUndefined();
+    expect(ctx.engine.config.slidingLayers).toEqual([true, false]);
+    expect(ctx.engine.config.localRope).toBeDefined();
+  });
+});

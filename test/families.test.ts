@@ -87,6 +87,31 @@ describe('config keys that change the computation', () => {
     expect(parseModelConfig(configs.gemma2!).tiedEmbeddings).toBe(true);
   });
 
+  it('reads Gemma 3 as Gemma3TextConfig does: pattern 6, rope_theta 1e6 globally, 10000 locally, no attention cap ever', () => {
+    const { sliding_window_pattern: _p, rope_theta: _t, rope_local_base_freq: _l, final_logit_softcapping: _f, rope_scaling: _s, ...bare } =
+      configs.gemma3_text!;
+    const d = parseModelConfig({ ...bare, num_hidden_layers: 12 });
+    expect(d.slidingLayers).toEqual([true, true, true, true, true, false, true, true, true, true, true, false]);
+    expect([d.attentionSoftcap, d.finalSoftcap]).toEqual([undefined, undefined]);
+    const inv = (theta: number) => Array.from({ length: d.headDim / 2 }, (_, i) => Math.fround(1 / theta ** ((2 * i) / d.headDim)));
+    expect(Array.from(d.rope!.invFreq)).toEqual(inv(1e6));
+    expect(Array.from(d.localRope!.invFreq)).toEqual(inv(1e4));
+    // rope_scaling is the global layers' only.
+    const scaled = parseModelConfig({ ...bare, rope_scaling: { rope_type: 'linear', factor: 8 } });
+    expect(Array.from(scaled.rope!.invFreq)).toEqual(inv(1e6).map((f) => Math.fround(f / 8)));
+    expect(Array.from(scaled.localRope!.invFreq)).toEqual(inv(1e4));
+    // The per-layer-type form newer transformers save.
+    const typed = parseModelConfig({
+      ...bare,
+      rope_parameters: {
+        full_attention: { rope_type: 'linear', factor: 8, rope_theta: 1e6 },
+        sliding_attention: { rope_type: 'default', rope_theta: 1e4 },
+      },
+    });
+    expect(typed.rope!.invFreq).toEqual(scaled.rope!.invFreq);
+    expect(typed.localRope!.invFreq).toEqual(scaled.localRope!.invFreq);
+  });
+
   it('reads rope_parameters (newer transformers) as rope_theta and rope_scaling', () => {
     const { rope_theta: _t, ...raw } = configs.qwen2!;
     const old = parseModelConfig({ ...raw, rope_theta: 5e5 }).rope!.invFreq;

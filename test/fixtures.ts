@@ -86,6 +86,27 @@ export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
     slidingWindow: 5,
     extraConfig: { query_pre_attn_scalar: 10, attn_logit_softcapping: 0.5, final_logit_softcapping: 1.5 },
   },
+  // Gemma 3: Gemma 2's layout plus per-head (1 + w) q/k norms; a pattern of 2 (layer 0
+  // sliding with rope_local_base_freq, layer 1 global with rope_theta and linear
+  // scaling); attn_logit_softcapping set but never applied; logits soft-capped.
+  gemma3_text: {
+    family: 'gemma3_text',
+    ...TINY,
+    kvHeads: 2,
+    headDim: 12,
+    intermediate: 40,
+    seed: 20,
+    slidingWindow: 5,
+    ropeTheta: 1e4,
+    ropeScaling: { rope_type: 'linear', factor: 4 },
+    extraConfig: {
+      sliding_window_pattern: 2,
+      rope_local_base_freq: 100,
+      query_pre_attn_scalar: 10,
+      attn_logit_softcapping: 0.5,
+      final_logit_softcapping: 1.5,
+    },
+  },
   // Learned positions, LayerNorm, gelu_new, Conv1D weights, fused qkv, tied head.
   gpt2: { family: 'gpt2', ...TINY, kvHeads: 4, intermediate: 64, seed: 14 },
 };

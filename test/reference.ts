@@ -1,6 +1,6 @@
 // A plain reference forward pass in float64 loops, written from the Hugging Face model
 // code (LlamaModel / MistralModel / Qwen2Model / Qwen3Model / Phi3Model / Olmo2Model /
-// Gemma2Model / GPT2Model), independent of the graph builder: it reads config.json keys
+// Gemma2Model / Gemma3TextModel / GPT2Model), independent of the graph builder: it reads config.json keys
 // and HF tensor names itself.
 import type { TensorData } from '../src/checkpoint/safetensors.js';
 
@@ -105,10 +105,18 @@ export function referenceWindow(config: Record<string, any>): number | undefined
 /** The window of layer `l`: Gemma 2's `layer_types`, by default "sliding_attention" when
  * (l + 1) % 2 (Gemma2Config.__post_init__), window `sliding_window` (default 4096). */
 export function referenceLayerWindow(config: Record<string, any>, l: number): number | undefined {
-  if (config.model_type !== 'gemma2') return referenceWindow(config);
-  const sliding = config.layer_types ? config.layer_types[l] === 'sliding_attention' : (l + 1) % 2 !== 0;
+  if (!referenceSliding(config, l)) return config.model_type.startsWith('gemma') ? undefined : referenceWindow(config);
   const window = config.sliding_window === undefined ? 4096 : config.sliding_window;
-  return sliding && window !== null ? window : undefined;
+  return window ?? undefined;
+}
+
+/** Gemma 2/3: whether layer l is a sliding layer (`layer_types`, else Gemma2Config's every
+ * other layer, Gemma3TextConfig's all but each sliding_window_pattern-th, default 6). */
+function referenceSliding(config: Record<string, any>, l: number): boolean {
+  if (!config.model_type.startsWith('gemma')) return false;
+  if (config.layer_types) return config.layer_types[l] === 'sliding_attention';
+  const pattern = config.model_type === 'gemma2' ? 2 : (config.sliding_window_pattern ?? 6);
+  return (l + 1) % pattern !== 0;
 }
 
 export function referenceForward(m: ReferenceModel, tokens: number[]): ReferenceOutput {
@@ -118,7 +126,9 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
   const nLayers: number = gpt2 ? c.n_layer : c.num_hidden_layers;
   const nHeads: number = gpt2 ? c.n_head : c.num_attention_heads;
   const nKv: number = gpt2 ? nHeads : (c.num_key_value_heads ?? nHeads);
-  const gemma2 = c.model_type === 'gemma2';
+  const gemma3 = c.model_type === 'gemma3_text';
+  // Gemma 2 and 3 share the sandwich layout, (1 + w) norms, scaled embeddings, gelu.
+  const gemma2 = c.model_type === 'gemma2' || gemma3;
   const D: number = c.head_dim ?? (c.model_type === 'qwen3' ? 128 : gemma2 ? 256 : hidden / nHeads);
   const olmo2 = c.model_type === 'olmo2';
   const qwen3 = c.model_type === 'qwen3';
@@ -128,8 +138,15 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
   // Gemma2Attention: scaling = query_pre_attn_scalar^-0.5; soft-caps (defaults 50 and 30;
   // null is none).
   const scaling = gemma2 ? (c.query_pre_attn_scalar ?? 256) ** -0.5 : 1 / Math.sqrt(D);
-  const attnCap: number | null = gemma2 ? (c.attn_logit_softcapping === undefined ? 50 : c.attn_logit_softcapping) : null;
-  const finalCap: number | null = gemma2 ? (c.final_logit_softcapping === undefined ? 30 : c.final_logit_softcapping) : null;
+  // Gemma3Attention passes no cap at all; Gemma3TextConfig's final cap defaults to none.
+  const attnCap: number | null = gemma3 ? null : gemma2 ? (c.attn_logit_softcapping === undefined ? 50 : c.attn_logit_softcapping) : null;
+  const finalCap: number | null = gemma3
+    ? (c.final_logit_softcapping ?? null)
+    : gemma2
+      ? c.final_logit_softcapping === undefined
+        ? 30
+        : c.final_logit_softcapping
+      : null;
   const layout = gpt2 ? 'in_out' : 'out_in';
   const T = tokens.length;
   const embed = get(m, gpt2 ? 'transformer.wte.weight' : 'model.embed_tokens.weight');
@@ -144,7 +161,11 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
     // Gemma2Model: hidden_states * hidden_size ** 0.5.
     return gemma2 ? e.map((v) => v * Math.sqrt(hidden)) : e;
   });
-  const inv = gpt2 ? [] : referenceInvFreq(c, D);
+  // Gemma 3: global layers rotate with rope_theta (default 1e6) and rope_scaling, sliding
+  // layers with rope_local_base_freq (default 10000), unscaled.
+  const globalInv = gpt2 ? [] : referenceInvFreq(gemma3 ? { ...c, rope_theta: c.rope_theta ?? 1e6 } : c, D);
+  const localInv = gemma3 ? referenceInvFreq({ rope_theta: c.rope_local_base_freq ?? 10000 }, D) : globalInv;
+  let inv = globalInv;
   const rope = (v: Vec, pos: number) => {
     const out = new Float64Array(D);
     for (let i = 0; i < D / 2; i++) {
@@ -160,6 +181,7 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
     const opt = (n: string) => m.tensors.get(n);
     // OLMo 2 has no norm before attention.
     const window = referenceLayerWindow(c, l);
+    inv = referenceSliding(c, l) ? localInv : globalInv;
     const hs = xs.map((x) =>
       gpt2 ? layerNorm(x, get(m, p + 'ln_1.weight'), get(m, p + 'ln_1.bias'), eps) : olmo2 ? x : norm(x, p + 'input_layernorm.weight'),
     );
@@ -185,8 +207,8 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
           // Olmo2Attention: q_norm / k_norm over the whole projection, before the heads split.
           if (olmo2) full = rmsNorm(full, get(m, normName), eps);
           let hd: Vec[] = heads(full, n);
-          // Qwen3Attention: q_norm / k_norm over each head, before rotary.
-          if (qwen3) hd = hd.map((v) => rmsNorm(v, get(m, normName), eps));
+          // Qwen3Attention, Gemma3Attention: q_norm / k_norm over each head, before rotary.
+          if (qwen3 || gemma3) hd = hd.map((v) => rmsNorm(v, get(m, normName), eps, gemma3 ? 1 : 0));
           return hd.map((v) => rope(v, t));
         });
       qs = proj('q_proj', nHeads);

@@ -104,7 +104,11 @@ class DecoderBuilder {
 
     let x = g.scope('model', () => this.embed(inputIds, positionIds));
     const mask = g.scope('model/attn_mask', () => this.attentionMask(positionIds, keyPositions));
-    const rope = c.rope ? g.scope('model/rotary', () => this.rotaryTables(positionIds)) : undefined;
+    const rope = c.rope ? g.scope('model/rotary', () => this.rotaryTables(positionIds, c.rope!.invFreq, '/model/rotary/inv_freq')) : undefined;
+    // Gemma 3: the sliding layers rotate with their own frequencies.
+    const localRope = c.localRope
+      ? g.scope('model/rotary_local', () => this.rotaryTables(positionIds, c.localRope!.invFreq, '/model/rotary_local/inv_freq'))
+      : rope;
     if (this.tap) g.scope('model', () => this.tap!.begin(g, { config: c, allowed: mask.allowed, toCompute: (v) => this.fromFloat32(v) }));
 
     for (let i = 0; i < c.numLayers; i++) {
@@ -112,7 +116,7 @@ class DecoderBuilder {
       const pastKey = g.input(`past.${i}.key`, kvType, ['past_batch', c.numKvHeads, 'past', c.headDim]);
       const pastValue = g.input(`past.${i}.value`, kvType, ['past_batch', c.numKvHeads, 'past', c.headDim]);
       const layer = g.scope(`model/layers.${i}`, () =>
-        this.decoderLayer(i, x, mask.biases[i]!, rope, { key: pastKey, value: pastValue, index: pastIndex }),
+        this.decoderLayer(i, x, mask.biases[i]!, c.slidingLayers[i] ? localRope : rope, { key: pastKey, value: pastValue, index: pastIndex }),
       );
       x = this.tap ? g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, layer.hidden)) : layer.hidden;
       g.output(`present.${i}.key`, layer.presentKey, kvType, ['batch', c.numKvHeads, 'total', c.headDim]);
@@ -198,11 +202,11 @@ class DecoderBuilder {
 
   // cos/sin for every new token, shared by all layers (transformers' rotate-half form):
   //   position_ids ─Cast─Unsqueeze─► [B,T,1] ─Mul(inv_freq)─► [B,T,D/2] ─Concat(x2)─► [B,T,D] ─Cos/Sin─► [B,1,T,D]
-  private rotaryTables(positionIds: string): Rope {
-    const { g, c } = this;
+  private rotaryTables(positionIds: string, frequencies: Float32Array, name: string): Rope {
+    const { g } = this;
     const pos = g.cast(positionIds, 'float32', 'int64', 'positions_f32');
     const pos3 = g.node('Unsqueeze', [pos, g.ints([-1])], { name: 'positions_3d' });
-    const invFreq = g.namedConstant('/model/rotary/inv_freq', 'float32', [c.rope!.invFreq.length], c.rope!.invFreq);
+    const invFreq = g.namedConstant(name, 'float32', [frequencies.length], frequencies);
     const freqs = g.node('Mul', [pos3, invFreq], { name: 'freqs' });
     const emb = g.node('Concat', [freqs, freqs], { name: 'emb', attrs: { axis: -1 } });
     const cos = g.node('Unsqueeze', [this.fromFloat32(g.node('Cos', [emb], { name: 'cos' })), g.ints([1])], { name: 'cos_4d' });

@@ -76,6 +76,8 @@ export interface ConfigDefaults {
   tied: boolean;
   /** Default MLP width from the hidden size (GPT-2's n_inner: 4 × hidden). */
   intermediate?: (hidden: number) => number;
+  /** rope_theta when the config has none (10000 unless the config class says otherwise). */
+  ropeTheta?: number;
 }
 
 export interface FamilySpec {
@@ -109,6 +111,9 @@ export interface FamilySpec {
    * of the output logits before the log-softmax. */
   attentionSoftcap?: (c: RawConfig) => number | undefined;
   finalSoftcap?: (c: RawConfig) => number | undefined;
+  /** Rotary frequencies of the sliding layers, when they differ from the others' (Gemma 3:
+   * `rope_local_base_freq`, no scaling). */
+  localRope?: (c: RawConfig, headDim: number) => RopeSpec;
   /** Config values that would change the computation in ways not implemented: refused
    * at load with the key and value named, never ignored. */
   unsupported: ConfigRule[];
@@ -172,6 +177,8 @@ export interface ModelConfig extends Dims {
   spec: FamilySpec;
   bias: Biases;
   rope?: RopeSpec;
+  /** The sliding layers' rotary frequencies, when not `rope`'s. */
+  localRope?: RopeSpec;
   /** Per layer: whether `slidingWindow` applies (all false without a window). */
   slidingLayers: boolean[];
   attentionScale: number;
@@ -331,6 +338,41 @@ export const FAMILIES: FamilySpec[] = [
     finalSoftcap: (c) => (c.final_logit_softcapping === undefined ? 30 : (c.final_logit_softcapping ?? undefined)),
     unsupported: [{ key: 'use_bidirectional_attention', supported: absentOr(false), why: 'attention to every token, not causal' }],
   }),
+  // Gemma 3 text (modeling_gemma3.py, Gemma3TextConfig): Gemma 2's layout plus per-head
+  // q/k RMSNorm × (1 + w) before rotary; attention is never soft-capped (Gemma3Attention
+  // passes no cap, whatever the config says), the logits only when
+  // final_logit_softcapping is set (default none); sliding layers from `layer_types` or
+  // every layer but each `sliding_window_pattern`-th (default 6); sliding layers rotate
+  // with `rope_local_base_freq` (default 10000, never scaled), the others with
+  // `rope_theta` (default 1e6) and `rope_scaling`.
+  family(LLAMA, {
+    family: 'gemma3_text',
+    modelTypes: ['gemma3_text'],
+    keys: { ...LLAMA.keys, activation: 'hidden_activation' },
+    defaults: { maxPositions: 131072, headDim: 256, normEps: 1e-6, activation: 'gelu_pytorch_tanh', tied: true, ropeTheta: 1e6 },
+    norm: 'rmsOffset',
+    norms: {
+      attnIn: 'input_layernorm',
+      attnOut: 'post_attention_layernorm',
+      mlpIn: 'pre_feedforward_layernorm',
+      mlpOut: 'post_feedforward_layernorm',
+      q: { name: 'self_attn.q_norm', over: 'head' },
+      k: { name: 'self_attn.k_norm', over: 'head' },
+    },
+    embedScale: 'sqrtHidden',
+    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
+    slidingWindow: (c) => (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)),
+    slidingLayers: (c, layers) => layerTypes(c, layers, c.sliding_window_pattern ?? 6),
+    attentionScale: (c) => (c.query_pre_attn_scalar ?? 256) ** -0.5,
+    finalSoftcap: (c) => c.final_logit_softcapping ?? undefined,
+    localRope: (c, headDim) => {
+      const local = c.rope_parameters?.sliding_attention;
+      return local
+        ? ropeFrequencies({ rope_parameters: local }, headDim)
+        : ropeFrequencies({ rope_theta: c.rope_local_base_freq ?? 10000 }, headDim);
+    },
+    unsupported: [{ key: 'use_bidirectional_attention', supported: absentOr(false), why: 'attention to every token, not causal' }],
+  }),
   {
     family: 'gpt2',
     modelTypes: ['gpt2'],
@@ -412,11 +454,11 @@ export function readDims(spec: FamilySpec, c: RawConfig): Dims {
 }
 
 /** Rotary frequencies as transformers computes them, with `rope_scaling` applied. */
-export function ropeFrequencies(c: RawConfig, headDim: number): RopeSpec {
+export function ropeFrequencies(c: RawConfig, headDim: number, defaultTheta = 10000): RopeSpec {
   // Newer transformers save `rope_parameters` ({rope_type, rope_theta, …}) in place of
   // rope_theta / rope_scaling.
   const params = c.rope_parameters ?? undefined;
-  const theta: number = c.rope_theta ?? params?.rope_theta ?? 10000;
+  const theta: number = c.rope_theta ?? params?.rope_theta ?? defaultTheta;
   const rotaryDim = Math.round(headDim * (c.partial_rotary_factor ?? 1));
   if (rotaryDim !== headDim) throw new CheckpointError('config.json: partial_rotary_factor < 1 is not supported yet');
   const half = rotaryDim / 2;
@@ -467,7 +509,8 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     modelType,
     spec,
     bias: spec.bias(raw),
-    rope: spec.positions.kind === 'rope' ? ropeFrequencies(raw, dims.headDim) : undefined,
+    rope: spec.positions.kind === 'rope' ? ropeFrequencies(globalRopeConfig(raw), dims.headDim, spec.defaults.ropeTheta) : undefined,
+    localRope: spec.localRope?.(raw, dims.headDim),
     slidingLayers:
       dims.slidingWindow === undefined
         ? new Array(dims.numLayers).fill(false)
@@ -478,6 +521,13 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     bosTokenId: typeof raw.bos_token_id === 'number' ? raw.bos_token_id : undefined,
     eosTokenId: typeof raw.eos_token_id === 'number' ? raw.eos_token_id : Array.isArray(raw.eos_token_id) ? raw.eos_token_id[0] : undefined,
   };
+}
+
+/** The config as the global layers' rotary reads it: newer transformers keep Gemma 3's
+ * per-layer-type parameters under `rope_parameters.full_attention`. */
+function globalRopeConfig(c: RawConfig): RawConfig {
+  const full = c.rope_parameters?.full_attention;
+  return full ? { ...c, rope_parameters: full } : c;
 }
 
 function positiveOrNone(v: unknown, key: string, file: string): number | undefined {

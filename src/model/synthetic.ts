@@ -107,6 +107,7 @@ const ARCHITECTURES: Record<string, string> = {
   qwen3: 'Qwen3ForCausalLM',
   olmo2: 'Olmo2ForCausalLM',
   gemma2: 'Gemma2ForCausalLM',
+  gemma3_text: 'Gemma3ForCausalLM',
   gpt2: 'GPT2LMHeadModel',
 };
 
