@@ -18,7 +18,6 @@ const configs = Object.fromEntries(
 const REFUSED: Record<string, unknown> = {
   attention_bias: true,
   mlp_bias: true,
-  use_sliding_window: true,
   scale_attn_weights: false,
   scale_attn_by_inverse_layer_idx: true,
   use_bidirectional_attention: true,
@@ -63,6 +62,15 @@ describe('config keys that change the computation', () => {
     expect(parseModelConfig({ ...configs.llama, sliding_window: 9 }).slidingWindow).toBeUndefined();
     expect(parseModelConfig({ ...configs.qwen2, sliding_window: 9 }).slidingWindow).toBeUndefined();
     expect(parseModelConfig({ ...configs.qwen3, sliding_window: 9, use_sliding_window: false }).slidingWindow).toBeUndefined();
+    // With use_sliding_window: the layers from max_window_layers (default 28) on, or layer_types.
+    const on = parseModelConfig({ ...configs.qwen3, num_hidden_layers: 30, use_sliding_window: true, sliding_window: 9 });
+    expect(on.slidingWindow).toBe(9);
+    expect(on.slidingLayers).toEqual(Array.from({ length: 30 }, (_, l) => l >= 28));
+    expect(parseModelConfig({ ...configs.qwen2, use_sliding_window: true }).slidingWindow).toBe(4096);
+    expect(parseModelConfig({ ...configs.qwen2, use_sliding_window: true, max_window_layers: 1 }).slidingLayers).toEqual([false, true]);
+    expect(
+      parseModelConfig({ ...configs.qwen2, use_sliding_window: true, layer_types: ['sliding_attention', 'full_attention'] }).slidingLayers,
+    ).toEqual([true, false]);
   });
 
   it("reads Gemma 2 as Gemma2Config does: class defaults for absent keys, null turns a cap or the window off, layer_types wins", () => {

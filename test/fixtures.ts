@@ -50,6 +50,16 @@ export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
     tied: true,
     ropeTheta: 1e6,
   },
+  // Qwen2 with use_sliding_window: a window of 5 on the layers from max_window_layers (1) on.
+  'qwen2-window': {
+    family: 'qwen2',
+    ...TINY,
+    kvHeads: 2,
+    intermediate: 40,
+    seed: 21,
+    slidingWindow: 5,
+    extraConfig: { use_sliding_window: true, max_window_layers: 1 },
+  },
   // Fused q/k/v under grouped-query attention ((heads + 2·kv_heads)·head_dim wide) and a
   // fused gate/up projection, a head_dim apart from hidden/heads, and a sliding window.
   phi3: {

@@ -105,6 +105,13 @@ export function referenceWindow(config: Record<string, any>): number | undefined
 /** The window of layer `l`: Gemma 2's `layer_types`, by default "sliding_attention" when
  * (l + 1) % 2 (Gemma2Config.__post_init__), window `sliding_window` (default 4096). */
 export function referenceLayerWindow(config: Record<string, any>, l: number): number | undefined {
+  // Qwen2Config / Qwen3Config: sliding_window only with use_sliding_window; layer_types, else
+  // the layers from max_window_layers (default 28) on.
+  if (['qwen2', 'qwen3'].includes(config.model_type)) {
+    if (config.use_sliding_window !== true) return undefined;
+    const sliding = config.layer_types ? config.layer_types[l] === 'sliding_attention' : l >= (config.max_window_layers ?? 28);
+    return sliding ? (config.sliding_window === undefined ? 4096 : (config.sliding_window ?? undefined)) : undefined;
+  }
   if (!referenceSliding(config, l)) return config.model_type.startsWith('gemma') ? undefined : referenceWindow(config);
   const window = config.sliding_window === undefined ? 4096 : config.sliding_window;
   return window ?? undefined;

@@ -226,12 +226,13 @@ const LLAMA: FamilySpec = {
   unsupported: [],
 };
 
-// Qwen2 and Qwen3 window only the layers from `max_window_layers` on, and only with
-// `use_sliding_window: true` (the config class defaults it to false).
-const perLayerWindows: ConfigRule = {
-  key: 'use_sliding_window',
-  supported: absentOr(false),
-  why: 'sliding windows on the layers from max_window_layers on',
+// Qwen2 and Qwen3 (Qwen2Config, Qwen3Config): a window only with `use_sliding_window:
+// true` (default false), of `sliding_window` (default 4096), on the layers `layer_types`
+// names, else on the layers from `max_window_layers` (default 28) on.
+const qwenWindows: Pick<FamilySpec, 'slidingWindow' | 'slidingLayers'> = {
+  slidingWindow: (c) => (c.use_sliding_window === true ? (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)) : undefined),
+  slidingLayers: (c, layers) =>
+    Array.isArray(c.layer_types) ? layerTypes(c, layers, 1) : Array.from({ length: layers }, (_, l) => l >= (c.max_window_layers ?? 28)),
 };
 
 /** Which layers slide: `layer_types` when given (it wins over any pattern), else layer
@@ -267,7 +268,7 @@ export const FAMILIES: FamilySpec[] = [
     family: 'qwen2',
     modelTypes: ['qwen2'],
     bias: fixedBiases(true, false, false),
-    unsupported: [perLayerWindows],
+    ...qwenWindows,
   }),
   // Qwen3: per-head RMSNorm of queries and keys before rotary (modeling_qwen3.py),
   // head_dim 128 unless the config says otherwise.
@@ -278,7 +279,7 @@ export const FAMILIES: FamilySpec[] = [
     norms: { ...LLAMA.norms, q: { name: 'self_attn.q_norm', over: 'head' }, k: { name: 'self_attn.k_norm', over: 'head' } },
     // Qwen3Attention: q/k/v/o bias = config.attention_bias; Qwen3MLP has none.
     bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
-    unsupported: [perLayerWindows],
+    ...qwenWindows,
   }),
   // OLMo 2: no pre-norms; RMSNorm of the attention and MLP outputs before each residual
   // add (`post_attention_layernorm`, `post_feedforward_layernorm`) and of the whole q and
