@@ -122,7 +122,7 @@ describe('bad checkpoints', () => {
     const cfg = JSON.parse(fs.readFileSync(path.join(fx.dir, 'config.json'), 'utf8'));
     fs.writeFileSync(path.join(fx.dir, 'config.json'), JSON.stringify({ ...cfg, model_type: 'mamba' }));
     expect(() => readModelConfig(fx.dir)).toThrow(
-      /config\.json: model_type "mamba" is not supported \(supported: llama, mistral, qwen2, qwen3, olmo2, phi3, gemma2, gemma3_text, gpt2\)/,
+      /config\.json: model_type "mamba" is not supported \(supported: llama, mistral, qwen2, qwen3, olmo2, phi3, gemma2, gemma3_text, mixtral, qwen3_moe, gpt2\)/,
     );
   });
 

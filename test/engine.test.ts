@@ -164,3 +164,19 @@ describe('gemma3_text fixture', () => {
     expect(ctx.engine.config.localRope).toBeDefined();
   });
 });
+
+describe.each(['mixtral', 'qwen3_moe'])('%s fixture', (family) => {
+  const ctx = familyEngine(family);
+  it('is sensitive to its routing (experts per token, renormalisation, sparse layers)', async () => {
+    const tokens = randomTokens(33, 20, ctx.engine.config.vocabSize);
+    const base = referenceForward(ctx.fx, tokens).logprobs;
+    const variant = (config: Record<string, unknown>) => referenceForward({ ...ctx.fx, config: { ...ctx.fx.config, ...config } }, tokens).logprobs;
+    const maxDiff = (a: Float64Array[], b: Float64Array[]) => Math.max(...a.map((r, t) => Math.max(...r.map((v, i) => Math.abs(v - b[t]![i]!)))));
+    expect(maxDiff(base, variant({ num_experts_per_tok: 1 }))).toBeGreaterThan(1e-3);
+    if (family === 'qwen3_moe') {
+      expect(maxDiff(base, variant({ norm_topk_prob: true }))).toBeGreaterThan(1e-3);
+      expect(ctx.engine.config.moe!.sparseLayers).toEqual([true, false]);
+    }
+    expect(ctx.engine.config.moe!.experts).toBe(4);
+  });
+});

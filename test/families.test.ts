@@ -120,6 +120,21 @@ describe('config keys that change the computation', () => {
     expect(typed.localRope!.invFreq).toEqual(scaled.localRope!.invFreq);
   });
 
+  it('reads expert routing as MixtralConfig and Qwen3MoeConfig do', () => {
+    const { num_local_experts: _e, num_experts_per_tok: _k, ...mix } = configs.mixtral!;
+    expect(parseModelConfig(mix).moe).toEqual({ experts: 8, topK: 2, renormalize: true, expertIntermediate: 24, sparseLayers: [true, true] });
+    const { num_experts: _n, num_experts_per_tok: _t, moe_intermediate_size: _m, norm_topk_prob: _p, mlp_only_layers: _o, ...q } = configs.qwen3_moe!;
+    expect(parseModelConfig(q).moe).toEqual({ experts: 128, topK: 8, renormalize: false, expertIntermediate: 768, sparseLayers: [true, true] });
+    // decoder_sparse_step 2: layers 1, 3 sparse; mlp_only_layers wins.
+    const stepped = parseModelConfig({ ...configs.qwen3_moe, num_hidden_layers: 4, decoder_sparse_step: 2, mlp_only_layers: [3] });
+    expect(stepped.moe!.sparseLayers).toEqual([false, true, false, false]);
+    expect(parseModelConfig({ ...configs.qwen3_moe, norm_topk_prob: true }).moe!.renormalize).toBe(true);
+    expect(() => parseModelConfig({ ...configs.qwen3_moe, num_experts_per_tok: 5 })).toThrow(/num_experts_per_tok 5 is more than the 4 experts/);
+    // Qwen3-MoE windows every layer when asked; Mixtral whenever sliding_window is set.
+    expect(parseModelConfig({ ...configs.qwen3_moe, use_sliding_window: true, sliding_window: 9 }).slidingLayers).toEqual([true, true]);
+    expect(parseModelConfig({ ...configs.mixtral, sliding_window: null }).slidingWindow).toBeUndefined();
+  });
+
   it('reads rope_parameters (newer transformers) as rope_theta and rope_scaling', () => {
     const { rope_theta: _t, ...raw } = configs.qwen2!;
     const old = parseModelConfig({ ...raw, rope_theta: 5e5 }).rope!.invFreq;

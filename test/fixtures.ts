@@ -117,6 +117,27 @@ export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
       final_logit_softcapping: 1.5,
     },
   },
+  // Mixtral: 4 experts, 2 per token, renormalised; a window on every layer.
+  mixtral: {
+    family: 'mixtral',
+    ...TINY,
+    kvHeads: 2,
+    intermediate: 24,
+    seed: 22,
+    slidingWindow: 7,
+    extraConfig: { num_local_experts: 4, num_experts_per_tok: 2 },
+  },
+  // Qwen3-MoE: per-head q/k norms, 4 experts of 16, 2 per token, not renormalised; layer 1
+  // dense (mlp_only_layers) with the 40-wide MLP.
+  qwen3_moe: {
+    family: 'qwen3_moe',
+    ...TINY,
+    kvHeads: 2,
+    headDim: 12,
+    intermediate: 40,
+    seed: 23,
+    extraConfig: { num_experts: 4, num_experts_per_tok: 2, moe_intermediate_size: 16, norm_topk_prob: false, mlp_only_layers: [1] },
+  },
   // Learned positions, LayerNorm, gelu_new, Conv1D weights, fused qkv, tied head.
   gpt2: { family: 'gpt2', ...TINY, kvHeads: 4, intermediate: 64, seed: 14 },
 };

@@ -1,6 +1,6 @@
 // A plain reference forward pass in float64 loops, written from the Hugging Face model
 // code (LlamaModel / MistralModel / Qwen2Model / Qwen3Model / Phi3Model / Olmo2Model /
-// Gemma2Model / Gemma3TextModel / GPT2Model), independent of the graph builder: it reads config.json keys
+// Gemma2Model / Gemma3TextModel / MixtralModel / Qwen3MoeModel / GPT2Model), independent of the graph builder: it reads config.json keys
 // and HF tensor names itself.
 import type { TensorData } from '../src/checkpoint/safetensors.js';
 
@@ -95,16 +95,19 @@ export function referenceInvFreq(config: Record<string, any>, headDim: number): 
   throw new Error(`reference: rope type ${type}`);
 }
 
-/** Mistral and Phi-3 window every layer: key j is visible from query t iff t - j < window.
+/** Mistral, Phi-3 and Mixtral window every layer: key j is visible from query t iff t - j < window.
  * (Gemma 2 windows some layers only: see `referenceLayerWindow`; this is the window every
  * layer shares, if any.) */
 export function referenceWindow(config: Record<string, any>): number | undefined {
-  return ['mistral', 'phi3'].includes(config.model_type) ? (config.sliding_window ?? undefined) : undefined;
+  return ['mistral', 'phi3', 'mixtral'].includes(config.model_type) ? (config.sliding_window ?? undefined) : undefined;
 }
 
 /** The window of layer `l`: Gemma 2's `layer_types`, by default "sliding_attention" when
  * (l + 1) % 2 (Gemma2Config.__post_init__), window `sliding_window` (default 4096). */
 export function referenceLayerWindow(config: Record<string, any>, l: number): number | undefined {
+  // Qwen3MoeConfig: only with use_sliding_window, then every layer.
+  if (config.model_type === 'qwen3_moe')
+    return config.use_sliding_window === true ? (config.sliding_window === undefined ? 4096 : (config.sliding_window ?? undefined)) : undefined;
   // Qwen2Config / Qwen3Config: sliding_window only with use_sliding_window; layer_types, else
   // the layers from max_window_layers (default 28) on.
   if (['qwen2', 'qwen3'].includes(config.model_type)) {
@@ -115,6 +118,14 @@ export function referenceLayerWindow(config: Record<string, any>, l: number): nu
   if (!referenceSliding(config, l)) return config.model_type.startsWith('gemma') ? undefined : referenceWindow(config);
   const window = config.sliding_window === undefined ? 4096 : config.sliding_window;
   return window ?? undefined;
+}
+
+/** Mixtral: every layer sparse; Qwen3-MoE: unless in mlp_only_layers, and only every
+ * decoder_sparse_step-th layer. */
+function referenceSparse(config: Record<string, any>, l: number): boolean {
+  if (config.model_type === 'mixtral') return true;
+  if (config.model_type !== 'qwen3_moe') return false;
+  return !(config.mlp_only_layers ?? []).includes(l) && (l + 1) % (config.decoder_sparse_step ?? 1) === 0;
 }
 
 /** Gemma 2/3: whether layer l is a sliding layer (`layer_types`, else Gemma2Config's every
@@ -138,7 +149,8 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
   const gemma2 = c.model_type === 'gemma2' || gemma3;
   const D: number = c.head_dim ?? (c.model_type === 'qwen3' ? 128 : gemma2 ? 256 : hidden / nHeads);
   const olmo2 = c.model_type === 'olmo2';
-  const qwen3 = c.model_type === 'qwen3';
+  const mixtral = c.model_type === 'mixtral';
+  const qwen3 = c.model_type === 'qwen3' || c.model_type === 'qwen3_moe';
   const eps: number = gpt2 ? c.layer_norm_epsilon : c.rms_norm_eps;
   // Gemma2RMSNorm: x̂ · (1 + w).
   const norm = (x: Vec, name: string) => rmsNorm(x, get(m, name), eps, gemma2 ? 1 : 0);
@@ -265,6 +277,30 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
         // Phi3MLP: gate, up = gate_up_proj(x).chunk(2): the gate is the first half.
         const both = linear(h, get(m, p + 'mlp.gate_up_proj.weight'), undefined, 'out_in');
         [gate, up] = [both.slice(0, both.length / 2), both.slice(both.length / 2)];
+      } else if (referenceSparse(c, l)) {
+        // MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock: softmax over every expert's router
+        // logit, the top k, renormalised (Mixtral always, Qwen3-MoE with norm_topk_prob),
+        // Σ weight · expert(h).
+        const router = linear(h, get(m, p + (mixtral ? 'block_sparse_moe.gate.weight' : 'mlp.gate.weight')), undefined, 'out_in');
+        const probs = softmax(Array.from(router));
+        const k: number = c.num_experts_per_tok;
+        const chosen = probs.map((_, e) => e).sort((a, b) => probs[b]! - probs[a]!).slice(0, k);
+        const total = chosen.reduce((a, e) => a + probs[e]!, 0);
+        const y = new Float64Array(hidden);
+        for (const e of chosen) {
+          const w = mixtral || c.norm_topk_prob ? probs[e]! / total : probs[e]!;
+          const name = (part: string) => p + (mixtral ? `block_sparse_moe.experts.${e}.${part}` : `mlp.experts.${e}.${part}`) + '.weight';
+          const eg = linear(h, get(m, name(mixtral ? 'w1' : 'gate_proj')), undefined, 'out_in');
+          const eu = linear(h, get(m, name(mixtral ? 'w3' : 'up_proj')), undefined, 'out_in');
+          const ey = linear(
+            eg.map((g, i) => (g / (1 + Math.exp(-g))) * eu[i]!),
+            get(m, name(mixtral ? 'w2' : 'down_proj')),
+            undefined,
+            'out_in',
+          );
+          ey.forEach((v, i) => (y[i]! += w * v));
+        }
+        return x.map((v, i) => v + y[i]!);
       } else {
         // LlamaMLP: biases when config.mlp_bias.
         gate = linear(h, get(m, p + 'mlp.gate_proj.weight'), opt(p + 'mlp.gate_proj.bias'), 'out_in');

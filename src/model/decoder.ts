@@ -19,7 +19,7 @@
 //   present.L.key / present.L.value [B, kv_heads, S, head_dim].
 import { GraphBuilder, float, type ExternalTensor } from '../graph/builder.js';
 import { kvDType, type ComputeDType, type DTypeName } from '../dtypes.js';
-import type { ModelConfig } from './families.js';
+import type { MlpSpec, ModelConfig } from './families.js';
 import { logprobKernel } from '../../kernels/logprobs.js';
 
 /** Where the decoder gets its weights: a checkpoint, or a recorder (synthetic.ts). */
@@ -226,7 +226,7 @@ class DecoderBuilder {
     };
     const attn = g.scope('attn', () => this.attention(prefix, maybeNorm('attnIn', x), bias, rope, past, i));
     const afterAttn = g.node('Add', [x, maybeNorm('attnOut', attn.out)], { name: 'attn_residual' });
-    const mlp = g.scope('mlp', () => this.mlp(prefix, maybeNorm('mlpIn', afterAttn)));
+    const mlp = g.scope('mlp', () => this.mlp(prefix, maybeNorm('mlpIn', afterAttn), i));
     const hidden = g.node('Add', [afterAttn, maybeNorm('mlpOut', mlp)], { name: 'mlp_residual' });
     return { hidden, presentKey: this.kvOut(attn.presentKey), presentValue: this.kvOut(attn.presentValue) };
   }
@@ -323,7 +323,8 @@ class DecoderBuilder {
   //                       x ─► up_proj ──────── Mul ─► down_proj
   //   gatedFused (Phi-3): x ─► gate_up_proj ─Split─► gate, up ─► (as gated) ─► down_proj
   //   plain (GPT-2):      x ─► c_fc ─► act ─► c_proj
-  private mlp(prefix: string, x: string): string {
+  //   moe (Mixtral, Qwen3-MoE): see moeBlock; its dense layers as gated
+  private mlp(prefix: string, x: string, layer: number): string {
     const { g, c } = this;
     const m = this.spec.mlp;
     const [H, I, withBias] = [c.hiddenSize, c.intermediateSize, c.bias.mlp];
@@ -334,6 +335,13 @@ class DecoderBuilder {
         const gate = this.linear(prefix + m.gate, x, H, I, withBias, 'gate_proj');
         const up = this.linear(prefix + m.up, x, H, I, withBias, 'up_proj');
         return gated(gate, up, m.down);
+      }
+      case 'moe': {
+        if (c.moe!.sparseLayers[layer]) return this.moeBlock(prefix, x, m);
+        if (!m.dense) throw new Error(`${c.modelType}: layer ${layer} is dense but the family has no dense MLP`);
+        const gate = this.linear(prefix + m.dense.gate, x, H, I, withBias, 'gate_proj');
+        const up = this.linear(prefix + m.dense.up, x, H, I, withBias, 'up_proj');
+        return gated(gate, up, m.dense.down);
       }
       case 'gatedFused': {
         const both = this.linear(prefix + m.gateUp, x, H, 2 * I, withBias, 'gate_up_proj');
@@ -347,6 +355,53 @@ class DecoderBuilder {
       default:
         return unreachable(m);
     }
+  }
+
+  // Sparse experts, computing each expert on its own tokens only (as transformers' loop
+  // over experts, in the graph):
+  //   x [B,T,H] ─Reshape─► [N,H] ─router─► logits [N,E] ─Softmax (f32)─► TopK(k) ─► weights [N,k], chosen [N,k]
+  //     (─ ÷ ReduceSum ─ when renormalised)
+  //   per expert e: Equal(chosen, e) ─► its tokens' rows (NonZero) and weights (ReduceSum of Where)
+  //     Gather(x, rows) ─► gate/up/act/down ─► × weight
+  //   all experts' rows and outputs ─Concat─► ScatterND(add) onto zeros [N,H] ─Reshape─► [B,T,H]
+  // Each token's outputs are added in expert order, as transformers' index_add_ loop does.
+  private moeBlock(prefix: string, x: string, m: Extract<MlpSpec, { kind: 'moe' }>): string {
+    const { g, c } = this;
+    const moe = c.moe!;
+    const [H, I, E] = [c.hiddenSize, moe.expertIntermediate, moe.experts];
+    const flat = g.node('Reshape', [x, g.ints([-1, H])], { name: 'tokens' });
+    const logits = this.toFloat32(this.linear(prefix + m.router, flat, H, E, false, 'router'));
+    const probs = g.node('Softmax', [logits], { name: 'router_probs', attrs: { axis: -1 } });
+    const [top, chosen] = g.nodeN('TopK', 'top_experts', [probs, g.ints([moe.topK])], { outputs: 2, attrs: { axis: -1 } }) as [string, string];
+    const weights = moe.renormalize
+      ? g.node('Div', [top, g.node('ReduceSum', [top, g.ints([-1])], { name: 'top_sum', attrs: { keepdims: 1 } })], { name: 'renormalised' })
+      : top;
+    const rows: string[] = [];
+    const outputs: string[] = [];
+    for (let e = 0; e < E; e++) {
+      g.scope(`experts.${e}`, () => {
+        const mine = g.node('Equal', [chosen, g.ints([e])], { name: 'chosen' });
+        const weight = g.node('ReduceSum', [g.node('Where', [mine, weights, g.scalar(0)], { name: 'own_weight' }), g.ints([-1])], {
+          name: 'weight',
+          attrs: { keepdims: 0 },
+        });
+        const routed = g.node('ReduceMax', [g.cast(mine, 'float32', 'bool', 'chosen_f32'), g.ints([-1])], { name: 'routed', attrs: { keepdims: 0 } });
+        const idx = g.node('Reshape', [g.node('NonZero', [routed], { name: 'nonzero' }), g.ints([-1])], { name: 'rows' });
+        const xe = g.node('Gather', [flat, idx], { name: 'tokens', attrs: { axis: 0 } });
+        const name = (part: string) => `${prefix}${m.experts}.${e}.${part}`;
+        const gate = this.linear(name(m.expert.gate), xe, H, I, false, 'gate_proj');
+        const up = this.linear(name(m.expert.up), xe, H, I, false, 'up_proj');
+        const y = this.linear(name(m.expert.down), g.node('Mul', [this.activation(gate), up], { name: 'gated' }), I, H, false, 'down_proj');
+        const w = this.fromFloat32(g.node('Unsqueeze', [g.node('Gather', [weight, idx], { name: 'row_weight', attrs: { axis: 0 } }), g.ints([-1])], { name: 'row_weight_2d' }));
+        rows.push(idx);
+        outputs.push(g.node('Mul', [y, w], { name: 'weighted' }));
+      });
+    }
+    const allRows = g.node('Unsqueeze', [g.node('Concat', rows, { name: 'all_rows', attrs: { axis: 0 } }), g.ints([-1])], { name: 'scatter_rows' });
+    const allOut = g.node('Concat', outputs, { name: 'all_outputs', attrs: { axis: 0 } });
+    const zeros = g.node('Expand', [this.fromFloat32(g.scalar(0)), g.node('Shape', [flat], { name: 'tokens_shape' })], { name: 'zeros' });
+    const summed = g.node('ScatterND', [zeros, allRows, allOut], { name: 'combine', attrs: { reduction: 'add' } });
+    return g.node('Reshape', [summed, g.node('Shape', [x], { name: 'input_shape' })], { name: 'output' });
   }
 
   private activation(x: string): string {

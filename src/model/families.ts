@@ -47,7 +47,25 @@ export type MlpSpec =
   | { kind: 'gated'; gate: string; up: string; down: string }
   /** One projection whose output is [gate | up] (Phi-3's `gate_up_proj`). */
   | { kind: 'gatedFused'; gateUp: string; down: string }
-  | { kind: 'plain'; fc: string; proj: string };
+  | { kind: 'plain'; fc: string; proj: string }
+  /** Sparse mixture of gated experts: `router` scores every expert per token; expert e's
+   * weights are `${experts}.${e}.${gate|up|down}`. Layers that are not sparse (Qwen3-MoE's
+   * `mlp_only_layers`, `decoder_sparse_step`) use the `dense` gated MLP. */
+  | { kind: 'moe'; router: string; experts: string; expert: { gate: string; up: string; down: string }; dense?: { gate: string; up: string; down: string } };
+
+/** How a config routes tokens to experts. */
+export interface MoeConfig {
+  experts: number;
+  /** Experts per token. */
+  topK: number;
+  /** Softmax over all experts, take the top k, then divide by their sum (Mixtral always;
+   * Qwen3-MoE when `norm_topk_prob`). */
+  renormalize: boolean;
+  /** Width of each expert's MLP. */
+  expertIntermediate: number;
+  /** Per layer: sparse (true) or the dense MLP. */
+  sparseLayers: boolean[];
+}
 
 export type PositionSpec = { kind: 'rope' } | { kind: 'learned'; table: string };
 
@@ -111,6 +129,8 @@ export interface FamilySpec {
    * of the output logits before the log-softmax. */
   attentionSoftcap?: (c: RawConfig) => number | undefined;
   finalSoftcap?: (c: RawConfig) => number | undefined;
+  /** Expert routing, for `mlp.kind === 'moe'`. */
+  moe?: (c: RawConfig, layers: number) => MoeConfig;
   /** Rotary frequencies of the sliding layers, when they differ from the others' (Gemma 3:
    * `rope_local_base_freq`, no scaling). */
   localRope?: (c: RawConfig, headDim: number) => RopeSpec;
@@ -179,6 +199,7 @@ export interface ModelConfig extends Dims {
   rope?: RopeSpec;
   /** The sliding layers' rotary frequencies, when not `rope`'s. */
   localRope?: RopeSpec;
+  moe?: MoeConfig;
   /** Per layer: whether `slidingWindow` applies (all false without a window). */
   slidingLayers: boolean[];
   attentionScale: number;
@@ -374,6 +395,60 @@ export const FAMILIES: FamilySpec[] = [
     },
     unsupported: [{ key: 'use_bidirectional_attention', supported: absentOr(false), why: 'attention to every token, not causal' }],
   }),
+  // Mixtral (modeling_mixtral.py): Mistral with a sparse MoE block — router
+  // `block_sparse_moe.gate`, softmax over all `num_local_experts`, the top
+  // `num_experts_per_tok`, renormalised to sum to 1; experts w1 (gate), w3 (up), w2 (down)
+  // of `intermediate_size`; no biases; `sliding_window` on every layer when set.
+  family(LLAMA, {
+    family: 'mixtral',
+    modelTypes: ['mixtral'],
+    defaults: { ...LLAMA.defaults, maxPositions: 4096 * 32, normEps: 1e-5, ropeTheta: 1e6 },
+    mlp: { kind: 'moe', router: 'block_sparse_moe.gate', experts: 'block_sparse_moe.experts', expert: { gate: 'w1', up: 'w3', down: 'w2' } },
+    moe: (c, layers) => ({
+      experts: positiveInt(c, 'num_local_experts', 8),
+      topK: positiveInt(c, 'num_experts_per_tok', 2),
+      renormalize: true,
+      expertIntermediate: positiveInt(c, 'intermediate_size', 14336),
+      sparseLayers: new Array(layers).fill(true),
+    }),
+    bias: fixedBiases(false, false, false),
+    slidingWindow: (c) => c.sliding_window ?? undefined,
+  }),
+  // Qwen3-MoE (modeling_qwen3_moe.py, Qwen3MoeConfig): Qwen3's attention (per-head q/k
+  // norms, head_dim hidden/heads unless given); router `mlp.gate`, softmax over all
+  // `num_experts`, top `num_experts_per_tok`, renormalised only with `norm_topk_prob`
+  // (default false); experts of `moe_intermediate_size`; a layer is sparse unless listed
+  // in `mlp_only_layers` or (l + 1) % `decoder_sparse_step` ≠ 0, and then uses the dense
+  // MLP of `intermediate_size`; `use_sliding_window` windows every layer.
+  family(LLAMA, {
+    family: 'qwen3_moe',
+    modelTypes: ['qwen3_moe'],
+    defaults: { ...LLAMA.defaults, maxPositions: 32768 },
+    norms: { ...LLAMA.norms, q: { name: 'self_attn.q_norm', over: 'head' }, k: { name: 'self_attn.k_norm', over: 'head' } },
+    mlp: {
+      kind: 'moe',
+      router: 'mlp.gate',
+      experts: 'mlp.experts',
+      expert: { gate: 'gate_proj', up: 'up_proj', down: 'down_proj' },
+      dense: { gate: 'mlp.gate_proj', up: 'mlp.up_proj', down: 'mlp.down_proj' },
+    },
+    moe: (c, layers) => {
+      const step = positiveInt(c, 'decoder_sparse_step', 1);
+      const only: unknown = c.mlp_only_layers ?? [];
+      if (!Array.isArray(only) || !only.every((l) => Number.isInteger(l)))
+        throw new CheckpointError(`config.json: mlp_only_layers must be a list of layer indices (got ${JSON.stringify(only)})`);
+      const experts = positiveInt(c, c.num_experts !== undefined ? 'num_experts' : 'num_local_experts', 128);
+      return {
+        experts,
+        topK: positiveInt(c, 'num_experts_per_tok', 8),
+        renormalize: c.norm_topk_prob === true,
+        expertIntermediate: positiveInt(c, 'moe_intermediate_size', 768),
+        sparseLayers: Array.from({ length: layers }, (_, l) => !only.includes(l) && (l + 1) % step === 0),
+      };
+    },
+    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
+    slidingWindow: (c) => (c.use_sliding_window === true ? (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)) : undefined),
+  }),
   {
     family: 'gpt2',
     modelTypes: ['gpt2'],
@@ -502,6 +577,8 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     }
   }
   const dims = readDims(spec, raw);
+  const moe = spec.moe?.(raw, dims.numLayers);
+  if (moe && moe.topK > moe.experts) throw new CheckpointError(`${file}: num_experts_per_tok ${moe.topK} is more than the ${moe.experts} experts`);
   if (dims.numHeads % dims.numKvHeads !== 0) {
     throw new CheckpointError(`${file}: num_attention_heads ${dims.numHeads} is not a multiple of num_key_value_heads ${dims.numKvHeads}`);
   }
@@ -512,6 +589,7 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     bias: spec.bias(raw),
     rope: spec.positions.kind === 'rope' ? ropeFrequencies(globalRopeConfig(raw), dims.headDim, spec.defaults.ropeTheta) : undefined,
     localRope: spec.localRope?.(raw, dims.headDim),
+    moe,
     slidingLayers:
       dims.slidingWindow === undefined
         ? new Array(dims.numLayers).fill(false)
@@ -522,6 +600,12 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     bosTokenId: typeof raw.bos_token_id === 'number' ? raw.bos_token_id : undefined,
     eosTokenId: typeof raw.eos_token_id === 'number' ? raw.eos_token_id : Array.isArray(raw.eos_token_id) ? raw.eos_token_id[0] : undefined,
   };
+}
+
+function positiveInt(c: RawConfig, key: string, fallback: number): number {
+  const v = c[key] ?? fallback;
+  if (!Number.isInteger(v) || v <= 0) throw new CheckpointError(`config.json: ${key} must be a positive integer (got ${JSON.stringify(c[key])})`);
+  return v;
 }
 
 /** The config as the global layers' rotary reads it: newer transformers keep Gemma 3's

@@ -108,6 +108,8 @@ const ARCHITECTURES: Record<string, string> = {
   olmo2: 'Olmo2ForCausalLM',
   gemma2: 'Gemma2ForCausalLM',
   gemma3_text: 'Gemma3ForCausalLM',
+  mixtral: 'MixtralForCausalLM',
+  qwen3_moe: 'Qwen3MoeForCausalLM',
   gpt2: 'GPT2LMHeadModel',
 };
 
