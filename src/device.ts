@@ -9,8 +9,10 @@ import type { ComputeDType } from './dtypes.js';
 export interface DeviceOptions {
   /** `cpu` (default), `cuda` or `cuda:N`. */
   device?: string;
-  /** Compute dtype; default float32 on CPU, float16 on CUDA. */
+  /** Compute dtype; default: see `chooseDtype`. */
   dtype?: ComputeDType;
+  /** The checkpoint's own dtype (config `torch_dtype`, else its tensors'), for the default. */
+  checkpointDtype?: string;
   /** Intra-op threads on CPU (0 = onnxruntime's default: one per core). */
   threads?: number;
   /** onnxruntime's CPU memory arena (default off: see bench/memory.ts). */
@@ -21,6 +23,8 @@ export interface ResolvedDevice {
   kind: 'cpu' | 'cuda';
   deviceId: number;
   dtype: ComputeDType;
+  /** Why this dtype (reported in ListModels and the load log). */
+  dtypeReason: string;
   sessionOptions: ort.InferenceSession.SessionOptions;
 }
 
@@ -42,7 +46,7 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   }
   const kind = match[1] as 'cpu' | 'cuda';
   const deviceId = Number(match[2] ?? 0);
-  const dtype = options.dtype ?? (kind === 'cuda' ? 'float16' : 'float32');
+  const { dtype, reason: dtypeReason } = chooseDtype(kind, options.dtype, options.checkpointDtype);
   if (kind === 'cpu' && dtype === 'bfloat16') {
     throw new DeviceError('dtype bfloat16 needs device cuda: the CPU execution provider has no bfloat16 MatMul');
   }
@@ -61,7 +65,20 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   } else {
     sessionOptions.executionProviders = ['cpu'];
   }
-  return { kind, deviceId, dtype, sessionOptions };
+  return { kind, deviceId, dtype, dtypeReason, sessionOptions };
+}
+
+/** The compute dtype and why: the one asked for; on the CPU float32 (its provider has no
+ * half-precision MatMul worth using); on CUDA bfloat16 for a bfloat16 checkpoint (float16's
+ * range is too small for some models' activations: Qwen2.5 and Gemma are known to
+ * overflow), else float16. Norms, soft-caps, softmax and log-probs run in float32 in every
+ * case (decoder.ts). */
+export function chooseDtype(kind: 'cpu' | 'cuda', requested: ComputeDType | undefined, checkpointDtype: string | undefined): { dtype: ComputeDType; reason: string } {
+  if (requested) return { dtype: requested, reason: 'asked for (--dtype or the model config)' };
+  if (kind === 'cpu') return { dtype: 'float32', reason: 'CPU default' };
+  if (checkpointDtype === 'bfloat16')
+    return { dtype: 'bfloat16', reason: 'CUDA default for a bfloat16 checkpoint (float16 can overflow where the model was trained in bfloat16)' };
+  return { dtype: 'float16', reason: `CUDA default for a ${checkpointDtype ?? 'float32'} checkpoint` };
 }
 
 /** The CUDA provider library (libonnxruntime_providers_cuda.so) ships only when the

@@ -102,6 +102,7 @@ export interface EngineInfo {
   maxLength: number;
   device: string;
   dtype: ComputeDType;
+  dtypeReason: string;
   graphNodes: number;
   sessionSeconds: number;
 }
@@ -120,9 +121,9 @@ export class Engine {
   ) {}
 
   static async load(dir: string, options: DeviceOptions = {}): Promise<Engine> {
-    const device = resolveDevice(options);
     const config = readModelConfig(dir);
     const ckpt = new SafetensorsCheckpoint(dir);
+    const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? checkpointDtype(config.torchDtype, ckpt) });
     const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId });
     const graph = buildDecoderGraph(config, ckpt, device.dtype);
     const started = performance.now();
@@ -146,6 +147,7 @@ export class Engine {
       maxLength: config.maxPositions,
       device: device.kind === 'cuda' ? `cuda:${device.deviceId}` : 'cpu',
       dtype: device.dtype,
+      dtypeReason: device.dtypeReason,
       graphNodes: graph.nodeCount,
       sessionSeconds,
     };
@@ -346,6 +348,14 @@ export class Engine {
     }
     return result;
   }
+}
+
+/** The checkpoint's dtype: config `torch_dtype` (or `dtype`), else the one its weights
+ * are stored in when they agree. */
+function checkpointDtype(configured: string | undefined, ckpt: SafetensorsCheckpoint): string | undefined {
+  if (configured) return configured;
+  const stored = new Set([...ckpt.tensors.values()].map((t) => t.dtype));
+  return stored.size === 1 ? [...stored][0] : undefined;
 }
 
 /** onnxruntime session options: the device's, and where external weights live. */

@@ -9,7 +9,7 @@ import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/dtypes.js';
 import { readModelConfig } from '../src/model/families.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
-import { resolveDevice } from '../src/device.js';
+import { chooseDtype, resolveDevice } from '../src/device.js';
 import { DeviceError } from '../src/errors.js';
 import { writeSyntheticCheckpoint } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
@@ -198,6 +198,15 @@ describe('devices', () => {
     expect(resolveDevice().kind).toBe('cpu');
     expect(() => resolveDevice({ device: 'tpu' })).toThrow(DeviceError);
     expect(() => resolveDevice({ device: 'cpu', dtype: 'bfloat16' })).toThrow(/bfloat16 needs device cuda/);
+  });
+
+  it('chooses the compute dtype and says why: bfloat16 on CUDA for a bfloat16 checkpoint, float16 otherwise, float32 on the CPU', () => {
+    expect(chooseDtype('cuda', undefined, 'bfloat16').dtype).toBe('bfloat16');
+    expect(chooseDtype('cuda', undefined, 'bfloat16').reason).toMatch(/bfloat16 checkpoint/);
+    expect(chooseDtype('cuda', undefined, 'float16').dtype).toBe('float16');
+    expect(chooseDtype('cuda', undefined, undefined).dtype).toBe('float16');
+    expect(chooseDtype('cpu', undefined, 'bfloat16')).toEqual({ dtype: 'float32', reason: 'CPU default' });
+    expect(chooseDtype('cuda', 'float32', 'bfloat16')).toEqual({ dtype: 'float32', reason: 'asked for (--dtype or the model config)' });
   });
 
   it('says how to install the CUDA build when CUDA is asked for and absent', () => {

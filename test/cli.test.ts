@@ -133,6 +133,9 @@ describe('ctxprobe serve', () => {
     expect(answer.items[0].continuations[0].numTokens).toBeGreaterThan(0);
     expect(await exited).toBe(0);
     expect(lines.map((l) => l.event)).toEqual(expect.arrayContaining(['listening', 'model_loaded', 'serving', 'draining', 'stopped']));
+    // The load log says which dtype computes and why.
+    const loaded = lines.find((l) => l.event === 'model_loaded')!;
+    expect([loaded.dtype, loaded.dtypeReason]).toEqual(['float32', 'CPU default']);
     client.close();
   });
 });

@@ -35,6 +35,11 @@ describe('gRPC Scoring service', () => {
       ['llama', 'llama', 2, 2, 64],
       ['gpt2', 'gpt2', 2, 4, 16],
     ]);
+    // The compute dtype and why it was chosen.
+    expect(res.models.map((m: any) => [m.dtype, m.dtypeReason])).toEqual([
+      ['float32', 'CPU default'],
+      ['float32', 'CPU default'],
+    ]);
   });
 
   it('tokenizes with the model tokenizer', async () => {

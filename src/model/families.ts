@@ -207,6 +207,8 @@ export interface ModelConfig extends Dims {
   finalSoftcap?: number;
   bosTokenId?: number;
   eosTokenId?: number;
+  /** config.json's `torch_dtype` (newer: `dtype`), as a dtype name. */
+  torchDtype?: string;
 }
 
 // ---- the families --------------------------------------------------------------------
@@ -597,6 +599,7 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     attentionScale: spec.attentionScale?.(raw, dims.headDim) ?? 1 / Math.sqrt(dims.headDim),
     attentionSoftcap: positiveOrNone(spec.attentionSoftcap?.(raw), 'attn_logit_softcapping', file),
     finalSoftcap: positiveOrNone(spec.finalSoftcap?.(raw), 'final_logit_softcapping', file),
+    torchDtype: typeof (raw.torch_dtype ?? raw.dtype) === 'string' ? String(raw.torch_dtype ?? raw.dtype).replace(/^torch\./, '') : undefined,
     bosTokenId: typeof raw.bos_token_id === 'number' ? raw.bos_token_id : undefined,
     eosTokenId: typeof raw.eos_token_id === 'number' ? raw.eos_token_id : Array.isArray(raw.eos_token_id) ? raw.eos_token_id[0] : undefined,
   };

@@ -29,6 +29,10 @@ export interface ModelInfo {
    * float32, float16, bfloat16
    */
   'dtype'?: (string);
+  /**
+   * why this compute dtype (asked for, CPU default, the checkpoint's bfloat16 on CUDA, …)
+   */
+  'dtypeReason'?: (string);
 }
 
 export interface ModelInfo__Output {
@@ -59,4 +63,8 @@ export interface ModelInfo__Output {
    * float32, float16, bfloat16
    */
   'dtype': (string);
+  /**
+   * why this compute dtype (asked for, CPU default, the checkpoint's bfloat16 on CUDA, …)
+   */
+  'dtypeReason': (string);
 }
