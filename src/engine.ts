@@ -17,6 +17,9 @@ export interface Row {
   /** Absolute position of tokens[0] (= the valid length of its past row). */
   startPosition: number;
   pastRow: number;
+  /** Length of the whole sequence this row belongs to (a query block's sequence runs
+   * past its end), when positions depend on it (longrope); default: its end. */
+  sequenceLength?: number;
 }
 
 /** KV cache of a prefix pass (per layer [rows, kv_heads, P, head_dim], right-padded),
@@ -235,6 +238,7 @@ export class Engine {
       raw_heads: i64(raw.heads),
       raw_queries: i64(raw.queries),
       // 1 + the most excluded keys of any row: the top keys always hold a kept one.
+      ...(c.rope?.long ? { sequence_lengths: i64(req.rows.map((r) => P + r.tokens.length)) } : {}),
       probe_top_keys: i64([
         1 +
           (past?.keyBins.filter((b) => b === req.numBins - 2).length ?? 0) +
@@ -321,6 +325,12 @@ export class Engine {
       target_ids: int64(targetIds, [targetIds.length]),
       top_k: int64(BigInt64Array.from([BigInt(k)]), [1]),
     };
+    if (c.rope?.long) {
+      feeds.sequence_lengths = int64(
+        BigInt64Array.from(req.rows, (r) => BigInt(r.sequenceLength ?? r.startPosition + r.tokens.length)),
+        [B],
+      );
+    }
     const fetches: string[] = [];
     if (N > 0) fetches.push('logprobs', 'greedy');
     if (N > 0 && req.topK > 0) fetches.push('topk_logprobs', 'topk_ids');

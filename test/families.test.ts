@@ -144,6 +144,11 @@ describe('config keys that change the computation', () => {
     expect(() => parseModelConfig({ ...raw, rope_parameters: { rope_type: 'yarn', factor: 2, rope_theta: 5e5 } })).toThrow(/rope_scaling type yarn/);
   });
 
+  it('serves rotary models up to the size of their cos/sin tables', () => {
+    expect(parseModelConfig({ ...configs.qwen2, max_position_embeddings: 1010000 }).maxPositions).toBe(131072);
+    expect(parseModelConfig({ ...configs.qwen2, max_position_embeddings: 32768 }).maxPositions).toBe(32768);
+  });
+
   it("takes Qwen3's head_dim default of 128 from its config class", () => {
     const { head_dim: _, ...raw } = configs.qwen3!;
     expect(parseModelConfig(raw).headDim).toBe(128);

@@ -71,6 +71,19 @@ export const FAMILY_FIXTURES: Record<string, SyntheticSpec> = {
     seed: 15,
     slidingWindow: 7,
   },
+  // Phi-3 long-context: half the head dimensions rotate (partial_rotary_factor 0.5), and
+  // longrope picks short or long factors per sequence (original 16 of 64 positions: the
+  // tests' sequences fall on both sides), cos/sin × √(1 + ln 4 / ln 16).
+  'phi3-longrope': {
+    family: 'phi3',
+    ...TINY,
+    kvHeads: 2,
+    headDim: 12,
+    intermediate: 40,
+    seed: 24,
+    ropeScaling: { type: 'longrope', short_factor: [1, 1.5, 2], long_factor: [2, 4, 8] },
+    extraConfig: { partial_rotary_factor: 0.5, original_max_position_embeddings: 16 },
+  },
   // Per-head q/k RMSNorm before rotary, a head_dim apart from hidden/heads.
   qwen3: {
     family: 'qwen3',

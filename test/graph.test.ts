@@ -25,7 +25,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s graph', (family) => {
     const graph = decode(buildDecoderGraph(config, ckpt).model);
     const weights = new Set(ckpt.tensors.keys());
     const constants = graph.initializer.map((t) => t.name!).filter((n) => !weights.has(n) && !n.startsWith('transformer.'));
-    for (const name of constants) expect(name).toMatch(/^\/model\/(constants\/(INT64|FLOAT)\/|rotary(_local)?\/inv_freq$)/);
+    for (const name of constants) expect(name).toMatch(/^\/model\/(constants\/(INT64|FLOAT)\/|rotary(_local)?\/(cos|sin)$)/);
     expect(new Set(constants).size).toBe(constants.length);
     expect(constants).toContain(`/model/constants/INT64/[-1, ${config.hiddenSize}]`);
     for (const node of graph.node) {

@@ -52,13 +52,13 @@ describe('plan', () => {
         kind: 'score',
         past: undefined,
         keep: true,
-        rows: [{ unit: 0, tokens: [1, 2, 3, 4], startPosition: 0, scoredFrom: 3, pastRow: 0, targetFrom: 0, targetCount: 1 }],
+        rows: [{ unit: 0, tokens: [1, 2, 3, 4], startPosition: 0, scoredFrom: 3, pastRow: 0, targetFrom: 0, targetCount: 1, sequenceLength: 10 }],
       },
       {
         kind: 'score',
         past: 0,
         keep: true,
-        rows: [{ unit: 0, tokens: [5, 6, 7, 8], startPosition: 4, scoredFrom: 0, pastRow: 0, targetFrom: 1, targetCount: 4 }],
+        rows: [{ unit: 0, tokens: [5, 6, 7, 8], startPosition: 4, scoredFrom: 0, pastRow: 0, targetFrom: 1, targetCount: 4, sequenceLength: 10 }],
       },
       {
         kind: 'score',

@@ -129,12 +129,15 @@ export async function checkFamily(model: ReferenceModel, engine: Engine, seed: n
   }
   // Without a heatmap, through the prefix cache: the 17 tokens before the query chunk are
   // computed once (KV only), then reused; the probe pass runs only the query rows.
-  const cached = new Prober(engine, { scorer: new Scorer(engine) });
+  const scorer = new Scorer(engine);
+  const cached = new Prober(engine, { scorer });
   for (const [round, excluded] of [new Set<number>(), new Set([0])].entries()) {
     const answer = await cached.probe([{ chunkIds: chunks, excludePositions: [...excluded] }], { heatmap: false });
     const got = answer.samples[0]!;
     const ref = referenceProbe(A, spans, queries, excluded, { pool: 'max', queryReduce: 'mean', keyReduce: 'max' }, referenceWindow(model.config));
-    expect(got.prefix).toEqual(round === 0 ? { computed: 17, reused: 0 } : { computed: 0, reused: 17 });
+    // No cache where positions depend on the sequence length (longrope): the whole sample runs.
+    if (scorer.cache) expect(got.prefix).toEqual(round === 0 ? { computed: 17, reused: 0 } : { computed: 0, reused: 17 });
+    else expect(got.prefix).toBeUndefined();
     expect(got.heatmap).toEqual([]);
     expectMatrix(got.votes, ref.votes, ref.nearTies + 1e-6, 'cached prefix votes');
     expectMatrix([got.votesExcluded], [ref.votesExcluded], 1e-6, 'cached prefix votesExcluded');

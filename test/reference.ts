@@ -72,6 +72,23 @@ function softmax(x: number[]): number[] {
   return e.map((v) => v / s);
 }
 
+/** inv_freq of transformers' rope init functions (default, linear, llama3, longrope) over
+ * `dim` rotary dimensions, for a forward pass over `seqLen` positions (longrope picks its
+ * factors by it), and the factor cos/sin are multiplied by. */
+export function referenceRope(config: Record<string, any>, dim: number, seqLen: number): { inv: number[]; factor: number } {
+  const rs = config.rope_scaling;
+  if (rs && (rs.rope_type ?? rs.type) === 'longrope') {
+    // _compute_longrope_parameters + longrope_frequency_update (Phi-3).
+    const original = config.original_max_position_embeddings ?? config.max_position_embeddings;
+    const scale = config.original_max_position_embeddings ? config.max_position_embeddings / original : (rs.factor ?? 1);
+    const factor = rs.attention_factor ?? (scale <= 1 ? 1 : Math.sqrt(1 + Math.log(scale) / Math.log(original)));
+    const ext: number[] = seqLen > original ? rs.long_factor : rs.short_factor;
+    const theta = config.rope_theta ?? 10000;
+    return { inv: ext.map((f, i) => 1 / (f * Math.pow(theta, (2 * i) / dim))), factor };
+  }
+  return { inv: referenceInvFreq(config, dim), factor: 1 };
+}
+
 /** inv_freq of transformers' rope init functions (default, linear, llama3). */
 export function referenceInvFreq(config: Record<string, any>, headDim: number): number[] {
   const theta = config.rope_theta ?? 10000;
@@ -182,15 +199,19 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
   });
   // Gemma 3: global layers rotate with rope_theta (default 1e6) and rope_scaling, sliding
   // layers with rope_local_base_freq (default 10000), unscaled.
-  const globalInv = gpt2 ? [] : referenceInvFreq(gemma3 ? { ...c, rope_theta: c.rope_theta ?? 1e6 } : c, D);
-  const localInv = gemma3 ? referenceInvFreq({ rope_theta: c.rope_local_base_freq ?? 10000 }, D) : globalInv;
-  let inv = globalInv;
+  // Phi3: the first int(D · partial_rotary_factor) dimensions rotate, the rest pass.
+  const R = Math.floor(D * (c.partial_rotary_factor ?? 1));
+  const globalRope = gpt2 ? { inv: [], factor: 1 } : referenceRope(gemma3 ? { ...c, rope_theta: c.rope_theta ?? 1e6 } : c, R, T);
+  const localRope = gemma3 ? { inv: referenceInvFreq({ rope_theta: c.rope_local_base_freq ?? 10000 }, D), factor: 1 } : globalRope;
+  let inv = globalRope.inv;
+  let cosSinFactor = globalRope.factor;
   const rope = (v: Vec, pos: number) => {
-    const out = new Float64Array(D);
-    for (let i = 0; i < D / 2; i++) {
+    const out = Float64Array.from(v);
+    for (let i = 0; i < R / 2; i++) {
       const a = pos * inv[i]!;
-      out[i] = v[i]! * Math.cos(a) - v[i + D / 2]! * Math.sin(a);
-      out[i + D / 2] = v[i + D / 2]! * Math.cos(a) + v[i]! * Math.sin(a);
+      const [cs, sn] = [Math.cos(a) * cosSinFactor, Math.sin(a) * cosSinFactor];
+      out[i] = v[i]! * cs - v[i + R / 2]! * sn;
+      out[i + R / 2] = v[i + R / 2]! * cs + v[i]! * sn;
     }
     return out;
   };
@@ -200,7 +221,7 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
     const opt = (n: string) => m.tensors.get(n);
     // OLMo 2 has no norm before attention.
     const window = referenceLayerWindow(c, l);
-    inv = referenceSliding(c, l) ? localInv : globalInv;
+    ({ inv, factor: cosSinFactor } = referenceSliding(c, l) ? localRope : globalRope);
     const hs = xs.map((x) =>
       gpt2 ? layerNorm(x, get(m, p + 'ln_1.weight'), get(m, p + 'ln_1.bias'), eps) : olmo2 ? x : norm(x, p + 'input_layernorm.weight'),
     );

@@ -106,17 +106,17 @@ export class GraphBuilder {
     return this.initializer(`/model/constants/${ONNX_DTYPE_LABEL[dtype]}/${shape}${shown}`, dtype, dims, list);
   }
 
-  /** A constant table too large to name by value (rotary frequencies): an absolute name, unscoped. */
+  /** A constant table too large to name by value (rotary tables): an absolute name, unscoped. */
   namedConstant(name: string, dtype: 'float32' | 'int64', dims: number[], values: ArrayLike<number>): string {
-    return this.initializer(name, dtype, dims, Array.from(values));
+    return this.initializer(name, dtype, dims, values);
   }
 
-  private initializer(name: string, dtype: 'float32' | 'int64', dims: number[], values: number[]): string {
+  private initializer(name: string, dtype: 'float32' | 'int64', dims: number[], values: ArrayLike<number>): string {
     if (this.constants.has(name)) return name;
     const raw =
       dtype === 'float32'
-        ? new Uint8Array(Float32Array.from(values).buffer)
-        : new Uint8Array(BigInt64Array.from(values, (v) => BigInt(v)).buffer);
+        ? new Uint8Array((values instanceof Float32Array ? values : Float32Array.from(values)).buffer.slice(0))
+        : new Uint8Array(BigInt64Array.from(Array.from(values), (v) => BigInt(v)).buffer);
     this.initializers.push(onnx.TensorProto.create({ name, dataType: ONNX_DTYPE[dtype], dims, rawData: raw }));
     this.constants.add(name);
     return name;

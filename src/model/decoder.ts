@@ -19,7 +19,7 @@
 //   present.L.key / present.L.value [B, kv_heads, S, head_dim].
 import { GraphBuilder, float, type ExternalTensor } from '../graph/builder.js';
 import { kvDType, type ComputeDType, type DTypeName } from '../dtypes.js';
-import type { MlpSpec, ModelConfig } from './families.js';
+import type { MlpSpec, ModelConfig, RopeSpec } from './families.js';
 import { logprobKernel } from '../../kernels/logprobs.js';
 
 /** Where the decoder gets its weights: a checkpoint, or a recorder (synthetic.ts). */
@@ -71,6 +71,7 @@ export function buildDecoderGraph(
 interface Rope {
   cos: string;
   sin: string;
+  rotaryDim: number;
 }
 
 interface Past {
@@ -104,11 +105,11 @@ class DecoderBuilder {
 
     let x = g.scope('model', () => this.embed(inputIds, positionIds));
     const mask = g.scope('model/attn_mask', () => this.attentionMask(positionIds, keyPositions));
-    const rope = c.rope ? g.scope('model/rotary', () => this.rotaryTables(positionIds, c.rope!.invFreq, '/model/rotary/inv_freq')) : undefined;
+    // longrope: each row's whole-sequence length picks its frequencies.
+    const sequenceLengths = c.rope?.long ? g.input('sequence_lengths', 'int64', ['batch']) : undefined;
+    const rope = c.rope ? g.scope('model/rotary', () => this.rotaryTables(positionIds, c.rope!, '/model/rotary', sequenceLengths)) : undefined;
     // Gemma 3: the sliding layers rotate with their own frequencies.
-    const localRope = c.localRope
-      ? g.scope('model/rotary_local', () => this.rotaryTables(positionIds, c.localRope!.invFreq, '/model/rotary_local/inv_freq'))
-      : rope;
+    const localRope = c.localRope ? g.scope('model/rotary_local', () => this.rotaryTables(positionIds, c.localRope!, '/model/rotary_local')) : rope;
     if (this.tap) g.scope('model', () => this.tap!.begin(g, { config: c, allowed: mask.allowed, toCompute: (v) => this.fromFloat32(v) }));
 
     for (let i = 0; i < c.numLayers; i++) {
@@ -200,18 +201,32 @@ class DecoderBuilder {
     };
   }
 
-  // cos/sin for every new token, shared by all layers (transformers' rotate-half form):
-  //   position_ids ─Cast─Unsqueeze─► [B,T,1] ─Mul(inv_freq)─► [B,T,D/2] ─Concat(x2)─► [B,T,D] ─Cos/Sin─► [B,1,T,D]
-  private rotaryTables(positionIds: string, frequencies: Float32Array, name: string): Rope {
-    const { g } = this;
-    const pos = g.cast(positionIds, 'float32', 'int64', 'positions_f32');
-    const pos3 = g.node('Unsqueeze', [pos, g.ints([-1])], { name: 'positions_3d' });
-    const invFreq = g.namedConstant(name, 'float32', [frequencies.length], frequencies);
-    const freqs = g.node('Mul', [pos3, invFreq], { name: 'freqs' });
-    const emb = g.node('Concat', [freqs, freqs], { name: 'emb', attrs: { axis: -1 } });
-    const cos = g.node('Unsqueeze', [this.fromFloat32(g.node('Cos', [emb], { name: 'cos' })), g.ints([1])], { name: 'cos_4d' });
-    const sin = g.node('Unsqueeze', [this.fromFloat32(g.node('Sin', [emb], { name: 'sin' })), g.ints([1])], { name: 'sin_4d' });
-    return { cos, sin };
+  // cos/sin for every new token, shared by all layers (transformers' rotate-half form, R
+  // rotary dimensions), looked up by position in tables made here: onnxruntime's Cos/Sin
+  // round an element differently depending on where it sits in the tensor (measured: 1
+  // in 1000 angles moved by an ulp when the tensor shifted by 3), so computing them in the
+  // graph would make a token's rotation depend on its batch.
+  //   position_ids (+ P when the row is long: longrope) ─Gather(cos table, sin table)─► [B,T,R/2] ─Concat(x2)─► [B,1,T,R]
+  private rotaryTables(positionIds: string, rope: RopeSpec, name: string, sequenceLengths?: string): Rope {
+    const { g, c } = this;
+    const P = c.maxPositions;
+    const variants = rope.long && sequenceLengths ? [rope.invFreq, rope.long.invFreq] : [rope.invFreq];
+    const { cos: cosTable, sin: sinTable } = rotaryValues(variants, P, rope.attentionFactor);
+    const half = rope.invFreq.length;
+    const cosT = g.namedConstant(`${name}/cos`, 'float32', [variants.length * P, half], cosTable);
+    const sinT = g.namedConstant(`${name}/sin`, 'float32', [variants.length * P, half], sinTable);
+    let index = positionIds;
+    if (variants.length > 1) {
+      const isLong = g.cast(g.node('Greater', [sequenceLengths!, g.int(rope.long!.originalMax)], { name: 'is_long' }), 'int64', 'bool', 'is_long_i64');
+      const offset = g.node('Unsqueeze', [g.node('Mul', [isLong, g.int(P)], { name: 'table_offset' }), g.ints([1])], { name: 'table_offset_2d' });
+      index = g.node('Add', [positionIds, offset], { name: 'table_rows' });
+    }
+    const table = (t: string, what: string) => {
+      const half = g.node('Gather', [t, index], { name: `${what}_half`, attrs: { axis: 0 } });
+      const full = g.node('Concat', [half, half], { name: `${what}_full`, attrs: { axis: -1 } });
+      return g.node('Unsqueeze', [this.fromFloat32(full), g.ints([1])], { name: `${what}_4d` });
+    };
+    return { cos: table(cosT, 'cos'), sin: table(sinT, 'sin'), rotaryDim: rope.rotaryDim };
   }
 
   //   x ─► (attn_in norm) ─► attention ─► (attn_out norm) ─► + ─► (mlp_in norm) ─► mlp ─► (mlp_out norm) ─► + ─► hidden
@@ -257,6 +272,7 @@ class DecoderBuilder {
       const q5 = {
         cos: g.node('Unsqueeze', [rope.cos, g.ints([1])], { name: 'cos_5d' }),
         sin: g.node('Unsqueeze', [rope.sin, g.ints([1])], { name: 'sin_5d' }),
+        rotaryDim: rope.rotaryDim,
       };
       q = g.scope('q_rope', () => this.applyRope(q, q5));
       k = g.scope('k_rope', () => this.applyRope(k, rope));
@@ -310,13 +326,18 @@ class DecoderBuilder {
 
   //   x ─┬─ Mul(cos) ──────────────────────────────────┐
   //      └─ Split(halves) ─► Concat(-x2, x1) ─ Mul(sin) ─ Add ─► rotated
+  // Partial rotary (Phi-3): x ─Split─► [first R dims, the rest] ─► rotate the first ─Concat(rest)─►
   private applyRope(x: string, t: Rope): string {
-    const { g } = this;
-    const [x1, x2] = g.nodeN('Split', 'halves', [x], { outputs: 2, attrs: { axis: -1, num_outputs: 2 } }) as [string, string];
+    const { g, c } = this;
+    const pass = c.headDim - t.rotaryDim;
+    const [rot, rest] =
+      pass > 0 ? (g.nodeN('Split', 'rotary_part', [x, g.ints([t.rotaryDim, pass])], { outputs: 2, attrs: { axis: -1 } }) as [string, string]) : [x, undefined];
+    const [x1, x2] = g.nodeN('Split', 'halves', [rot], { outputs: 2, attrs: { axis: -1, num_outputs: 2 } }) as [string, string];
     const rotated = g.node('Concat', [g.node('Neg', [x2], { name: 'neg_x2' }), x1], { name: 'rotate_half', attrs: { axis: -1 } });
-    const a = g.node('Mul', [x, t.cos], { name: 'x_cos' });
+    const a = g.node('Mul', [rot, t.cos], { name: 'x_cos' });
     const b = g.node('Mul', [rotated, t.sin], { name: 'rotated_sin' });
-    return g.node('Add', [a, b], { name: 'rotated' });
+    const out = g.node('Add', [a, b], { name: 'rotated' });
+    return rest ? g.node('Concat', [out, rest], { name: 'with_pass', attrs: { axis: -1 } }) : out;
   }
 
   //   gated (Llama):      x ─► gate_proj ─► act ─┐
@@ -539,4 +560,25 @@ class DecoderBuilder {
 /** For `switch` over a discriminated union: a new variant is a compile error here. */
 export function unreachable(value: never): never {
   throw new Error(`unhandled variant ${JSON.stringify(value)}`);
+}
+
+/** cos and sin of position × frequency for every position below `positions`, one block of
+ * rows per frequency variant, as transformers computes them in float32 (the angle rounded
+ * to float32, then cos/sin, then × the attention factor in float32). */
+function rotaryValues(variants: Float32Array[], positions: number, factor: number): { cos: Float32Array; sin: Float32Array } {
+  const half = variants[0]!.length;
+  const cos = new Float32Array(variants.length * positions * half);
+  const sin = new Float32Array(variants.length * positions * half);
+  const f = Math.fround(factor);
+  variants.forEach((inv, v) => {
+    for (let p = 0; p < positions; p++) {
+      const row = (v * positions + p) * half;
+      for (let i = 0; i < half; i++) {
+        const angle = Math.fround(inv[i]! * p);
+        cos[row + i] = f === 1 ? Math.cos(angle) : Math.fround(Math.cos(angle)) * f;
+        sin[row + i] = f === 1 ? Math.sin(angle) : Math.fround(Math.sin(angle)) * f;
+      }
+    }
+  });
+  return { cos, sin };
 }

@@ -129,6 +129,9 @@ export interface FamilySpec {
    * of the output logits before the log-softmax. */
   attentionSoftcap?: (c: RawConfig) => number | undefined;
   finalSoftcap?: (c: RawConfig) => number | undefined;
+  /** Rotates the first head_dim × partial_rotary_factor dimensions only (Phi-3's
+   * apply_rotary_pos_emb); families without it refuse a factor < 1. */
+  partialRotary?: boolean;
   /** Expert routing, for `mlp.kind === 'moe'`. */
   moe?: (c: RawConfig, layers: number) => MoeConfig;
   /** Rotary frequencies of the sliding layers, when they differ from the others' (Gemma 3:
@@ -185,11 +188,18 @@ export interface RopeSpec {
   /** One frequency per rotated pair, rope_scaling already applied. */
   invFreq: Float32Array;
   /** The rotary values depend on the whole sequence's length (Phi-3 `longrope` picks its
-   * factors per forward pass, dynamic NTK rescales past the trained length): the same
-   * prefix has other KV in a longer sequence, so no prefix cache, prefix sharing or query
-   * block may reuse it. No scaling ctxprobe implements does this yet; the ones that do
-   * are refused at load. */
+   * factors per forward pass): the same prefix has other KV in a longer sequence, so no
+   * prefix cache or prefix sharing may reuse it, and query blocks must say how long their
+   * whole sequence is. */
   dependsOnLength: boolean;
+  /** Dimensions rotated (the first ones; the rest pass through): head_dim ×
+   * partial_rotary_factor. */
+  rotaryDim: number;
+  /** Multiplies cos and sin (longrope's attention factor; 1 otherwise). */
+  attentionFactor: number;
+  /** longrope: the frequencies of sequences longer than `originalMax` (`invFreq` is then
+   * the short ones). */
+  long?: { invFreq: Float32Array; originalMax: number };
 }
 
 export interface ModelConfig extends Dims {
@@ -321,13 +331,14 @@ export const FAMILIES: FamilySpec[] = [
   }),
   // Phi-3: Llama with q/k/v fused into `qkv_proj` and gate/up into `gate_up_proj`
   // (modeling_phi3.py: query_pos = heads·head_dim, then kv_heads·head_dim each; the
-  // first half of gate_up is the gate). Partial rotary and `longrope` scaling are
-  // refused by ropeFrequencies until they are implemented.
+  // first half of gate_up is the gate); `partial_rotary_factor` rotates the first
+  // dimensions only; `longrope` scaling (ropeFrequencies).
   family(LLAMA, {
     family: 'phi3',
     modelTypes: ['phi3'],
     qkv: { kind: 'fused', qkv: 'self_attn.qkv_proj' },
     mlp: { kind: 'gatedFused', gateUp: 'mlp.gate_up_proj', down: 'mlp.down_proj' },
+    partialRotary: true,
     // Phi3Attention and Phi3MLP have no biases.
     bias: fixedBiases(false, false, false),
     slidingWindow: (c) => c.sliding_window ?? undefined,
@@ -510,6 +521,9 @@ function activation(name: string): Activation {
   throw new CheckpointError(`config.json: activation ${name} is not supported (silu, gelu, gelu_new, gelu_pytorch_tanh)`);
 }
 
+/** Positions a rotary model serves at most (the size of its cos/sin tables). */
+export const MAX_ROTARY_POSITIONS = 131072;
+
 /** The dimensions of a config, read through the family's key names and defaults. */
 export function readDims(spec: FamilySpec, c: RawConfig): Dims {
   const { keys, defaults } = spec;
@@ -523,7 +537,10 @@ export function readDims(spec: FamilySpec, c: RawConfig): Dims {
     headDim: keys.headDim ? int(c, keys.headDim, defaults.headDim ?? hidden / heads) : hidden / heads,
     intermediateSize: int(c, keys.intermediate, defaults.intermediate?.(hidden)),
     vocabSize: int(c, keys.vocab),
-    maxPositions: int(c, keys.maxPositions, defaults.maxPositions),
+    // Rotary models look cos/sin up in tables of this many rows (decoder.ts): 131072
+    // positions are 64 MiB for a 128-wide head; longer configs (Qwen2.5-1M) are served up
+    // to it.
+    maxPositions: Math.min(int(c, keys.maxPositions, defaults.maxPositions), spec.positions.kind === 'rope' ? MAX_ROTARY_POSITIONS : Infinity),
     normEps: c[keys.normEps] ?? defaults.normEps,
     activation: activation(c[keys.activation] ?? defaults.activation),
     tiedEmbeddings: c[keys.tied] ?? defaults.tied,
@@ -532,18 +549,48 @@ export function readDims(spec: FamilySpec, c: RawConfig): Dims {
 }
 
 /** Rotary frequencies as transformers computes them, with `rope_scaling` applied. */
-export function ropeFrequencies(c: RawConfig, headDim: number, defaultTheta = 10000): RopeSpec {
+export function ropeFrequencies(c: RawConfig, headDim: number, defaultTheta = 10000, partialRotary = false): RopeSpec {
   // Newer transformers save `rope_parameters` ({rope_type, rope_theta, …}) in place of
   // rope_theta / rope_scaling.
   const params = c.rope_parameters ?? undefined;
   const theta: number = c.rope_theta ?? params?.rope_theta ?? defaultTheta;
-  const rotaryDim = Math.round(headDim * (c.partial_rotary_factor ?? 1));
-  if (rotaryDim !== headDim) throw new CheckpointError('config.json: partial_rotary_factor < 1 is not supported yet');
+  const partial = c.partial_rotary_factor ?? params?.partial_rotary_factor ?? 1;
+  // transformers: dim = int(head_dim * partial_rotary_factor).
+  const rotaryDim = Math.floor(headDim * partial);
+  if (rotaryDim !== headDim && !partialRotary)
+    throw new CheckpointError(`config.json: partial_rotary_factor = ${partial} is not supported for this family (it rotates every dimension)`);
+  if (rotaryDim <= 0 || rotaryDim % 2 !== 0)
+    throw new CheckpointError(`config.json: partial_rotary_factor = ${partial} gives ${rotaryDim} rotary dimensions (need an even number > 0)`);
   const half = rotaryDim / 2;
   const base = Array.from({ length: half }, (_, i) => 1 / theta ** ((2 * i) / rotaryDim));
   const scaling = c.rope_scaling ?? (params && (params.rope_type ?? 'default') !== 'default' ? params : null);
   const type: string = scaling ? (scaling.rope_type ?? scaling.type ?? 'default') : 'default';
   let freqs = base;
+  const plain = { theta, rotaryDim, attentionFactor: 1, dependsOnLength: false };
+  if (type === 'longrope') {
+    // modeling_rope_utils' longrope: per forward pass, long factors when the sequence is
+    // longer than original_max_position_embeddings, else short ones; inv_freq = 1 /
+    // (factor_i · θ^(2i/dim)); cos and sin × attention_factor, by default
+    // √(1 + ln(max/original) / ln(original)) when max > original.
+    const original: number = c.original_max_position_embeddings ?? scaling.original_max_position_embeddings ?? c.max_position_embeddings;
+    const factor: number = c.original_max_position_embeddings !== undefined ? c.max_position_embeddings / original : (scaling.factor ?? 1);
+    const attentionFactor: number = scaling.attention_factor ?? (factor <= 1 ? 1 : Math.sqrt(1 + Math.log(factor) / Math.log(original)));
+    const factors = (name: string): number[] => {
+      const f = scaling[name];
+      if (!Array.isArray(f) || f.length !== half || !f.every((v) => typeof v === 'number' && v > 0))
+        throw new CheckpointError(`config.json: rope_scaling.${name} must be ${half} positive numbers (rotary dimensions / 2)`);
+      return f;
+    };
+    const [short, long] = [factors('short_factor'), factors('long_factor')];
+    if (!Number.isInteger(original) || original <= 0) throw new CheckpointError('config.json: longrope needs original_max_position_embeddings');
+    return {
+      ...plain,
+      attentionFactor,
+      dependsOnLength: true,
+      invFreq: Float32Array.from(base.map((f, i) => f / short[i]!)),
+      long: { invFreq: Float32Array.from(base.map((f, i) => f / long[i]!)), originalMax: original },
+    };
+  }
   if (type === 'linear') {
     freqs = base.map((f) => f / scaling.factor);
   } else if (type === 'llama3') {
@@ -558,9 +605,9 @@ export function ropeFrequencies(c: RawConfig, headDim: number, defaultTheta = 10
       return (1 - smooth) * (f / factor) + smooth * f;
     });
   } else if (type !== 'default') {
-    throw new CheckpointError(`config.json: rope_scaling type ${type} is not supported (default, linear, llama3)`);
+    throw new CheckpointError(`config.json: rope_scaling type ${type} is not supported (default, linear, llama3, longrope)`);
   }
-  return { theta, invFreq: Float32Array.from(freqs), dependsOnLength: false };
+  return { ...plain, invFreq: Float32Array.from(freqs) };
 }
 
 /** A parsed config.json in the shape the graph builder uses. */
@@ -589,7 +636,10 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     modelType,
     spec,
     bias: spec.bias(raw),
-    rope: spec.positions.kind === 'rope' ? ropeFrequencies(globalRopeConfig(raw), dims.headDim, spec.defaults.ropeTheta) : undefined,
+    rope:
+      spec.positions.kind === 'rope'
+        ? ropeFrequencies(globalRopeConfig(raw), dims.headDim, spec.defaults.ropeTheta, spec.partialRotary ?? false)
+        : undefined,
     localRope: spec.localRope?.(raw, dims.headDim),
     moe,
     slidingLayers:

@@ -47,6 +47,8 @@ export interface ScoreRow {
   targetCount: number;
   /** Row of the past KV this row continues (0 without a past). */
   pastRow: number;
+  /** Length of the whole sequence, when it runs past this row (query blocks). */
+  sequenceLength?: number;
   /** The past from the prefix cache: pieces of kept KV, `startPosition` positions in all. */
   cached?: Piece[];
   /** Trunk rows: positions scored into the cache, with top-k of this size. */
@@ -172,6 +174,9 @@ function blocks(passes: Pass[], row: ScoreRow, blockSize: (keys: number) => numb
     if (row.cacheScores) block.cacheScores = row.cacheScores.filter((s) => s.index >= start && s.index < end).map((s) => ({ ...s, index: s.index - start }));
     if (row.path) block.path = row.path;
     if (row.topK) block.topK = row.topK;
+    // longrope picks its frequencies by the whole sequence's length, not the block's.
+    if (end < row.tokens.length) block.sequenceLength = row.sequenceLength ?? row.startPosition + row.tokens.length;
+    else if (row.sequenceLength !== undefined) block.sequenceLength = row.sequenceLength;
     past = passes.push({ kind: 'score', past, keep: end < row.tokens.length, rows: [block] }) - 1;
     start = end;
   }

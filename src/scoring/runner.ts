@@ -135,7 +135,12 @@ async function runScorePass(
   const topK = Math.max(0, ...pass.rows.map(rowTopK));
   const toCache = sink !== undefined && pass.rows.some((r) => r.path);
   const out = await engine.forward({
-    rows: pass.rows.map((r, b) => ({ tokens: r.tokens, startPosition: r.startPosition, pastRow: pastRows[b]! })),
+    rows: pass.rows.map((r, b) => ({
+      tokens: r.tokens,
+      startPosition: r.startPosition,
+      pastRow: pastRows[b]!,
+      ...(r.sequenceLength !== undefined ? { sequenceLength: r.sequenceLength } : {}),
+    })),
     past,
     scored,
     topK,
