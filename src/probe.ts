@@ -27,6 +27,10 @@ export interface ProbeSample {
   messages?: ChatMessage[];
   /** Text chunks only: run the tokenizer's special tokens (BOS) on the whole text. */
   addSpecialTokens?: boolean;
+  /** Chat messages: render the next assistant turn's prompt too (default false). */
+  addGenerationPrompt?: boolean;
+  /** Chat messages: further template arguments (enable_thinking, date_string, tools, …). */
+  templateKwargs?: Record<string, unknown>;
   /** Labels whose tokens are the queries of the chunk distribution; default: the last chunk's. */
   queryLabels?: string[];
   /** Token positions removed from the key side (attention sinks), their share reported apart. */
@@ -154,7 +158,15 @@ export class Prober {
     if (given !== 1) throw new InvalidArgumentError(field, 'give exactly one of chunks, chunk_ids or messages');
     let seg: Segmented;
     if (sample.messages?.length)
-      seg = await segmentText(tok, renderChat(tok, sample.messages, `${field}.messages`), false, `${field}.messages`);
+      seg = await segmentText(
+        tok,
+        renderChat(tok, sample.messages, `${field}.messages`, tok.chatTemplate, {
+          addGenerationPrompt: sample.addGenerationPrompt,
+          kwargs: sample.templateKwargs,
+        }),
+        false,
+        `${field}.messages`,
+      );
     else if (sample.chunks?.length) seg = await segmentText(tok, sample.chunks, sample.addSpecialTokens ?? false, `${field}.chunks`);
     else {
       const vocab = this.engine.config.vocabSize;

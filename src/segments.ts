@@ -91,10 +91,39 @@ export function segmentIds(chunks: IdChunk[], field = 'chunks'): Segmented {
 
 /** Render chat messages with the model's chat template (tokenizer_config.json), one text
  * chunk per message: message k is what rendering messages[0..k] adds to messages[0..k-1]. */
-export function renderChat(tok: TextTokenizer, messages: ChatMessage[], field = 'messages', template = tok.chatTemplate): TextChunk[] {
+/** How a conversation is rendered: the template's own arguments. */
+export interface ChatRenderOptions {
+  /** Render the prompt of the next assistant turn too (default false). */
+  addGenerationPrompt?: boolean;
+  /** Further template arguments: enable_thinking, date_string, tools, … */
+  kwargs?: Record<string, unknown>;
+}
+
+/** Render a conversation with the model's chat template once, and cut the text into one
+ * chunk per message (or per labelled chunk inside a message): each message's content is
+ * found in the rendering, in order; template markup goes to the message it introduces,
+ * markup after the last message (an EOS, the generation prompt) to the last chunk. A
+ * template that drops a message, rewrites its content beyond trimming, or reorders
+ * messages is refused naming the message. */
+export function renderChat(
+  tok: TextTokenizer,
+  messages: ChatMessage[],
+  field = 'messages',
+  template = tok.chatTemplate,
+  options: ChatRenderOptions = {},
+): TextChunk[] {
   if (!template)
-    throw new InvalidArgumentError(field, 'the model has no chat_template in tokenizer_config.json: send labelled chunks instead');
+    throw new InvalidArgumentError(field, 'the model has no chat template (tokenizer_config.json or chat_template.jinja): send labelled chunks instead');
   if (messages.length === 0) throw new InvalidArgumentError(field, 'at least one message is needed');
+  messages.forEach((m, k) => {
+    if (typeof m.role !== 'string') throw new InvalidArgumentError(`${field}[${k}].role`, 'must be a string');
+    if (m.chunks?.length) {
+      const joined = m.chunks.map((c) => c.text).join('');
+      if (m.content && m.content !== joined)
+        throw new InvalidArgumentError(`${field}[${k}].content`, 'give the content or its chunks, not both (or the chunks\' texts joined)');
+    } else if (typeof m.content !== 'string') throw new InvalidArgumentError(`${field}[${k}].content`, 'must be a string');
+  });
+  const contents = messages.map((m) => (m.chunks?.length ? m.chunks.map((c) => c.text).join('') : m.content));
   let compiled: Template;
   try {
     compiled = new Template(template);
@@ -105,34 +134,68 @@ export function renderChat(tok: TextTokenizer, messages: ChatMessage[], field = 
     const v = tok.config[name];
     return typeof v === 'string' ? v : (v?.content ?? '');
   };
-  const render = (upTo: number) => {
-    if (upTo === 0) return '';
-    try {
-      return compiled.render({
-        messages: messages.slice(0, upTo),
-        bos_token: special('bos_token'),
-        eos_token: special('eos_token'),
-        add_generation_prompt: false, // raise_exception is built into @huggingface/jinja
-      });
-    } catch (e) {
-      throw new InvalidArgumentError(field, `the chat template cannot render messages[0..${upTo - 1}]: ${(e as Error).message}`);
+  let text: string;
+  try {
+    text = compiled.render({
+      bos_token: special('bos_token'),
+      eos_token: special('eos_token'),
+      ...options.kwargs,
+      messages: messages.map((m, k) => ({ role: m.role, content: contents[k]! })),
+      add_generation_prompt: options.addGenerationPrompt ?? false, // raise_exception is built into @huggingface/jinja
+    });
+  } catch (e) {
+    throw new InvalidArgumentError(field, `the chat template cannot render these messages: ${(e as Error).message}`);
+  }
+  // Where each message's content sits in the rendering: [start, end), and whether it is
+  // the content as given (templates trim; Qwen3 drops earlier turns' reasoning).
+  const spans: { start: number; end: number; exact: boolean }[] = [];
+  let cursor = 0;
+  contents.forEach((content, k) => {
+    const found = locate(text, content, cursor);
+    if (!found) {
+      const earlier = locate(text, content, 0);
+      if (earlier && k > 0)
+        throw new InvalidArgumentError(
+          `${field}[${k}]`,
+          `the chat template renders this message before messages[${k - 1}] (it moves a message, e.g. a system prompt into a later turn), so messages cannot be told apart`,
+        );
+      throw new InvalidArgumentError(`${field}[${k}]`, 'the chat template drops this message or rewrites its content, so it has no span of its own');
     }
-  };
+    spans.push(found);
+    cursor = found.end;
+  });
   const labels = messageLabels(messages);
   const chunks: TextChunk[] = [];
-  let before = '';
-  messages.forEach((m, k) => {
-    if (typeof m.content !== 'string' || typeof m.role !== 'string')
-      throw new InvalidArgumentError(`${field}[${k}]`, 'role and content must be strings');
-    const upTo = render(k + 1);
-    if (!upTo.startsWith(before)) {
-      throw new InvalidArgumentError(
-        `${field}[${k}]`,
-        'the chat template renders a conversation differently from its prefix, so messages cannot be told apart',
-      );
-    }
-    chunks.push({ label: labels[k]!, text: upTo.slice(before.length) });
-    before = upTo;
+  spans.forEach((span, k) => {
+    const from = k === 0 ? 0 : spans[k - 1]!.end;
+    const to = k === spans.length - 1 ? text.length : span.end;
+    const inner = messages[k]!.chunks;
+    if (!inner?.length) return chunks.push({ label: labels[k]!, text: text.slice(from, to) });
+    if (!span.exact)
+      throw new InvalidArgumentError(`${field}[${k}].chunks`, 'the chat template rewrites this message (trims or drops part of it), so its chunks cannot be placed');
+    let at = from;
+    let within = span.start;
+    inner.forEach((c, j) => {
+      within += c.text.length;
+      const end = j === inner.length - 1 ? to : within;
+      chunks.push({ label: c.label, text: text.slice(at, end) });
+      at = end;
+    });
   });
   return chunks;
+}
+
+/** The first place at or after `from` where `content` — as given, trimmed, or after its
+ * last `</think>` (Qwen3 re-renders earlier assistant turns without their reasoning) — is
+ * rendered. Empty content sits where the cursor is. */
+function locate(text: string, content: string, from: number): { start: number; end: number; exact: boolean } | undefined {
+  const candidates = [content, content.trim()];
+  const think = content.lastIndexOf('</think>');
+  if (think >= 0) candidates.push(content.slice(think + '</think>'.length).trim());
+  for (const needle of candidates) {
+    if (needle.length === 0) return { start: from, end: from, exact: content.length === 0 };
+    const at = text.indexOf(needle, from);
+    if (at >= 0) return { start: at, end: at + needle.length, exact: needle === content };
+  }
+  return undefined;
 }

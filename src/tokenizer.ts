@@ -21,7 +21,7 @@ export class TextTokenizer {
   ) {
     this.bosId = ids.bos ?? this.idOf(config.bos_token);
     this.eosId = ids.eos ?? this.idOf(config.eos_token);
-    this.chatTemplate = typeof config.chat_template === 'string' ? config.chat_template : undefined;
+    this.chatTemplate = chatTemplateOf(config);
   }
 
   /** Load from a checkpoint directory; `ids` are the model config's BOS/EOS, which win. */
@@ -30,7 +30,10 @@ export class TextTokenizer {
     if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no tokenizer.json`);
     const json = readJsonObject(file);
     const cfgFile = path.join(dir, 'tokenizer_config.json');
-    const cfg = fs.existsSync(cfgFile) ? readJsonObject(cfgFile) : {};
+    const cfg: Record<string, any> = fs.existsSync(cfgFile) ? readJsonObject(cfgFile) : {};
+    // Newer checkpoints keep the template in its own file, which wins over the config's.
+    const jinja = path.join(dir, 'chat_template.jinja');
+    if (fs.existsSync(jinja)) cfg.chat_template = fs.readFileSync(jinja, 'utf8');
     let tokenizer: Tokenizer;
     try {
       tokenizer = new Tokenizer(json, cfg);
@@ -80,4 +83,16 @@ export class TextTokenizer {
     if (id === undefined) throw new CheckpointError('tokenizer has neither a BOS nor an EOS token');
     return id;
   }
+}
+
+/** The chat template of a tokenizer config: a string, or the template named `default` of
+ * a named list (`[{"name": "default", "template": …}, {"name": "tool_use", …}]`). */
+function chatTemplateOf(config: Record<string, any>): string | undefined {
+  const t = config.chat_template;
+  if (typeof t === 'string') return t;
+  if (Array.isArray(t)) {
+    const named = t.find((x) => x?.name === 'default') ?? t[0];
+    return typeof named?.template === 'string' ? named.template : undefined;
+  }
+  return undefined;
 }

@@ -136,7 +136,7 @@ describe('Probe', () => {
         /samples\[0\]\.chunks: every chunk needs text, or every chunk ids/,
       ],
       [{ samples: [{ chunks, queryLabels: ['nope'] }] }, /samples\[0\]\.query_labels\[0\]: no chunk is labelled "nope"/],
-      [{ samples: [{ messages: [{ role: 'user', content: 'hi' }] }] }, /samples\[0\]\.messages: the model has no chat_template/],
+      [{ samples: [{ messages: [{ role: 'user', content: 'hi' }] }] }, /samples\[0\]\.messages: the model has no chat template/],
       [{ samples: [{ chunks }], keyReduce: 9 }, /key_reduce: unknown value 9/],
       [{ model: 'x', samples: [{ chunks }] }, /model: no model named "x"/],
     ];

@@ -109,7 +109,14 @@ describe('chat messages', () => {
     expect(chunks.map((c) => c.text).join('')).toBe(
       '<s><<SYS>>Follow every refutation.<</SYS>>\n[INST] Translate: hello [/INST] bonjour</s>\n[INST] No, use a formal tone. [/INST] Bonjour, madame.</s>\n',
     );
-    expect(chunks[0]!.text).toBe('<s><<SYS>>Follow every refutation.<</SYS>>\n');
+    // One rendering; markup between two messages' contents goes to the message it introduces.
+    expect(chunks.map((c) => c.text)).toEqual([
+      '<s><<SYS>>Follow every refutation.',
+      '<</SYS>>\n[INST] Translate: hello',
+      ' [/INST] bonjour',
+      '</s>\n[INST] No, use a formal tone.',
+      ' [/INST] Bonjour, madame.</s>\n',
+    ]);
     const seg = await segmentText(tok, chunks, false);
     expect(seg.ids[0]).toBe(tok.bosId); // "<s>" in the rendered text is the special token
     expect(seg.ids.filter((id) => id === tok.eosId)).toHaveLength(2);
@@ -118,13 +125,13 @@ describe('chat messages', () => {
 
   it('refuses a template that cannot render, or is missing', () => {
     expect(() => renderChat(tok, messages, 'messages', "{{ raise_exception('Conversation roles must alternate') }}")).toThrow(
-      /messages: the chat template cannot render messages\[0\.\.0\]: Conversation roles must alternate/,
+      /messages: the chat template cannot render these messages: Conversation roles must alternate/,
     );
     expect(() => renderChat(tok, messages, 'messages', '{% for m in messages %}')).toThrow(
       /messages: the model's chat template does not parse/,
     );
     const plain = TextTokenizer.load(makeFixture(FAMILY_FIXTURES.gpt2!).dir);
-    expect(() => renderChat(plain, messages)).toThrow(/no chat_template/);
+    expect(() => renderChat(plain, messages)).toThrow(/no chat template/);
   });
 
   it('probes a dialogue by rounds through the prober', async () => {

@@ -4,6 +4,9 @@
 export interface ChatMessage {
   role: string;
   content: string;
+  /** Labelled chunks inside the message (mtRAG: retrieved passages in one user turn);
+   * their texts make up `content`. */
+  chunks?: { label: string; text: string }[];
 }
 
 /** Labels of chat messages: `system`, then `user#1`, `assistant#1`, `user#2`, … (a turn

@@ -118,11 +118,38 @@ function toSample(s: ProbeSample__Output, field: string): ProbeSample {
   return {
     chunks: byIds ? undefined : chunks.map((c) => ({ label: c.label, text: c.text! })),
     chunkIds: byIds ? chunks.map((c) => ({ label: c.label, ids: c.ids!.ids })) : undefined,
-    messages: s.messages.length ? s.messages.map((m) => ({ role: m.role, content: m.content })) : undefined,
+    messages: s.messages.length
+      ? s.messages.map((m, k) => ({
+          role: m.role,
+          content: m.content,
+          ...(m.chunks.length
+            ? {
+                chunks: m.chunks.map((c, j) => {
+                  if (c.content !== 'text') throw new InvalidArgumentError(`${field}.messages[${k}].chunks[${j}]`, 'chunks inside a message are text');
+                  return { label: c.label, text: c.text! };
+                }),
+              }
+            : {}),
+        }))
+      : undefined,
+    addGenerationPrompt: s.addGenerationPrompt,
+    templateKwargs: templateKwargs(s.chatTemplateKwargsJson, `${field}.chat_template_kwargs_json`),
     addSpecialTokens: s.addSpecialTokens,
     queryLabels: s.queryLabels,
     excludePositions: s.excludePositions,
   };
+}
+
+function templateKwargs(json: string, field: string): Record<string, unknown> | undefined {
+  if (!json) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(json);
+  } catch (e) {
+    throw new InvalidArgumentError(field, `not JSON: ${(e as Error).message}`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new InvalidArgumentError(field, 'must be a JSON object');
+  return value as Record<string, unknown>;
 }
 
 function matrix(rows: number[][]): Matrix {

@@ -23,6 +23,12 @@ export interface ProbeSample {
    * token positions removed from the key side (e.g. 0: a BOS sink)
    */
   'excludePositions'?: (number)[];
+  /**
+   * Chat messages: render the next assistant turn's prompt too, and further template
+   * arguments as a JSON object (enable_thinking, date_string, tools, …).
+   */
+  'addGenerationPrompt'?: (boolean);
+  'chatTemplateKwargsJson'?: (string);
 }
 
 export interface ProbeSample__Output {
@@ -45,4 +51,10 @@ export interface ProbeSample__Output {
    * token positions removed from the key side (e.g. 0: a BOS sink)
    */
   'excludePositions': (number)[];
+  /**
+   * Chat messages: render the next assistant turn's prompt too, and further template
+   * arguments as a JSON object (enable_thinking, date_string, tools, …).
+   */
+  'addGenerationPrompt': (boolean);
+  'chatTemplateKwargsJson': (string);
 }
