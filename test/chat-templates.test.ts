@@ -63,7 +63,15 @@ async function expectSegmented(name: string, messages: ChatMessage[], options: C
 }
 
 describe('real chat templates, one rendering', () => {
-  it.each(['llama-3.3-instruct', 'qwen3-4b-thinking-2507', 'mistral-7b-instruct-v0.2', 'phi-3-small', 'chatml-openhermes-2.5'])(
+  it.each([
+    'llama-3.3-instruct',
+    'llama-2-chat',
+    'qwen2.5-instruct',
+    'qwen3-4b-thinking-2507',
+    'mistral-7b-instruct-v0.2',
+    'phi-3-small',
+    'chatml-openhermes-2.5',
+  ])(
     '%s: with and without a system message',
     async (name) => {
       await expectSegmented(name, [SYSTEM, ...ROUNDS]);
@@ -71,7 +79,7 @@ describe('real chat templates, one rendering', () => {
     },
   );
 
-  it.each(['mistral-large-2407-v3', 'gemma-7b-it', 'phi-3-mini', 'phi-3-medium'])('%s: without a system message', async (name) => {
+  it.each(['mistral-large-2407-v3', 'gemma-2-9b-it', 'gemma-7b-it', 'phi-3-mini', 'phi-3-medium'])('%s: without a system message', async (name) => {
     await expectSegmented(name, ROUNDS);
   });
 
@@ -79,6 +87,17 @@ describe('real chat templates, one rendering', () => {
     const chunks = await expectSegmented('mistral-7b-instruct-v0.2', [SYSTEM, ...ROUNDS]);
     expect(chunks[0]!.text).toBe('<s> [INST] Answer from the passages only.');
     expect(chunks[1]!.text).toBe('\n\nWho designed the tower?');
+  });
+
+  it('Qwen2.5 inserts its default system prompt when there is none: it goes to the first user turn', async () => {
+    const chunks = await expectSegmented('qwen2.5-instruct', ROUNDS);
+    expect(chunks[0]!.text.startsWith('<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.')).toBe(true);
+  });
+
+  it('Llama 2 folds the system prompt into the first [INST]: each keeps its own span', async () => {
+    const chunks = await expectSegmented('llama-2-chat', [SYSTEM, ...ROUNDS]);
+    expect(chunks[0]!.text).toBe('<s>[INST] <<SYS>>\nAnswer from the passages only.');
+    expect(chunks[1]!.text).toBe('\n<</SYS>>\n\nWho designed the tower?');
   });
 
   it('Phi-3 small appends EOS without a generation prompt; both go to the last message', async () => {
@@ -105,9 +124,10 @@ describe('real chat templates, one rendering', () => {
 
   it('refuses, naming the message, where a template rejects, drops or moves it', () => {
     const withSystem = [SYSTEM, ...ROUNDS];
-    expect(() => renderChat(tok, withSystem, 'messages', template('gemma-7b-it'))).toThrow(
-      /^messages: the chat template cannot render these messages: System role not supported/,
-    );
+    for (const name of ['gemma-2-9b-it', 'gemma-7b-it'])
+      expect(() => renderChat(tok, withSystem, 'messages', template(name))).toThrow(
+        /^messages: the chat template cannot render these messages: System role not supported/,
+      );
     for (const name of ['phi-3-mini', 'phi-3-medium'])
       expect(() => renderChat(tok, withSystem, 'messages', template(name))).toThrow(/^messages\[0\]: the chat template drops this message/);
     // Mistral v0.3 / Large 2407 put the system prompt into the last user turn — and drop it
