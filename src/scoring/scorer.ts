@@ -175,7 +175,8 @@ export class Scorer {
           targetCount: seq.length - first,
           pastRow: 0,
           ...(start > 0 ? { cached: cache.pieces(matches[i]!, start) } : {}),
-          path: seq,
+          // With no budget a row's KV could not stay: do not copy it out of the pass.
+          ...(cache.budget > 0 ? { path: seq } : {}),
         });
       });
       const scores = await runRows(rows);
