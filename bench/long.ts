@@ -1,14 +1,17 @@
 // Long-context benchmark: prints figures, asserts nothing. On the benchmark model with a
 // 32k context (positions only differ), each in a fresh process: rolling scoring of a
 // T-token text and continuation scoring of a (T − 256)-token context with a 256-token
-// continuation, for T = 2k, 8k, 16k, 32k — time and peak RSS above the loaded model.
-// Rows longer than --max-batch-tokens (1024 on CPU) run in query blocks.
+// continuation, for T = 2k, 8k, 16k, 32k — time and peak RSS above the loaded model; and
+// a 12-round dialogue of T tokens probed (votes, mass, pooled max heatmap, the last round
+// as the query). Rows longer than --max-batch-tokens (1024 on CPU) run in query blocks;
+// probes over the probe attention limit (512 MiB per layer) too.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Engine } from '../src/engine.js';
 import { Scorer } from '../src/scoring/scorer.js';
+import { Prober } from '../src/probe.js';
 import { benchModelDir, randomIds } from './model.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
@@ -23,7 +26,11 @@ if (process.argv[2] === '--child') {
   const ids = randomIds(T, T);
   const t = performance.now();
   if (mode === 'rolling') await scorer.rolling([{ text: ids }]);
-  else await scorer.loglikelihood([{ context: ids.slice(0, T - 256), continuations: [ids.slice(T - 256)] }]);
+  else if (mode === 'probe') {
+    const per = Math.floor(T / 12);
+    const chunkIds = Array.from({ length: 12 }, (_, r) => ({ label: `round#${r + 1}`, ids: ids.slice(r * per, r === 11 ? T : (r + 1) * per) }));
+    await new Prober(engine).probe([{ chunkIds, excludePositions: [0] }], { pool: 'max' });
+  } else await scorer.loglikelihood([{ context: ids.slice(0, T - 256), continuations: [ids.slice(T - 256)] }]);
   console.log(JSON.stringify({ seconds: (performance.now() - t) / 1000, aboveLoaded: status('VmHWM') - loaded }));
   await engine.release();
   process.exit(0);
@@ -32,7 +39,7 @@ if (process.argv[2] === '--child') {
 dir();
 const sizes = (process.env.BENCH_LONG ?? '2048,8192,16384,32768').split(',').map(Number);
 console.log(`ctxprobe long-context benchmark — ${threads} thread(s); peak RSS above the loaded model, MiB`);
-console.log('   tokens   rolling s   rolling MiB   continuation s   continuation MiB');
+console.log('   tokens   rolling s   rolling MiB   continuation s   continuation MiB   probe s   probe MiB   probe ÷ rolling time');
 for (const T of sizes) {
   const run = (mode: string) => {
     const out = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', mode, String(T)], { encoding: 'utf8' });
@@ -40,7 +47,8 @@ for (const T of sizes) {
   };
   const r = run('rolling');
   const c = run('continuation');
+  const p = run('probe');
   console.log(
-    `   ${String(T).padStart(6)}   ${r.seconds.toFixed(1).padStart(9)}   ${r.aboveLoaded.toFixed(0).padStart(11)}   ${c.seconds.toFixed(1).padStart(14)}   ${c.aboveLoaded.toFixed(0).padStart(16)}`,
+    `   ${String(T).padStart(6)}   ${r.seconds.toFixed(1).padStart(9)}   ${r.aboveLoaded.toFixed(0).padStart(11)}   ${c.seconds.toFixed(1).padStart(14)}   ${c.aboveLoaded.toFixed(0).padStart(16)}   ${p.seconds.toFixed(1).padStart(7)}   ${p.aboveLoaded.toFixed(0).padStart(9)}   ${(p.seconds / r.seconds).toFixed(2).padStart(20)}`,
   );
 }

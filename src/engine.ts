@@ -70,6 +70,8 @@ export interface ProbeRow {
   keyBins: number[];
   /** Per token: 1 in a query chunk, 0 elsewhere. */
   queryWeights: number[];
+  /** Length of the whole sample when this row is a block of it (longrope); default: its end. */
+  sequenceLength?: number;
 }
 
 export interface ProbeRequest {
@@ -77,13 +79,17 @@ export interface ProbeRequest {
   /** C + 2: the chunks, the excluded bin, the padding bin. */
   numBins: number;
   raw?: { layers: number[]; heads: number[]; queries: number[] };
-  /** One row continuing kept KV (a cached prefix): the row's tokens start after it, and
-   * its keys are binned by `keyBins` like the row's own. */
+  /** One row continuing kept KV (a cached prefix, or the query blocks before this one):
+   * the row's tokens start after it, and its keys are binned by `keyBins` like the row's. */
   past?: { kv: PastKV; keyBins: number[] };
+  /** Keep this pass's KV (one row) for the next query block. */
+  keepPresent?: boolean;
 }
 
 export interface ProbeResult {
   T: number;
+  /** This pass's KV, when kept. */
+  present?: PastKV;
   votes: Float32Array; // [B, L, H, bins]
   sinkVotes: Float32Array; // [B, L, H]
   mass: Float32Array; // [B, L, H, bins]
@@ -238,7 +244,7 @@ export class Engine {
       raw_heads: i64(raw.heads),
       raw_queries: i64(raw.queries),
       // 1 + the most excluded keys of any row: the top keys always hold a kept one.
-      ...(c.rope?.long ? { sequence_lengths: i64(req.rows.map((r) => P + r.tokens.length)) } : {}),
+      ...(c.rope?.long ? { sequence_lengths: i64(req.rows.map((r) => r.sequenceLength ?? P + r.tokens.length)) } : {}),
       probe_top_keys: i64([
         1 +
           (past?.keyBins.filter((b) => b === req.numBins - 2).length ?? 0) +
@@ -248,17 +254,20 @@ export class Engine {
     const names = ['probe.votes', 'probe.sink_votes', 'probe.mass', 'probe.sink_mass', 'heat.key_count'];
     for (const pool of ['max', 'mean']) names.push(`heat.${pool}.key_max`, `heat.${pool}.key_sum`);
     for (const l of raw.layers) names.push(`raw.${l}`);
-    const { outputs: out } = await this.host.run({
+    if (req.keepPresent && B !== 1) throw new Error('engine: a probe pass keeps its KV only for one row');
+    const { outputs: out, present } = await this.host.run({
       session: 'probe',
       feeds,
       fetches: names,
       past: past?.kv.handle,
       numLayers: c.numLayers,
+      keepPresent: req.keepPresent ?? false,
       emptyPast: this.emptyPast,
     });
     const f = (name: string) => out[name]!.data as Float32Array;
     return {
       T,
+      ...(present !== undefined ? { present: { handle: present, validLengths: [S], length: S } } : {}),
       votes: f('probe.votes'),
       sinkVotes: f('probe.sink_votes'),
       mass: f('probe.mass'),

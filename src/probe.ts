@@ -181,12 +181,6 @@ export class Prober {
     const T = seg.ids.length;
     if (T > this.engine.config.maxPositions)
       throw new InvalidArgumentError(field, `${T} tokens, over the model's ${this.engine.config.maxPositions} positions`);
-    if (this.attentionBytes(1, T) > this.maxAttentionBytes) {
-      throw new InvalidArgumentError(
-        field,
-        `${T} tokens need ${(this.attentionBytes(1, T) / 2 ** 20).toFixed(0)} MiB of attention per layer, over the probe limit of ${(this.maxAttentionBytes / 2 ** 20).toFixed(0)} MiB`,
-      );
-    }
     const labels = seg.segments.map((s) => s.label);
     const queryLabels = sample.queryLabels?.length ? sample.queryLabels : [labels[labels.length - 1]!];
     for (const [k, q] of queryLabels.entries()) {
@@ -258,19 +252,92 @@ export class Prober {
       if (batch.length > 0) await this.runBatch(prepared, batch, opts, results);
       batch = [];
     };
+    // A sample whose whole attention would exceed the limit runs alone, in query blocks.
+    const long = (i: number) => this.attentionBytes(1, prepared[i]!.row.tokens.length) > this.maxAttentionBytes;
     // Without a heatmap, a sample whose queries start late runs alone after its cached prefix.
-    const cached = (i: number) => !opts.heatmap && this.scorer?.cache !== undefined && firstQuery(prepared[i]!) > 0;
+    const cached = (i: number) => !long(i) && !opts.heatmap && this.scorer?.cache !== undefined && firstQuery(prepared[i]!) > 0;
+    for (const i of order.filter(long)) await this.runInBlocks(prepared, i, opts, results, shouldStop);
     for (const i of order.filter(cached)) {
       if (shouldStop?.()) throw new CancelledError();
       await this.runAfterPrefix(prepared, i, opts, results);
     }
-    for (const i of order.filter((i) => !cached(i))) {
+    for (const i of order.filter((i) => !cached(i) && !long(i))) {
       const longest = Math.max(prepared[i]!.row.tokens.length, ...batch.map((j) => prepared[j]!.row.tokens.length));
       if (batch.length > 0 && this.attentionBytes(batch.length + 1, longest) > this.maxAttentionBytes) await flush();
       batch.push(i);
     }
     await flush();
     return { samples: results, mean: meanOf(results), options: opts };
+  }
+
+  /** One sample in query blocks: each block's rows against the KV of the blocks before it,
+   * sized so that heads × block × keys × 4 bytes stays within the limit (blocks shrink as
+   * the keys grow). Votes and mass are sums over query rows and add up across blocks; the
+   * heatmap's per-row maps are laid side by side. No pass holds T × T. */
+  private async runInBlocks(
+    prepared: PreparedSample[],
+    i: number,
+    opts: ProbeAnswer['options'],
+    results: SampleProbe[],
+    shouldStop?: () => boolean,
+  ): Promise<void> {
+    const p = prepared[i]!;
+    const T = p.row.tokens.length;
+    const bins = p.seg.segments.length + 2;
+    const H = this.engine.config.numHeads;
+    const cells = Math.floor(this.maxAttentionBytes / (H * 4));
+    const blockSize = (keys: number) => Math.max(1, Math.floor((Math.sqrt(keys * keys + 4 * cells) - keys) / 2));
+    const perBin = (n: number) => new Float32Array(n);
+    const L = this.engine.config.numLayers;
+    const total: ProbeResult = {
+      T,
+      votes: perBin(L * H * bins),
+      sinkVotes: perBin(L * H),
+      mass: perBin(L * H * bins),
+      sinkMass: perBin(L * H),
+      heat: {
+        max: { keyMax: perBin(T * bins), keySum: perBin(T * bins) },
+        mean: { keyMax: perBin(T * bins), keySum: perBin(T * bins) },
+      },
+      keyCount: perBin(T * bins),
+      raw: new Map(),
+    };
+    const add = (into: Float32Array, from: Float32Array) => from.forEach((v, k) => (into[k]! += v));
+    let past: PastKV | undefined;
+    try {
+      for (let start = 0; start < T;) {
+        if (shouldStop?.()) throw new CancelledError();
+        const end = Math.min(T, start + blockSize(start));
+        const out = await this.engine.probe({
+          rows: [
+            {
+              tokens: p.row.tokens.slice(start, end),
+              keyBins: p.row.keyBins.slice(start, end),
+              queryWeights: p.row.queryWeights.slice(start, end),
+              sequenceLength: T,
+            },
+          ],
+          numBins: bins,
+          ...(past ? { past: { kv: past, keyBins: p.row.keyBins.slice(0, start) } } : {}),
+          keepPresent: end < T,
+        });
+        if (past) this.engine.dropPast(past);
+        past = out.present;
+        add(total.votes, out.votes);
+        add(total.sinkVotes, out.sinkVotes);
+        add(total.mass, out.mass);
+        add(total.sinkMass, out.sinkMass);
+        for (const pool of ['max', 'mean'] as const) {
+          total.heat[pool].keyMax.set(out.heat[pool].keyMax, start * bins);
+          total.heat[pool].keySum.set(out.heat[pool].keySum, start * bins);
+        }
+        total.keyCount.set(out.keyCount, start * bins);
+        start = end;
+      }
+    } finally {
+      if (past) this.engine.dropPast(past);
+    }
+    this.collect(prepared, [i], opts, results, total, bins, 0);
   }
 
   /** One sample without a heatmap: the tokens before its first query token from the
@@ -281,7 +348,7 @@ export class Prober {
     const bins = p.seg.segments.length + 2;
     const { value: out, computed, reused } = await this.scorer!.withCachedPrefix(p.row.tokens.slice(0, r0), (kv: PastKV) =>
       this.engine.probe({
-        rows: [{ tokens: p.row.tokens.slice(r0), keyBins: p.row.keyBins.slice(r0), queryWeights: p.row.queryWeights.slice(r0) }],
+        rows: [{ tokens: p.row.tokens.slice(r0), keyBins: p.row.keyBins.slice(r0), queryWeights: p.row.queryWeights.slice(r0), sequenceLength: p.row.tokens.length }],
         numBins: bins,
         past: { kv, keyBins: p.row.keyBins.slice(0, r0) },
       }),
@@ -372,6 +439,13 @@ export class Prober {
     const p = await this.prepare(sample, 'sample');
     const c = this.engine.config;
     const T = p.seg.ids.length;
+    // Raw slices run the whole sample in one pass (not in query blocks yet).
+    if (this.attentionBytes(1, T) > this.maxAttentionBytes) {
+      throw new InvalidArgumentError(
+        'sample',
+        `${T} tokens need ${(this.attentionBytes(1, T) / 2 ** 20).toFixed(0)} MiB of attention per layer, over the probe limit of ${(this.maxAttentionBytes / 2 ** 20).toFixed(0)} MiB (raw slices are not computed in blocks)`,
+      );
+    }
     req.layers.forEach((l, k) => {
       if (!Number.isInteger(l) || l < 0 || l >= c.numLayers)
         throw new InvalidArgumentError(`layers[${k}]`, `layer ${l} is outside [0, ${c.numLayers})`);

@@ -13,6 +13,26 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s probe', (family) => {
 
   it('votes, mass and heatmaps equal the reference computed from full attention', () => checkFamily(ctx.fx, ctx.engine, 31));
 
+  it('runs a sample over the attention limit in query blocks (down to one token), with the unblocked answers', async () => {
+    const vocab = ctx.engine.config.vocabSize;
+    const H = ctx.engine.config.numHeads;
+    const sample = { chunkIds: sampleIds(61, [5, 9, 7, 6], vocab), excludePositions: [0], queryLabels: [LABELS[1]!, LABELS[3]!] };
+    for (const options of [{ perHead: true }, { pool: 'mean' as const, keyReduce: 'mean' as const, queryReduce: 'max' as const }]) {
+      const whole = (await new Prober(ctx.engine).probe([sample], options)).samples[0]!;
+      // 27 cells: blocks of 5, 3, 2, …, then single tokens as the keys grow; 200: a few blocks.
+      for (const cells of [27, 200]) {
+        const blocked = (await new Prober(ctx.engine, { maxAttentionBytes: cells * H * 4 }).probe([sample], options)).samples[0]!;
+        const what = `${cells} cells ${JSON.stringify(options)}`;
+        expectMatrix(blocked.votes, whole.votes, 1e-6, `${what} votes`);
+        expectMatrix(blocked.mass, whole.mass, 1e-5, `${what} mass`);
+        expectMatrix([blocked.votesExcluded, blocked.massExcluded], [whole.votesExcluded, whole.massExcluded], 1e-5, `${what} excluded`);
+        expectMatrix(blocked.heatmap, whole.heatmap, 1e-5, `${what} heatmap`);
+        expectMatrix([blocked.heatmapExcluded], [whole.heatmapExcluded], 1e-5, `${what} heatmap excluded`);
+        if (whole.massPerHead) blocked.massPerHead!.forEach((l, i) => expectMatrix(l, whole.massPerHead![i]!, 1e-5, `${what} per head`));
+      }
+    }
+  });
+
   it('gives each sample of a padded batch its answer alone, and averages them', async () => {
     const prober = new Prober(ctx.engine);
     const vocab = ctx.engine.config.vocabSize;
@@ -70,12 +90,12 @@ describe('probe limits and bad samples', () => {
   });
   afterAll(async () => engine?.release());
 
-  it('refuses a sample whose attention would exceed the memory limit, naming it', async () => {
+  it('refuses raw slices of a sample whose attention would exceed the memory limit (no blocks for those)', async () => {
     const prober = new Prober(engine, { maxAttentionBytes: 16 * 1024 });
     const err = await prober
-      .probe([{ chunkIds: sampleIds(1, [2, 2, 2, 2], 300) }, { chunkIds: sampleIds(2, [20, 20, 10, 10], 300) }])
+      .raw({ chunkIds: sampleIds(2, [20, 20, 10, 10], 300) }, { layers: [0], heads: [0], queryStart: 0, queryEnd: 2 })
       .catch((e) => e);
-    expect(err.message).toMatch(/^samples\[1\]: 60 tokens need .* over the probe limit/);
+    expect(err.message).toMatch(/^sample: 60 tokens need .* over the probe limit .*not computed in blocks/);
   });
 
   it('names bad fields', async () => {
