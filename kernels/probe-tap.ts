@@ -1,7 +1,7 @@
 // The probe tap: wires kernels/attention.ts into the decoder through its three hooks
 // (begin, attentionProbs, afterLayer, end), so decoder.ts reads as a model and the
-// probe graph is the scoring graph plus this. The tap's graph is headless: it returns
-// attention statistics instead of log-probs.
+// probe graph is the scoring graph plus this: attention statistics beside the log-probs,
+// so one pass can answer both.
 //
 // Extra inputs: key_bin [B,S], query_weight [B,T], num_bins [1], raw_heads [Hr],
 // raw_queries [Q], probe_top_keys [1]. Outputs: probe.votes / probe.mass
@@ -20,8 +20,6 @@ export function probeTap(): DecoderTap {
   let poolSum = '';
 
   return {
-    headless: true,
-
     begin(builder, m) {
       g = builder;
       model = m;

@@ -84,12 +84,17 @@ export interface ProbeRequest {
   past?: { kv: PastKV; keyBins: number[] };
   /** Keep this pass's KV (one row) for the next query block. */
   keepPresent?: boolean;
+  /** Positions whose log-prob of a target this pass also returns (the scoring head runs
+   * in the probe graph too). */
+  scored?: ScoredPosition[];
 }
 
 export interface ProbeResult {
   T: number;
   /** This pass's KV, when kept. */
   present?: PastKV;
+  /** Log-probs of `scored`, in its order. */
+  logprobs: Float32Array;
   votes: Float32Array; // [B, L, H, bins]
   sinkVotes: Float32Array; // [B, L, H]
   mass: Float32Array; // [B, L, H, bins]
@@ -245,6 +250,7 @@ export class Engine {
       raw_queries: i64(raw.queries),
       // 1 + the most excluded keys of any row: the top keys always hold a kept one.
       ...(c.rope?.long ? { sequence_lengths: i64(req.rows.map((r) => r.sequenceLength ?? P + r.tokens.length)) } : {}),
+      ...this.scoreFeeds(req.scored ?? [], T),
       probe_top_keys: i64([
         1 +
           (past?.keyBins.filter((b) => b === req.numBins - 2).length ?? 0) +
@@ -252,6 +258,7 @@ export class Engine {
       ]),
     };
     const names = ['probe.votes', 'probe.sink_votes', 'probe.mass', 'probe.sink_mass', 'heat.key_count'];
+    if (req.scored?.length) names.push('logprobs');
     for (const pool of ['max', 'mean']) names.push(`heat.${pool}.key_max`, `heat.${pool}.key_sum`);
     for (const l of raw.layers) names.push(`raw.${l}`);
     if (req.keepPresent && B !== 1) throw new Error('engine: a probe pass keeps its KV only for one row');
@@ -268,6 +275,7 @@ export class Engine {
     return {
       T,
       ...(present !== undefined ? { present: { handle: present, validLengths: [S], length: S } } : {}),
+      logprobs: req.scored?.length ? f('logprobs') : new Float32Array(0),
       votes: f('probe.votes'),
       sinkVotes: f('probe.sink_votes'),
       mass: f('probe.mass'),
@@ -278,6 +286,22 @@ export class Engine {
       },
       keyCount: f('heat.key_count'),
       raw: new Map(raw.layers.map((l) => [l, f(`raw.${l}`)])),
+    };
+  }
+
+  /** The log-prob head's inputs: which flat positions, which targets, how many
+   * alternatives. Reductions over an empty [0, vocab] tensor crash onnxruntime's CPU
+   * kernels (SIGFPE), so a pass that scores nothing scores one dummy position, unread;
+   * TopK runs whether or not its outputs are fetched, so k = 0 unless asked. */
+  private scoreFeeds(scored: ScoredPosition[], T: number, topK = 0): Record<string, HostTensor> {
+    const scoredOrDummy = scored.length > 0 ? scored : [{ row: 0, index: 0, target: 0 }];
+    const scoreRows = BigInt64Array.from(scoredOrDummy, (s) => BigInt(s.row * T + s.index));
+    const targetIds = BigInt64Array.from(scoredOrDummy, (s) => BigInt(s.target));
+    const k = Math.min(Math.max(0, topK), this.config.vocabSize);
+    return {
+      score_rows: int64(scoreRows, [scoreRows.length]),
+      target_ids: int64(targetIds, [targetIds.length]),
+      top_k: int64(BigInt64Array.from([BigInt(k)]), [1]),
     };
   }
 
@@ -312,27 +336,13 @@ export class Engine {
         keyPositions[b * (P + T) + P + t] = BigInt(row.startPosition + t);
       });
     });
-    // Reductions over an empty [0, vocab] tensor crash onnxruntime's CPU kernels
-    // (SIGFPE), so a pass that scores nothing scores one dummy position, unread.
-    const scoredOrDummy = req.scored.length > 0 ? req.scored : [{ row: 0, index: 0, target: 0 }];
     const N = req.scored.length;
-    const scoreRows = new BigInt64Array(scoredOrDummy.length);
-    const targetIds = new BigInt64Array(scoredOrDummy.length);
-    scoredOrDummy.forEach((s, n) => {
-      scoreRows[n] = BigInt(s.row * T + s.index);
-      targetIds[n] = BigInt(s.target);
-    });
-    // TopK runs whether or not its outputs are fetched: k = 0 makes it free.
-    const k = Math.min(Math.max(0, req.topK), c.vocabSize);
-
     const feeds: Record<string, HostTensor> = {
       input_ids: int64(inputIds, [B, T]),
       position_ids: int64(positionIds, [B, T]),
       key_positions: int64(keyPositions, [B, P + T]),
       past_index: int64(pastIndex, [B]),
-      score_rows: int64(scoreRows, [scoreRows.length]),
-      target_ids: int64(targetIds, [targetIds.length]),
-      top_k: int64(BigInt64Array.from([BigInt(k)]), [1]),
+      ...this.scoreFeeds(req.scored, T, req.topK),
     };
     if (c.rope?.long) {
       feeds.sequence_lengths = int64(

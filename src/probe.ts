@@ -46,6 +46,10 @@ export interface ProbeOptions {
   keyReduce?: Reducer;
   /** Also return [layers × heads × chunks]. */
   perHead?: boolean;
+  /** Also return the log-prob of every query-chunk token given all before it, from the
+   * same forward pass (CHARPEval ranks by these and plots attention from the same
+   * samples). */
+  logprobs?: boolean;
   /** Compute the heatmap (default true). Without it only the query chunks' rows need
    * attention: everything before the first query token is a cached prefix (prefix cache,
    * KV only), and the probe pass runs from there. */
@@ -75,6 +79,10 @@ export interface SampleProbe {
   /** Tokens before the first query token: computed here (KV only), or taken from the
    * prefix cache; absent when the probe ran the whole sample. */
   prefix?: { computed: number; reused: number };
+  /** With `logprobs`: log p(token | all before it) of each query-chunk token after the
+   * first of the sample, in order, and their sum. */
+  queryLogprobs?: number[];
+  queryLogprob?: number;
 }
 
 export interface ProbeMean {
@@ -90,7 +98,7 @@ export interface ProbeAnswer {
   samples: SampleProbe[];
   /** Mean over the samples (what CHARPEval's Figure 2 plots); present when they share labels. */
   mean?: ProbeMean;
-  options: Required<Omit<ProbeOptions, 'perHead'>> & { perHead: boolean };
+  options: Required<ProbeOptions>;
 }
 
 export interface RawRequest {
@@ -226,6 +234,7 @@ export class Prober {
       keyReduce: options.keyReduce ?? 'max',
       perHead: options.perHead ?? false,
       heatmap: options.heatmap ?? true,
+      logprobs: options.logprobs ?? false,
     };
     if (!['max', 'mean'].includes(opts.pool)) throw new InvalidArgumentError('pool', `must be max or mean (got ${opts.pool})`);
     for (const side of ['queryReduce', 'keyReduce'] as const) {
@@ -289,8 +298,10 @@ export class Prober {
     const blockSize = (keys: number) => Math.max(1, Math.floor((Math.sqrt(keys * keys + 4 * cells) - keys) / 2));
     const perBin = (n: number) => new Float32Array(n);
     const L = this.engine.config.numLayers;
+    const logprobs: number[] = [];
     const total: ProbeResult = {
       T,
+      logprobs: new Float32Array(0),
       votes: perBin(L * H * bins),
       sinkVotes: perBin(L * H),
       mass: perBin(L * H * bins),
@@ -320,7 +331,9 @@ export class Prober {
           numBins: bins,
           ...(past ? { past: { kv: past, keyBins: p.row.keyBins.slice(0, start) } } : {}),
           keepPresent: end < T,
+          ...(opts.logprobs ? { scored: queryTargets(p, start, end, 0) } : {}),
         });
+        logprobs.push(...out.logprobs);
         if (past) this.engine.dropPast(past);
         past = out.present;
         add(total.votes, out.votes);
@@ -337,6 +350,7 @@ export class Prober {
     } finally {
       if (past) this.engine.dropPast(past);
     }
+    total.logprobs = Float32Array.from(logprobs);
     this.collect(prepared, [i], opts, results, total, bins, 0);
   }
 
@@ -344,13 +358,15 @@ export class Prober {
    * prefix cache (computed into it when missing), then a probe pass of the rest. */
   private async runAfterPrefix(prepared: PreparedSample[], i: number, opts: ProbeAnswer['options'], results: SampleProbe[]): Promise<void> {
     const p = prepared[i]!;
-    const r0 = firstQuery(p);
+    // With log-probs, the row before the first query token predicts it: run from there.
+    const r0 = Math.max(0, firstQuery(p) - (opts.logprobs ? 1 : 0));
     const bins = p.seg.segments.length + 2;
     const { value: out, computed, reused } = await this.scorer!.withCachedPrefix(p.row.tokens.slice(0, r0), (kv: PastKV) =>
       this.engine.probe({
         rows: [{ tokens: p.row.tokens.slice(r0), keyBins: p.row.keyBins.slice(r0), queryWeights: p.row.queryWeights.slice(r0), sequenceLength: p.row.tokens.length }],
         numBins: bins,
         past: { kv, keyBins: p.row.keyBins.slice(0, r0) },
+        ...(opts.logprobs ? { scored: queryTargets(p, r0, p.row.tokens.length, 0) } : {}),
       }),
     );
     this.collect(prepared, [i], opts, results, out, bins, r0);
@@ -366,7 +382,8 @@ export class Prober {
       return { ...p.row, keyBins: p.row.keyBins.map((b) => (b === own ? C : b)) };
     });
     const bins = C + 2;
-    this.collect(prepared, batch, opts, results, await this.engine.probe({ rows, numBins: bins }), bins, 0);
+    const scored = opts.logprobs ? batch.flatMap((i, b) => queryTargets(prepared[i]!, 0, prepared[i]!.row.tokens.length, b)) : undefined;
+    this.collect(prepared, batch, opts, results, await this.engine.probe({ rows, numBins: bins, ...(scored ? { scored } : {}) }), bins, 0);
   }
 
   /** Per-sample answers from a probe pass whose rows start at token `offset`. */
@@ -384,6 +401,7 @@ export class Prober {
     const H = c.numHeads;
     const C = bins - 2;
     const T = out.T;
+    let scoredAt = 0;
     batch.forEach((i, b) => {
       const p = prepared[i]!;
       const S = p.seg.segments.length;
@@ -425,6 +443,14 @@ export class Prober {
         heatmap: opts.heatmap ? p.seg.segments.map((s) => Array.from({ length: S }, (_, u) => reduceQueries(s, u))) : [],
         heatmapExcluded: opts.heatmap ? p.seg.segments.map((s) => reduceQueries(s, C)) : [],
       };
+      if (opts.logprobs) {
+        // The pass scored this sample's query targets in order (offset: rows before are not in it).
+        const n = queryTargets(p, offset, p.row.tokens.length, 0).length;
+        const lps = Array.from(out.logprobs.subarray(scoredAt, scoredAt + n));
+        scoredAt += n;
+        results[i]!.queryLogprobs = lps;
+        results[i]!.queryLogprob = lps.reduce((a, v) => a + v, 0);
+      }
     });
   }
 
@@ -508,4 +534,14 @@ function meanOf(results: SampleProbe[]): ProbeMean | undefined {
 /** Index of a sample's first query token. */
 function firstQuery(p: PreparedSample): number {
   return p.row.queryWeights.findIndex((w) => w > 0);
+}
+
+/** The positions in [from, to) whose next token is a query-chunk token, as scored
+ * positions of row `row` (indices relative to `from`). */
+function queryTargets(p: PreparedSample, from: number, to: number, row: number): { row: number; index: number; target: number }[] {
+  const tokens = p.row.tokens;
+  const inQuery = (t: number) => p.seg.segments.some((s) => t >= s.start && t < s.end && p.queryLabels.includes(s.label));
+  const out: { row: number; index: number; target: number }[] = [];
+  for (let t = from; t < to && t + 1 < tokens.length; t++) if (inQuery(t + 1)) out.push({ row, index: t - from, target: tokens[t + 1]! });
+  return out;
 }

@@ -36,7 +36,8 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s graph', (family) => {
     expect(graph.node.some((n) => n.name!.includes('/probe'))).toBe(false);
     const probe = decode(buildDecoderGraph(config, ckpt, 'float32', probeTap()).model);
     expect(probe.node.some((n) => n.name!.startsWith('/model/layers.0/attn/probe/'))).toBe(true);
-    expect(probe.output.map((o) => o.name)).not.toContain('logprobs');
+    // Scores and probes from one pass: the probe graph keeps the log-prob head.
+    expect(probe.output.map((o) => o.name)).toContain('logprobs');
   });
 
   it('reads exactly the tensors the synthetic checkpoint writes (both derived from the decoder)', () => {

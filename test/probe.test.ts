@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
 import { Prober } from '../src/probe.js';
+import { Scorer } from '../src/scoring/scorer.js';
 import { InvalidArgumentError } from '../src/errors.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceForward } from './reference.js';
@@ -31,6 +32,34 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s probe', (family) => {
         if (whole.massPerHead) blocked.massPerHead!.forEach((l, i) => expectMatrix(l, whole.massPerHead![i]!, 1e-5, `${what} per head`));
       }
     }
+  });
+
+  it('returns the query chunk log-probs from the probe pass: the scorer\'s, batched, in blocks and after a cached prefix', async () => {
+    const vocab = ctx.engine.config.vocabSize;
+    const H = ctx.engine.config.numHeads;
+    const a = { chunkIds: sampleIds(71, [4, 8, 6, 5], vocab), excludePositions: [0] };
+    const b = { chunkIds: sampleIds(72, [3, 3, 2, 4], vocab) };
+    const scorer = new Scorer(ctx.engine, { prefixSharing: false });
+    const expected = async (sample: { chunkIds: { ids: number[] }[] }) => {
+      const ids = sample.chunkIds.map((c) => c.ids);
+      const [score] = await scorer.loglikelihood([{ context: ids.slice(0, -1).flat(), continuations: [ids.at(-1)!] }]);
+      return score![0]!.tokenLogprobs;
+    };
+    const want = [await expected(a), await expected(b)];
+    const check = (got: number[] | undefined, exp: number[], what: string) => {
+      expect(got, what).toHaveLength(exp.length);
+      got!.forEach((lp, k) => expect(Math.abs(lp - exp[k]!), `${what} [${k}]`).toBeLessThan(1e-5));
+    };
+    const batched = await new Prober(ctx.engine).probe([a, b], { logprobs: true });
+    batched.samples.forEach((s, i) => {
+      check(s.queryLogprobs, want[i]!, `batched ${i}`);
+      expect(Math.abs(s.queryLogprob! - want[i]!.reduce((x, y) => x + y, 0))).toBeLessThan(1e-4);
+    });
+    const blocked = await new Prober(ctx.engine, { maxAttentionBytes: 27 * H * 4 }).probe([a], { logprobs: true });
+    check(blocked.samples[0]!.queryLogprobs, want[0]!, 'blocked');
+    const cached = await new Prober(ctx.engine, { scorer: new Scorer(ctx.engine) }).probe([a], { logprobs: true, heatmap: false });
+    check(cached.samples[0]!.queryLogprobs, want[0]!, 'after a cached prefix');
+    expect((await new Prober(ctx.engine).probe([a])).samples[0]!.queryLogprobs).toBeUndefined();
   });
 
   it('gives each sample of a padded batch its answer alone, and averages them', async () => {

@@ -74,10 +74,10 @@ describe('Probe', () => {
       { id: 'a', chunks, excludePositions: [0] },
       { id: 'b', chunks: chunks.map((c) => ({ ...c, text: c.text.toUpperCase() })) },
     ];
-    const res = await unary(client, 'Probe', { samples, pool: 'POOL_MEAN', keyReduce: 'REDUCE_SUM', perHead: true });
+    const res = await unary(client, 'Probe', { samples, pool: 'POOL_MEAN', keyReduce: 'REDUCE_SUM', perHead: true, withLogprobs: true });
     const direct = await model.prober.probe(
       samples.map((s) => ({ chunks: s.chunks, excludePositions: s.excludePositions })),
-      { pool: 'mean', keyReduce: 'sum', perHead: true },
+      { pool: 'mean', keyReduce: 'sum', perHead: true, logprobs: true },
     );
     expect(res.layers).toBe(2);
     expect(res.heads).toBe(4);
@@ -92,6 +92,9 @@ describe('Probe', () => {
       close(s.heatmap.values, d.heatmap.flat());
       close(s.votesExcluded, d.votesExcluded);
       expect([s.votesPerHead.rows, s.votesPerHead.cols]).toEqual([8, 4]);
+      close(s.queryLogprobs, d.queryLogprobs!);
+      expect(s.queryLogprobs.length).toBe(d.segments.at(-1)!.end - d.segments.at(-1)!.start);
+      expect(Math.abs(s.queryLogprob - d.queryLogprob!)).toBeLessThan(1e-4);
     });
     expect(res.hasMean).toBe(true);
     close(res.mean.votes.values, direct.mean!.votes.flat());

@@ -39,6 +39,7 @@ export function probingService(service: Service): ProbingHandlers {
           keyReduce: reducer(req.keyReduce, 'key_reduce'),
           perHead: req.perHead,
           heatmap: !req.skipHeatmap,
+          logprobs: req.withLogprobs,
         },
         call,
       );
@@ -172,5 +173,7 @@ function toSampleMessage(id: string, s: SampleProbe): SampleProbeMessage {
     heatmapExcluded: s.heatmapExcluded,
     prefixTokensComputed: s.prefix?.computed ?? 0,
     prefixTokensReused: s.prefix?.reused ?? 0,
+    queryLogprobs: s.queryLogprobs ?? [],
+    queryLogprob: s.queryLogprob ?? 0,
   };
 }

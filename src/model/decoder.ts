@@ -32,8 +32,6 @@ export interface WeightSource {
 
 /** Hooks through which a tap watches the decoder without living in it. */
 export interface DecoderTap {
-  /** The tap's outputs replace the log-prob head (a graph of statistics only). */
-  readonly headless: boolean;
   /** Once, before the first layer: declare inputs; `allowed` is the [B,T,S] bool mask. */
   begin(g: GraphBuilder, model: TapModel): void;
   /** Layer `layer`'s attention probabilities, float32 [B, kv_heads, group, T, S]. */
@@ -123,8 +121,8 @@ class DecoderBuilder {
       g.output(`present.${i}.key`, layer.presentKey, kvType, ['batch', c.numKvHeads, 'total', c.headDim]);
       g.output(`present.${i}.value`, layer.presentValue, kvType, ['batch', c.numKvHeads, 'total', c.headDim]);
     }
+    // A tap's statistics come beside the log-probs: one pass answers both.
     if (this.tap) g.scope('model', () => this.tap!.end());
-    if (this.tap?.headless) return;
 
     const scoreRows = g.input('score_rows', 'int64', ['scored']);
     const targetIds = g.input('target_ids', 'int64', ['scored']);

@@ -29,6 +29,11 @@ export interface ProbeRequest {
    * and the probe pass runs from there. Votes and mass are unchanged.
    */
   'skipHeatmap'?: (boolean);
+  /**
+   * Also return each query-chunk token's log-prob given everything before it, from the
+   * same forward pass as the attention statistics.
+   */
+  'withLogprobs'?: (boolean);
 }
 
 export interface ProbeRequest__Output {
@@ -56,4 +61,9 @@ export interface ProbeRequest__Output {
    * and the probe pass runs from there. Votes and mass are unchanged.
    */
   'skipHeatmap': (boolean);
+  /**
+   * Also return each query-chunk token's log-prob given everything before it, from the
+   * same forward pass as the attention statistics.
+   */
+  'withLogprobs': (boolean);
 }

@@ -43,6 +43,12 @@ export interface SampleProbe {
    */
   'prefixTokensComputed'?: (number);
   'prefixTokensReused'?: (number);
+  /**
+   * With with_logprobs: log p(token | all before it) for each query-chunk token after the
+   * sample's first, in order, and their sum.
+   */
+  'queryLogprobs'?: (number | string)[];
+  'queryLogprob'?: (number | string);
 }
 
 export interface SampleProbe__Output {
@@ -85,4 +91,10 @@ export interface SampleProbe__Output {
    */
   'prefixTokensComputed': (number);
   'prefixTokensReused': (number);
+  /**
+   * With with_logprobs: log p(token | all before it) for each query-chunk token after the
+   * sample's first, in order, and their sum.
+   */
+  'queryLogprobs': (number)[];
+  'queryLogprob': (number);
 }
