@@ -355,18 +355,28 @@ export class Prober {
   }
 
   /** One sample without a heatmap: the tokens before its first query token from the
-   * prefix cache (computed into it when missing), then a probe pass of the rest. */
+   * prefix cache (computed into it when missing), then a probe pass of the query rows
+   * only (up to the last query token; later rows matter to no query). */
   private async runAfterPrefix(prepared: PreparedSample[], i: number, opts: ProbeAnswer['options'], results: SampleProbe[]): Promise<void> {
     const p = prepared[i]!;
     // With log-probs, the row before the first query token predicts it: run from there.
     const r0 = Math.max(0, firstQuery(p) - (opts.logprobs ? 1 : 0));
+    // Rows after the last query token are not needed (causal): stop there.
+    const end = 1 + lastQueryToken(p);
     const bins = p.seg.segments.length + 2;
     const { value: out, computed, reused } = await this.scorer!.withCachedPrefix(p.row.tokens.slice(0, r0), (kv: PastKV) =>
       this.engine.probe({
-        rows: [{ tokens: p.row.tokens.slice(r0), keyBins: p.row.keyBins.slice(r0), queryWeights: p.row.queryWeights.slice(r0), sequenceLength: p.row.tokens.length }],
+        rows: [
+          {
+            tokens: p.row.tokens.slice(r0, end),
+            keyBins: p.row.keyBins.slice(r0, end),
+            queryWeights: p.row.queryWeights.slice(r0, end),
+            sequenceLength: p.row.tokens.length,
+          },
+        ],
         numBins: bins,
         past: { kv, keyBins: p.row.keyBins.slice(0, r0) },
-        ...(opts.logprobs ? { scored: queryTargets(p, r0, p.row.tokens.length, 0) } : {}),
+        ...(opts.logprobs ? { scored: queryTargets(p, r0, end, 0) } : {}),
       }),
     );
     this.collect(prepared, [i], opts, results, out, bins, r0);
@@ -534,6 +544,12 @@ function meanOf(results: SampleProbe[]): ProbeMean | undefined {
 /** Index of a sample's first query token. */
 function firstQuery(p: PreparedSample): number {
   return p.row.queryWeights.findIndex((w) => w > 0);
+}
+
+/** Index of a sample's last query-chunk token (excluded positions count: their log-probs
+ * may be asked for). */
+function lastQueryToken(p: PreparedSample): number {
+  return Math.max(...p.seg.segments.filter((s) => p.queryLabels.includes(s.label)).map((s) => s.end - 1));
 }
 
 /** The positions in [from, to) whose next token is a query-chunk token, as scored

@@ -127,6 +127,21 @@ export async function checkFamily(model: ReferenceModel, engine: Engine, seed: n
       got.mass.forEach((row) => expect(Math.abs(row.reduce((a, v) => a + v, 0) - 1)).toBeLessThan(1e-5));
     }
   }
+  // A query chunk in the middle, without a heatmap: the probe pass holds only its rows
+  // (the cached prefix before, nothing after), with the full probe's votes and mass.
+  {
+    const middle = { chunkIds: chunks, queryLabels: [LABELS[1]!] };
+    const full = (await new Prober(engine).probe([middle])).samples[0]!;
+    const rows: number[] = [];
+    const spy: Engine = Object.create(engine, {
+      probe: { value: (req: Parameters<Engine['probe']>[0]) => (rows.push(req.rows[0]!.tokens.length), engine.probe(req)) },
+    });
+    const s = new Scorer(engine);
+    const got = (await new Prober(spy, { scorer: s }).probe([middle], { heatmap: false })).samples[0]!;
+    if (s.cache) expect(rows).toEqual([chunks[1]!.ids.length]);
+    expectMatrix(got.votes, full.votes, 1e-6, 'middle query votes');
+    expectMatrix(got.mass, full.mass, 1e-5, 'middle query mass');
+  }
   // Without a heatmap, through the prefix cache: the 17 tokens before the query chunk are
   // computed once (KV only), then reused; the probe pass runs only the query rows.
   const scorer = new Scorer(engine);
