@@ -161,13 +161,14 @@ export class GraphBuilder {
     return name;
   }
 
-  /** Serialise as an ONNX model (IR 10, opset 21 + com.microsoft). */
-  encode(graphName: string): Uint8Array {
+  /** Serialise as an ONNX model (IR 10, opset 21 unless asked — bench/attention-ops.ts
+   * tries opset 23's Attention — + com.microsoft). */
+  encode(graphName: string, opset = 21): Uint8Array {
     const model = onnx.ModelProto.create({
       irVersion: 10,
       producerName: 'ctxprobe',
       opsetImport: [
-        { domain: '', version: 21 },
+        { domain: '', version: opset },
         { domain: 'com.microsoft', version: 1 },
       ],
       graph: onnx.GraphProto.create({
