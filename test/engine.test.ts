@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { Scorer } from '../src/scoring/scorer.js';
 import { FAMILY_FIXTURES, familyEngine } from './fixtures.js';
-import { referenceForward, referenceTokenLogprobs } from './reference.js';
+import { referenceForward, referenceTokenLogprobs, type ReferenceModel } from './reference.js';
 import { rng } from '../src/model/synthetic.js';
 
 function randomTokens(seed: number, n: number, vocab: number): number[] {
@@ -127,19 +127,27 @@ describe('worker threads that stop', () => {
   });
 });
 
+/** How far the reference's log-probs move when the fixture's config changes: a fixture
+ * must be sensitive to what the engine implements for matching it to mean something. */
+function sensitivity(fx: ReferenceModel, tokens: number[]) {
+  const base = referenceForward(fx, tokens).logprobs;
+  return (config: Record<string, unknown>) => {
+    const other = referenceForward({ ...fx, config: { ...fx.config, ...config } }, tokens).logprobs;
+    return Math.max(...base.map((r, t) => Math.max(...r.map((v, i) => Math.abs(v - other[t]![i]!)))));
+  };
+}
+
 describe('gemma2 fixture', () => {
   const ctx = familyEngine('gemma2');
   it('is sensitive to every Gemma difference the engine implements (so matching the reference means something)', async () => {
     const tokens = randomTokens(31, 20, ctx.engine.config.vocabSize);
-    const base = referenceForward(ctx.fx, tokens).logprobs;
-    const variant = (config: Record<string, unknown>) => referenceForward({ ...ctx.fx, config: { ...ctx.fx.config, ...config } }, tokens).logprobs;
-    const maxDiff = (a: Float64Array[], b: Float64Array[]) => Math.max(...a.map((r, t) => Math.max(...r.map((v, i) => Math.abs(v - b[t]![i]!)))));
+    const moved = sensitivity(ctx.fx, tokens);
     // Each of these changes the numbers by far more than the 1e-4 the engine is held to.
-    expect(maxDiff(base, variant({ attn_logit_softcapping: null }))).toBeGreaterThan(1e-2);
-    expect(maxDiff(base, variant({ final_logit_softcapping: null }))).toBeGreaterThan(1e-2);
-    expect(maxDiff(base, variant({ layer_types: ['full_attention', 'full_attention'] }))).toBeGreaterThan(1e-2);
-    expect(maxDiff(base, variant({ layer_types: ['sliding_attention', 'sliding_attention'] }))).toBeGreaterThan(1e-2);
-    expect(maxDiff(base, variant({ query_pre_attn_scalar: 12 }))).toBeGreaterThan(1e-2);
+    expect(moved({ attn_logit_softcapping: null })).toBeGreaterThan(1e-2);
+    expect(moved({ final_logit_softcapping: null })).toBeGreaterThan(1e-2);
+    expect(moved({ layer_types: ['full_attention', 'full_attention'] })).toBeGreaterThan(1e-2);
+    expect(moved({ layer_types: ['sliding_attention', 'sliding_attention'] })).toBeGreaterThan(1e-2);
+    expect(moved({ query_pre_attn_scalar: 12 })).toBeGreaterThan(1e-2);
     // And the engine follows the config's layer types, not a fixed pattern.
     expect(ctx.engine.config.slidingLayers).toEqual([true, false]);
     expect(ctx.engine.config.attentionSoftcap).toBe(0.5);
@@ -151,13 +159,11 @@ describe('gemma3_text fixture', () => {
   const ctx = familyEngine('gemma3_text');
   it('is sensitive to its local rotary base, its layer pattern and its final cap; its attention cap is never applied', async () => {
     const tokens = randomTokens(32, 20, ctx.engine.config.vocabSize);
-    const base = referenceForward(ctx.fx, tokens).logprobs;
-    const variant = (config: Record<string, unknown>) => referenceForward({ ...ctx.fx, config: { ...ctx.fx.config, ...config } }, tokens).logprobs;
-    const maxDiff = (a: Float64Array[], b: Float64Array[]) => Math.max(...a.map((r, t) => Math.max(...r.map((v, i) => Math.abs(v - b[t]![i]!)))));
-    expect(maxDiff(base, variant({ rope_local_base_freq: 1e4 }))).toBeGreaterThan(1e-2);
-    expect(maxDiff(base, variant({ rope_scaling: null }))).toBeGreaterThan(1e-2);
-    expect(maxDiff(base, variant({ sliding_window_pattern: 6 }))).toBeGreaterThan(1e-2);
-    expect(maxDiff(base, variant({ final_logit_softcapping: null }))).toBeGreaterThan(1e-2);
+    const moved = sensitivity(ctx.fx, tokens);
+    expect(moved({ rope_local_base_freq: 1e4 })).toBeGreaterThan(1e-2);
+    expect(moved({ rope_scaling: null })).toBeGreaterThan(1e-2);
+    expect(moved({ sliding_window_pattern: 6 })).toBeGreaterThan(1e-2);
+    expect(moved({ final_logit_softcapping: null })).toBeGreaterThan(1e-2);
     // The engine read the same: the config's attention cap is not used.
     expect(ctx.engine.config.attentionSoftcap).toBeUndefined();
     expect(ctx.engine.config.slidingLayers).toEqual([true, false]);
@@ -169,12 +175,10 @@ describe.each(['mixtral', 'qwen3_moe'])('%s fixture', (family) => {
   const ctx = familyEngine(family);
   it('is sensitive to its routing (experts per token, renormalisation, sparse layers)', async () => {
     const tokens = randomTokens(33, 20, ctx.engine.config.vocabSize);
-    const base = referenceForward(ctx.fx, tokens).logprobs;
-    const variant = (config: Record<string, unknown>) => referenceForward({ ...ctx.fx, config: { ...ctx.fx.config, ...config } }, tokens).logprobs;
-    const maxDiff = (a: Float64Array[], b: Float64Array[]) => Math.max(...a.map((r, t) => Math.max(...r.map((v, i) => Math.abs(v - b[t]![i]!)))));
-    expect(maxDiff(base, variant({ num_experts_per_tok: 1 }))).toBeGreaterThan(1e-3);
+    const moved = sensitivity(ctx.fx, tokens);
+    expect(moved({ num_experts_per_tok: 1 })).toBeGreaterThan(1e-3);
     if (family === 'qwen3_moe') {
-      expect(maxDiff(base, variant({ norm_topk_prob: true }))).toBeGreaterThan(1e-3);
+      expect(moved({ norm_topk_prob: true })).toBeGreaterThan(1e-3);
       expect(ctx.engine.config.moe!.sparseLayers).toEqual([true, false]);
     }
     expect(ctx.engine.config.moe!.experts).toBe(4);

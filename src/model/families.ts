@@ -154,6 +154,8 @@ export interface Biases {
 }
 
 const fixedBiases = (qkv: boolean, o: boolean, mlp: boolean) => (): Biases => ({ qkv, o, mlp });
+/** q/k/v/o biases with `attention_bias`, none in the MLP (Qwen3, OLMo 2, Gemma, Qwen3-MoE). */
+const attentionBiases = (c: RawConfig): Biases => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false });
 
 export interface ConfigRule {
   key: string;
@@ -288,6 +290,37 @@ const family = (base: FamilySpec, overrides: Partial<FamilySpec> & Pick<FamilySp
   ...overrides,
 });
 
+// Gemma 2 (modeling_gemma2.py, configuration_gemma2.py): embeddings × √hidden;
+// RMSNorm × (1 + w) in float32; sandwich norms (input / post_attention on the attention
+// output / pre_feedforward / post_feedforward on the MLP output); scores ×
+// query_pre_attn_scalar^-0.5, soft-capped at attn_logit_softcapping before the mask;
+// logits soft-capped at final_logit_softcapping; `layer_types` (default: even layers
+// sliding) pick the layers `sliding_window` applies to. Absent keys take the config
+// class's defaults (caps 50 and 30, scalar 256, window 4096, head_dim 256); an explicit
+// null turns a cap or the window off.
+const GEMMA2: FamilySpec = family(LLAMA, {
+  family: 'gemma2',
+  modelTypes: ['gemma2'],
+  keys: { ...LLAMA.keys, activation: 'hidden_activation' },
+  defaults: { maxPositions: 8192, headDim: 256, normEps: 1e-6, activation: 'gelu_pytorch_tanh', tied: true },
+  norm: 'rmsOffset',
+  norms: {
+    attnIn: 'input_layernorm',
+    attnOut: 'post_attention_layernorm',
+    mlpIn: 'pre_feedforward_layernorm',
+    mlpOut: 'post_feedforward_layernorm',
+  },
+  embedScale: 'sqrtHidden',
+  // Gemma2Attention: q/k/v/o bias = config.attention_bias; Gemma2MLP has none.
+  bias: attentionBiases,
+  slidingWindow: (c) => (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)),
+  slidingLayers: (c, layers) => layerTypes(c, layers, 2),
+  attentionScale: (c) => (c.query_pre_attn_scalar ?? 256) ** -0.5,
+  attentionSoftcap: (c) => (c.attn_logit_softcapping === undefined ? 50 : (c.attn_logit_softcapping ?? undefined)),
+  finalSoftcap: (c) => (c.final_logit_softcapping === undefined ? 30 : (c.final_logit_softcapping ?? undefined)),
+  unsupported: [{ key: 'use_bidirectional_attention', supported: absentOr(false), why: 'attention to every token, not causal' }],
+});
+
 export const FAMILIES: FamilySpec[] = [
   LLAMA,
   // MistralAttention and MistralMLP have no biases, whatever the config says.
@@ -311,7 +344,7 @@ export const FAMILIES: FamilySpec[] = [
     defaults: { ...LLAMA.defaults, headDim: 128 },
     norms: { ...LLAMA.norms, q: { name: 'self_attn.q_norm', over: 'head' }, k: { name: 'self_attn.k_norm', over: 'head' } },
     // Qwen3Attention: q/k/v/o bias = config.attention_bias; Qwen3MLP has none.
-    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
+    bias: attentionBiases,
     ...qwenWindows,
   }),
   // OLMo 2: no pre-norms; RMSNorm of the attention and MLP outputs before each residual
@@ -327,7 +360,7 @@ export const FAMILIES: FamilySpec[] = [
       k: { name: 'self_attn.k_norm', over: 'projection' },
     },
     // Olmo2Attention: q/k/v/o bias = config.attention_bias; Olmo2MLP has none.
-    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
+    bias: attentionBiases,
   }),
   // Phi-3: Llama with q/k/v fused into `qkv_proj` and gate/up into `gate_up_proj`
   // (modeling_phi3.py: query_pos = heads·head_dim, then kv_heads·head_dim each; the
@@ -343,36 +376,7 @@ export const FAMILIES: FamilySpec[] = [
     bias: fixedBiases(false, false, false),
     slidingWindow: (c) => c.sliding_window ?? undefined,
   }),
-  // Gemma 2 (modeling_gemma2.py, configuration_gemma2.py): embeddings × √hidden;
-  // RMSNorm × (1 + w) in float32; sandwich norms (input / post_attention on the attention
-  // output / pre_feedforward / post_feedforward on the MLP output); scores ×
-  // query_pre_attn_scalar^-0.5, soft-capped at attn_logit_softcapping before the mask;
-  // logits soft-capped at final_logit_softcapping; `layer_types` (default: even layers
-  // sliding) pick the layers `sliding_window` applies to. Absent keys take the config
-  // class's defaults (caps 50 and 30, scalar 256, window 4096, head_dim 256); an explicit
-  // null turns a cap or the window off.
-  family(LLAMA, {
-    family: 'gemma2',
-    modelTypes: ['gemma2'],
-    keys: { ...LLAMA.keys, activation: 'hidden_activation' },
-    defaults: { maxPositions: 8192, headDim: 256, normEps: 1e-6, activation: 'gelu_pytorch_tanh', tied: true },
-    norm: 'rmsOffset',
-    norms: {
-      attnIn: 'input_layernorm',
-      attnOut: 'post_attention_layernorm',
-      mlpIn: 'pre_feedforward_layernorm',
-      mlpOut: 'post_feedforward_layernorm',
-    },
-    embedScale: 'sqrtHidden',
-    // Gemma2Attention: q/k/v/o bias = config.attention_bias; Gemma2MLP has none.
-    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
-    slidingWindow: (c) => (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)),
-    slidingLayers: (c, layers) => layerTypes(c, layers, 2),
-    attentionScale: (c) => (c.query_pre_attn_scalar ?? 256) ** -0.5,
-    attentionSoftcap: (c) => (c.attn_logit_softcapping === undefined ? 50 : (c.attn_logit_softcapping ?? undefined)),
-    finalSoftcap: (c) => (c.final_logit_softcapping === undefined ? 30 : (c.final_logit_softcapping ?? undefined)),
-    unsupported: [{ key: 'use_bidirectional_attention', supported: absentOr(false), why: 'attention to every token, not causal' }],
-  }),
+  GEMMA2,
   // Gemma 3 text (modeling_gemma3.py, Gemma3TextConfig): Gemma 2's layout plus per-head
   // q/k RMSNorm × (1 + w) before rotary; attention is never soft-capped (Gemma3Attention
   // passes no cap, whatever the config says), the logits only when
@@ -380,25 +384,13 @@ export const FAMILIES: FamilySpec[] = [
   // every layer but each `sliding_window_pattern`-th (default 6); sliding layers rotate
   // with `rope_local_base_freq` (default 10000, never scaled), the others with
   // `rope_theta` (default 1e6) and `rope_scaling`.
-  family(LLAMA, {
+  family(GEMMA2, {
     family: 'gemma3_text',
     modelTypes: ['gemma3_text'],
-    keys: { ...LLAMA.keys, activation: 'hidden_activation' },
-    defaults: { maxPositions: 131072, headDim: 256, normEps: 1e-6, activation: 'gelu_pytorch_tanh', tied: true, ropeTheta: 1e6 },
-    norm: 'rmsOffset',
-    norms: {
-      attnIn: 'input_layernorm',
-      attnOut: 'post_attention_layernorm',
-      mlpIn: 'pre_feedforward_layernorm',
-      mlpOut: 'post_feedforward_layernorm',
-      q: { name: 'self_attn.q_norm', over: 'head' },
-      k: { name: 'self_attn.k_norm', over: 'head' },
-    },
-    embedScale: 'sqrtHidden',
-    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
-    slidingWindow: (c) => (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)),
+    defaults: { ...GEMMA2.defaults, maxPositions: 131072, ropeTheta: 1e6 },
+    norms: { ...GEMMA2.norms, q: { name: 'self_attn.q_norm', over: 'head' }, k: { name: 'self_attn.k_norm', over: 'head' } },
     slidingLayers: (c, layers) => layerTypes(c, layers, c.sliding_window_pattern ?? 6),
-    attentionScale: (c) => (c.query_pre_attn_scalar ?? 256) ** -0.5,
+    attentionSoftcap: () => undefined,
     finalSoftcap: (c) => c.final_logit_softcapping ?? undefined,
     localRope: (c, headDim) => {
       const local = c.rope_parameters?.sliding_attention;
@@ -406,7 +398,6 @@ export const FAMILIES: FamilySpec[] = [
         ? ropeFrequencies({ rope_parameters: local }, headDim)
         : ropeFrequencies({ rope_theta: c.rope_local_base_freq ?? 10000 }, headDim);
     },
-    unsupported: [{ key: 'use_bidirectional_attention', supported: absentOr(false), why: 'attention to every token, not causal' }],
   }),
   // Mixtral (modeling_mixtral.py): Mistral with a sparse MoE block — router
   // `block_sparse_moe.gate`, softmax over all `num_local_experts`, the top
@@ -459,7 +450,7 @@ export const FAMILIES: FamilySpec[] = [
         sparseLayers: Array.from({ length: layers }, (_, l) => !only.includes(l) && (l + 1) % step === 0),
       };
     },
-    bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false }),
+    bias: attentionBiases,
     slidingWindow: (c) => (c.use_sliding_window === true ? (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)) : undefined),
   }),
   {
