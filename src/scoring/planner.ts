@@ -125,32 +125,9 @@ function pack(rows: ScoreRow[], budget: number, cells: number): ScoreRow[][] {
     if (list) list.push(r);
     else byPast.set(r.startPosition, [r]);
   }
-  return [...byPast.keys()].sort((a, b) => a - b).flatMap((p) => packOnePast(byPast.get(p)!, budget, cells));
-}
-
-function packOnePast(rows: ScoreRow[], budget: number, cells: number): ScoreRow[][] {
-  const sorted = [...rows].sort((a, b) => b.tokens.length - a.tokens.length);
-  const batches: ScoreRow[][] = [];
-  let current: ScoreRow[] = [];
-  let longest = 0;
-  let past = 0;
-  for (const row of sorted) {
-    const len = Math.max(1, row.tokens.length);
-    const nextLongest = Math.max(longest, len);
-    const nextPast = Math.max(past, row.startPosition);
-    const n = current.length + 1;
-    if (current.length > 0 && (nextLongest * n > budget || n * nextLongest * (nextPast + nextLongest) > cells)) {
-      batches.push(current);
-      current = [];
-      longest = 0;
-      past = 0;
-    }
-    current.push(row);
-    longest = Math.max(longest, len);
-    past = Math.max(past, row.startPosition);
-  }
-  if (current.length > 0) batches.push(current);
-  return batches;
+  return [...byPast.keys()]
+    .sort((a, b) => a - b)
+    .flatMap((past) => packByLength(byPast.get(past)!, (r) => r.tokens.length, budget, (n, longest) => n * longest * (past + longest) <= cells));
 }
 
 /** A long row as query blocks, each of `blockSize(keys before it)` tokens; the first
@@ -186,9 +163,15 @@ function split<T>(items: T[], test: (item: T) => boolean): [T[], T[]] {
   return [items.filter(test), items.filter((x) => !test(x))];
 }
 
-/** Pack items into batches whose padded size (count × longest) stays within `budget`,
- * longest first so rows of similar length share a batch. One item always fits. */
-export function packByLength<T>(items: T[], length: (item: T) => number, budget: number): T[][] {
+/** Pack items into batches whose padded size (count × longest) stays within `budget`
+ * (and that `fits`, when given), longest first so rows of similar length share a batch.
+ * One item always fits. */
+export function packByLength<T>(
+  items: T[],
+  length: (item: T) => number,
+  budget: number,
+  fits: (count: number, longest: number) => boolean = () => true,
+): T[][] {
   const sorted = [...items].sort((a, b) => length(b) - length(a));
   const batches: T[][] = [];
   let current: T[] = [];
@@ -196,7 +179,8 @@ export function packByLength<T>(items: T[], length: (item: T) => number, budget:
   for (const item of sorted) {
     const len = Math.max(1, length(item));
     const next = Math.max(longest, len);
-    if (current.length > 0 && next * (current.length + 1) > budget) {
+    const count = current.length + 1;
+    if (current.length > 0 && (next * count > budget || !fits(count, next))) {
       batches.push(current);
       current = [];
       longest = 0;

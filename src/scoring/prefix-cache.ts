@@ -136,14 +136,25 @@ export class PrefixCache {
   /** The cached score of `target` at position `position` (< match.depth), if it has one
    * with at least `topK` alternatives. */
   score(match: Match, position: number, target: number, topK: number): (ScoreEntry & { topK?: TopK }) | undefined {
+    const found = this.lookup(match, position, target, topK);
+    if (!found || topK === 0) return found?.entry;
+    return { ...found.entry, topK: { ids: found.top!.ids.slice(0, topK), logprobs: found.top!.logprobs.slice(0, topK) } };
+  }
+
+  /** Whether `score` would find one (no copies). */
+  hasScore(match: Match, position: number, target: number, topK: number): boolean {
+    return this.lookup(match, position, target, topK) !== undefined;
+  }
+
+  private lookup(match: Match, position: number, target: number, topK: number): { entry: ScoreEntry; top?: TopK } | undefined {
     const n = nodeAt(match, position);
     if (!n) return undefined;
     const i = position - n.depth;
     const entry = n.scores[i]?.get(target);
     if (!entry) return undefined;
-    if (topK === 0) return entry;
     const top = n.topK[i];
-    return top && top.ids.length >= topK ? { ...entry, topK: { ids: top.ids.slice(0, topK), logprobs: top.logprobs.slice(0, topK) } } : undefined;
+    if (topK > 0 && (!top || top.ids.length < topK)) return undefined;
+    return { entry, top };
   }
 
   /** Record what a pass computed for `tokens[from, from + count)`: their KV (positions

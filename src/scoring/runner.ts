@@ -160,7 +160,8 @@ async function runScorePass(
       res.greedy[d.targetIndex] = entry.greedy;
       if (unit.topK > 0) res.topK![d.targetIndex] = { ids: top!.ids.slice(0, unit.topK), logprobs: top!.logprobs.slice(0, unit.topK) };
     }
-    entries[d.row]!.push({ position: d.position, target: d.target, entry, ...(top ? { topK: top } : {}) });
+    // Only rows whose KV goes into the cache keep their scores there.
+    if (toCache && pass.rows[d.row]!.path) entries[d.row]!.push({ position: d.position, target: d.target, entry, ...(top ? { topK: top } : {}) });
   });
   if (toCache && out.present) {
     const present = out.present;

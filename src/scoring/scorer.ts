@@ -132,7 +132,13 @@ export class Scorer {
   scoreUnits(units: readonly Unit[], options: RunOptions = {}): Promise<PlanResult> {
     const cache = this.cache;
     if (!cache) return runPlan(this.engine, units, this.plan(units), options);
-    const run = this.queue.then(() => this.scoreCached(cache, units, options));
+    return this.exclusive(() => this.scoreCached(cache, units, options));
+  }
+
+  /** Run `fn` after every earlier user of the cache has finished (pins and inserts assume
+   * one at a time). */
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn);
     this.queue = run.catch(() => {});
     return run;
   }
@@ -206,7 +212,7 @@ export class Scorer {
   async withCachedPrefix<T>(tokens: number[], fn: (past: PastKV) => Promise<T>): Promise<{ value: T; computed: number; reused: number }> {
     const cache = this.cache;
     if (!cache) throw new Error('scorer: no prefix cache');
-    const run = this.queue.then(async () => {
+    return this.exclusive(async () => {
       const pinned: Match[] = [];
       let match = cache.match(tokens);
       let past: PastKV | undefined;
@@ -239,8 +245,6 @@ export class Scorer {
         cache.evict();
       }
     });
-    this.queue = run.catch(() => {});
-    return run;
   }
 
   /** The first input position of `unit` to compute: its cached KV ends there, or a scored
@@ -249,7 +253,7 @@ export class Scorer {
     const n = unit.prefix.length + unit.tail.length;
     const kv = Math.min(match.depth, n);
     for (let pos = unit.prefix.length; pos < n; pos++) {
-      if (pos >= match.depth || !cache.score(match, pos, unit.targets[pos - unit.prefix.length]!, unit.topK)) return Math.min(pos, kv);
+      if (pos >= match.depth || !cache.hasScore(match, pos, unit.targets[pos - unit.prefix.length]!, unit.topK)) return Math.min(pos, kv);
     }
     return n;
   }
