@@ -19,16 +19,15 @@ export interface Served {
   exited: Promise<number | null>;
 }
 
-/** `ctxprobe serve --model DIR` on free ports; resolves at `serving`, rejects with the
- * logged error if the process exits first. */
+/** `ctxprobe serve --model DIR` (or, with DIR empty, the repository `args` name) on free
+ * ports; resolves at `serving`, rejects with the logged error if the process exits first. */
 export function serveCli(modelDir: string, args: string[] = [], env: Record<string, string> = {}): Promise<Served> {
   const child = spawn(
     process.execPath,
     [
       path.join(ROOT, 'bin/ctxprobe.js'),
       'serve',
-      '--model',
-      modelDir,
+      ...(modelDir ? ['--model', modelDir] : []),
       '--port',
       '0',
       '--http-port',

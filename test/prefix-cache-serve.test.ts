@@ -2,6 +2,9 @@
 // few-shot items sent as lm-evaluation-harness's local-completions sends them (one
 // /v1/completions request per continuation, echo + logprobs, token ids, longest first),
 // answers bit-identical to a server with the cache off, the work read from /metrics.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rng } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
@@ -60,6 +63,26 @@ describe('prefix cache through `ctxprobe serve`', () => {
     expect(cached.lines.find((l) => l.event === 'model_loaded')!.prefixCacheBytes).toBe(2 ** 30);
     expect(uncached.lines.find((l) => l.event === 'model_loaded')!.prefixCacheBytes).toBe(0);
     expect((await scrape(uncached.metricsPort)).get(`ctxprobe_prefix_cache_budget_bytes{model="${MODEL}"}`) ?? 0).toBe(0);
+  });
+
+  it('takes --prefix-cache-bytes, and prefixCacheBytes from a model repository file', async () => {
+    const dir = makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 64 }).dir;
+    const flag = await serveCli(dir, ['--name', MODEL, '--prefix-cache-bytes', '4096']);
+    try {
+      expect(flag.lines.find((l) => l.event === 'model_loaded')!.prefixCacheBytes).toBe(4096);
+      await complete(flag, [5, 6, 7, 8]);
+      expect((await scrape(flag.metricsPort)).get(`ctxprobe_prefix_cache_budget_bytes{model="${MODEL}"}`)).toBe(4096);
+    } finally {
+      await flag.stop();
+    }
+    const repo = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-repo-'));
+    fs.writeFileSync(path.join(repo, 'm.json'), JSON.stringify({ name: MODEL, path: dir, prefixCacheBytes: 8192 }));
+    const served = await serveCli('', ['--models', repo]);
+    try {
+      expect(served.lines.find((l) => l.event === 'model_loaded')!.prefixCacheBytes).toBe(8192);
+    } finally {
+      await served.stop();
+    }
   });
 
   it('harness-shaped requests: answers bit-identical to no cache, each shared token computed once', async () => {

@@ -1,5 +1,8 @@
 // The Probing service over gRPC: answers equal the prober's, raw attention streams in
 // float32 and float16, over-large requests are refused, bad samples name their field.
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
@@ -10,6 +13,8 @@ import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { scrape, unary } from './helpers.js';
 
 let model: LoadedModel;
+let chatModel: LoadedModel;
+const HERE = path.dirname(fileURLToPath(import.meta.url));
 let server: CtxprobeServer;
 let client: any;
 
@@ -27,8 +32,13 @@ beforeAll(async () => {
     threads: 1,
     maxRawAttentionBytes: 8192,
   });
+  // A second model whose template is a chat_template.jinja file (the real Llama 3.3 one).
+  const chatDir = makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 512 }).dir;
+  fs.copyFileSync(path.join(HERE, 'chat-templates', 'llama-3.3-instruct.jinja'), path.join(chatDir, 'chat_template.jinja'));
+  chatModel = await loadModel({ name: 'chat', path: chatDir, threads: 1 });
   server = await CtxprobeServer.start({ port: 0, metricsPort: 0 });
   server.addModel(model);
+  server.addModel(chatModel);
   server.setServing();
   const { v1 } = loadPackage();
   client = new v1.Probing(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
@@ -41,6 +51,34 @@ afterAll(async () => {
 const close = (a: number[], b: number[], tol = 1e-6) => a.forEach((v, i) => expect(Math.abs(v - b[i]!)).toBeLessThan(tol));
 
 describe('Probe', () => {
+  it('chat messages over gRPC: chunks inside a message, a generation prompt, template arguments as JSON', async () => {
+    const messages = (extra = '') => [
+      { role: 'system', content: 'Answer from the passages.' },
+      {
+        role: 'user',
+        chunks: [
+          { label: 'passage#1', text: 'The tower was built for the fair.\n' },
+          { label: 'passage#2', text: 'It opened in 1889.\n' },
+          { label: 'question', text: 'When did it open?' + extra },
+        ],
+      },
+      { role: 'assistant', content: 'In 1889.' },
+    ];
+    const probe = async (sample: Record<string, unknown>) => (await unary(client, 'Probe', { model: 'chat', samples: [sample] })).samples[0];
+    const plain = await probe({ messages: messages() });
+    expect(plain.spans.map((s: any) => s.label)).toEqual(['system', 'passage#1', 'passage#2', 'question', 'assistant#1']);
+    const width = (p: any, k: number) => p.spans[k].end - p.spans[k].start;
+    // The generation prompt lengthens the last span; a longer date_string the first.
+    const prompted = await probe({ messages: messages(), addGenerationPrompt: true });
+    expect(width(prompted, 4)).toBeGreaterThan(width(plain, 4));
+    const dated = await probe({ messages: messages(), chatTemplateKwargsJson: JSON.stringify({ date_string: 'the twenty-second day of November, 2026' }) });
+    expect(width(dated, 0)).toBeGreaterThan(width(plain, 0));
+    expect(width(dated, 1)).toBe(width(plain, 1));
+    const err = await unary(client, 'Probe', { model: 'chat', samples: [{ messages: messages(), chatTemplateKwargsJson: '[1]' }] }).catch((e) => e);
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/^samples\[0\]\.chat_template_kwargs_json: must be a JSON object/);
+  });
+
   it('skip_heatmap: a dialogue extended round by round computes only what its cache lacks, with the full probe\'s votes and mass', async () => {
     const rounds = Array.from({ length: 5 }, (_, r) => ({
       label: `round#${r + 1}`,
