@@ -20,6 +20,16 @@ export interface Row {
   /** Length of the whole sequence this row belongs to (a query block's sequence runs
    * past its end), when positions depend on it (longrope); default: its end. */
   sequenceLength?: number;
+  /** Past positions [start, end) this row's queries must not see (a chunk knocked out of
+   * attention for every later query, attribution.ts); every range ends at or before
+   * `startPosition`. */
+  hidden?: KeyRange[];
+}
+
+/** Token positions [start, end). */
+export interface KeyRange {
+  start: number;
+  end: number;
 }
 
 /** KV cache of a prefix pass (per layer [rows, kv_heads, P, head_dim], right-padded),
@@ -330,6 +340,10 @@ export class Engine {
       pastIndex[b] = BigInt(row.pastRow);
       const valid = past?.validLengths[row.pastRow] ?? 0;
       for (let j = 0; j < valid; j++) keyPositions[b * (P + T) + j] = BigInt(j);
+      for (const h of row.hidden ?? []) {
+        if (h.end > row.startPosition || h.start < 0) throw new Error('engine: hidden keys must lie in the row\'s past');
+        for (let j = h.start; j < h.end; j++) keyPositions[b * (P + T) + j] = -1n;
+      }
       row.tokens.forEach((tok, t) => {
         inputIds[b * T + t] = BigInt(tok);
         positionIds[b * T + t] = BigInt(row.startPosition + t);

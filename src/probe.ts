@@ -141,6 +141,34 @@ export interface PreparedSample {
   excluded: Set<number>;
 }
 
+/** A sample's tokens and labelled spans: its chunks tokenised as one text, its token-id
+ * chunks concatenated, or its messages rendered with the chat template (throws
+ * InvalidArgumentError naming the field). */
+export async function segmentSample(engine: Engine, sample: ProbeSample, field: string): Promise<Segmented> {
+  const tok = engine.tokenizer;
+  const given = [sample.chunks, sample.chunkIds, sample.messages].filter((x) => x !== undefined && x.length > 0).length;
+  if (given !== 1) throw new InvalidArgumentError(field, 'give exactly one of chunks, chunk_ids or messages');
+  if (sample.messages?.length)
+    return segmentText(
+      tok,
+      renderChat(tok, sample.messages, `${field}.messages`, tok.chatTemplate, {
+        addGenerationPrompt: sample.addGenerationPrompt,
+        kwargs: sample.templateKwargs,
+      }),
+      false,
+      `${field}.messages`,
+    );
+  if (sample.chunks?.length) return segmentText(tok, sample.chunks, sample.addSpecialTokens ?? false, `${field}.chunks`);
+  const vocab = engine.config.vocabSize;
+  sample.chunkIds!.forEach((c, k) =>
+    c.ids.forEach((id, i) => {
+      if (!Number.isInteger(id) || id < 0 || id >= vocab)
+        throw new InvalidArgumentError(`${field}.chunk_ids[${k}].ids[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
+    }),
+  );
+  return segmentIds(sample.chunkIds!, `${field}.chunk_ids`);
+}
+
 export class Prober {
   readonly maxAttentionBytes: number;
   readonly maxRawBytes: number;
@@ -161,31 +189,7 @@ export class Prober {
 
   /** Validate and tokenise one sample (throws InvalidArgumentError naming the field). */
   async prepare(sample: ProbeSample, field: string): Promise<PreparedSample> {
-    const tok = this.engine.tokenizer;
-    const given = [sample.chunks, sample.chunkIds, sample.messages].filter((x) => x !== undefined && x.length > 0).length;
-    if (given !== 1) throw new InvalidArgumentError(field, 'give exactly one of chunks, chunk_ids or messages');
-    let seg: Segmented;
-    if (sample.messages?.length)
-      seg = await segmentText(
-        tok,
-        renderChat(tok, sample.messages, `${field}.messages`, tok.chatTemplate, {
-          addGenerationPrompt: sample.addGenerationPrompt,
-          kwargs: sample.templateKwargs,
-        }),
-        false,
-        `${field}.messages`,
-      );
-    else if (sample.chunks?.length) seg = await segmentText(tok, sample.chunks, sample.addSpecialTokens ?? false, `${field}.chunks`);
-    else {
-      const vocab = this.engine.config.vocabSize;
-      sample.chunkIds!.forEach((c, k) =>
-        c.ids.forEach((id, i) => {
-          if (!Number.isInteger(id) || id < 0 || id >= vocab)
-            throw new InvalidArgumentError(`${field}.chunk_ids[${k}].ids[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
-        }),
-      );
-      seg = segmentIds(sample.chunkIds!, `${field}.chunk_ids`);
-    }
+    const seg = await segmentSample(this.engine, sample, field);
     const T = seg.ids.length;
     if (T > this.engine.config.maxPositions)
       throw new InvalidArgumentError(field, `${T} tokens, over the model's ${this.engine.config.maxPositions} positions`);

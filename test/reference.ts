@@ -154,7 +154,13 @@ function referenceSliding(config: Record<string, any>, l: number): boolean {
   return (l + 1) % pattern !== 0;
 }
 
-export function referenceForward(m: ReferenceModel, tokens: number[]): ReferenceOutput {
+/** Chunks knocked out of attention: query t at or after a range's end gets zero weight on
+ * its keys, the rest of its row renormalised (attribution's `mask`). */
+export interface ReferenceKnockout {
+  hidden?: { start: number; end: number }[];
+}
+
+export function referenceForward(m: ReferenceModel, tokens: number[], knockout: ReferenceKnockout = {}): ReferenceOutput {
   const c = m.config;
   const gpt2 = c.model_type === 'gpt2';
   const hidden: number = gpt2 ? c.n_embd : c.hidden_size;
@@ -268,7 +274,13 @@ export function referenceForward(m: ReferenceModel, tokens: number[]): Reference
           for (let d = 0; d < D; d++) s += qs[t]![h]![d]! * ks[j]![kvh]![d]!;
           return softcap(s * scaling, attnCap);
         });
-        const probs = softmax(scores);
+        let probs = softmax(scores);
+        const knocked = (j: number) => (knockout.hidden ?? []).some((r) => t >= r.end && j >= r.start && j < r.end);
+        if (knockout.hidden?.length) {
+          const zeroed = probs.map((p, j) => (knocked(j) ? 0 : p));
+          const total = zeroed.reduce((a, b) => a + b, 0);
+          probs = zeroed.map((p) => p / total);
+        }
         headAttn.push(probs);
         for (let j = 0; j < T; j++) for (let d = 0; d < D; d++) ctx[t]![h * D + d]! += probs[j]! * vs[j]![kvh]![d]!;
       }
@@ -356,8 +368,9 @@ export function referenceTokenLogprobs(
   m: ReferenceModel,
   tokens: number[],
   scoredTargets: number,
+  knockout: ReferenceKnockout = {},
 ): { logprobs: number[]; greedy: boolean[] } {
-  const out = referenceForward(m, tokens.slice(0, -1));
+  const out = referenceForward(m, tokens.slice(0, -1), knockout);
   const logprobs: number[] = [];
   const greedy: boolean[] = [];
   for (let i = tokens.length - 1 - scoredTargets; i < tokens.length - 1; i++) {

@@ -40,17 +40,9 @@ export interface WriteOptions {
   shards?: number;
 }
 
-/** A small seeded generator (mulberry32): the same seed gives the same checkpoint. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { rng } from '../common/random.js';
+
+export { rng };
 
 /** A weight source that hands the decoder nothing but records what it asks for: the
  * tensors a checkpoint of this config must hold, with their shapes, in build order. */

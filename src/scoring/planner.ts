@@ -14,9 +14,13 @@
 // tokens, each against the KV of the blocks before it (kept, `keep`, and continued,
 // `past`), sized so that block × keys stays within the cells — so blocks shrink as the
 // keys grow, and no pass builds T × T for a long row.
+//
+// A row with hidden keys (attribution's `mask`) that starts before one of its hidden
+// ranges ends also runs as blocks, broken at each such end: a pass masks keys for all of
+// a row's queries, so each block carries the ranges that ended before it.
 import { commonPrefixLength, compareTokens } from '../common/sequences.js';
 import type { Piece } from './prefix-cache.js';
-import type { Unit } from './units.js';
+import type { KeyRange, Unit } from './units.js';
 
 export interface PlanOptions {
   /** Padded tokens per forward pass (rows × longest row). */
@@ -57,6 +61,8 @@ export interface ScoreRow {
   /** The whole sequence this row's tokens continue, when its KV and scores go into the
    * prefix cache (its positions [startPosition, startPosition + tokens.length)). */
   path?: number[];
+  /** Keys the row's queries at or after the last range's end do not see. */
+  hidden?: KeyRange[];
 }
 
 export interface ScorePass {
@@ -89,6 +95,7 @@ export function unitRow(unit: Unit, index: number): ScoreRow {
     targetFrom: 0,
     targetCount: unit.targets.length,
     pastRow: 0,
+    ...(unit.hidden?.length ? { hidden: unit.hidden } : {}),
   };
 }
 
@@ -102,7 +109,8 @@ export function plan(rows: readonly ScoreRow[], options: PlanOptions): Plan {
   const cells = options.maxAttentionCells ?? Infinity;
   // Query rows a block starting after `keys` key slots may have.
   const blockSize = (keys: number) => Math.max(1, Math.min(budget, Math.floor((Math.sqrt(keys * keys + 4 * cells) - keys) / 2)));
-  const tooLong = (r: ScoreRow) => r.tokens.length > budget || r.tokens.length * (r.startPosition + r.tokens.length) > cells;
+  const tooLong = (r: ScoreRow) =>
+    r.tokens.length > budget || r.tokens.length * (r.startPosition + r.tokens.length) > cells || (r.hidden ?? []).some((h) => h.end > r.startPosition);
   const passes: Pass[] = [];
   const [longRows, shortRows] = split([...rows], tooLong);
   for (const batch of pack(shortRows, budget, cells)) passes.push({ kind: 'score', rows: batch });
@@ -134,8 +142,11 @@ function pack(rows: ScoreRow[], budget: number, cells: number): ScoreRow[][] {
  * continues the row's cached past, each later one the block before. */
 function blocks(passes: Pass[], row: ScoreRow, blockSize: (keys: number) => number): void {
   let past: number | undefined;
+  // Indices where another hidden range starts to apply.
+  const breaks = (row.hidden ?? []).map((h) => h.end - row.startPosition).filter((b) => b > 0);
   for (let start = 0; start < row.tokens.length;) {
-    const end = Math.min(start + blockSize(row.startPosition + start), row.tokens.length);
+    let end = Math.min(start + blockSize(row.startPosition + start), row.tokens.length);
+    for (const b of breaks) if (b > start && b < end) end = b;
     const first = Math.max(start, row.scoredFrom); // first scored position in the block
     const scored = Math.max(0, end - first);
     const block: ScoreRow = {
@@ -151,6 +162,8 @@ function blocks(passes: Pass[], row: ScoreRow, blockSize: (keys: number) => numb
     if (row.cacheScores) block.cacheScores = row.cacheScores.filter((s) => s.index >= start && s.index < end).map((s) => ({ ...s, index: s.index - start }));
     if (row.path) block.path = row.path;
     if (row.topK) block.topK = row.topK;
+    const hidden = (row.hidden ?? []).filter((h) => h.end <= block.startPosition);
+    if (hidden.length) block.hidden = hidden;
     // longrope picks its frequencies by the whole sequence's length, not the block's.
     if (end < row.tokens.length) block.sequenceLength = row.sequenceLength ?? row.startPosition + row.tokens.length;
     else if (row.sequenceLength !== undefined) block.sequenceLength = row.sequenceLength;

@@ -140,6 +140,7 @@ async function runScorePass(
       startPosition: r.startPosition,
       pastRow: pastRows[b]!,
       ...(r.sequenceLength !== undefined ? { sequenceLength: r.sequenceLength } : {}),
+      ...(r.hidden ? { hidden: r.hidden } : {}),
     })),
     past,
     scored,

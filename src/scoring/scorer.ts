@@ -21,7 +21,7 @@ import {
   type RollingRequest,
   type RollingScore,
 } from './requests.js';
-import type { Prepared, Unit } from './units.js';
+import { maskedFrom, type Prepared, type Unit } from './units.js';
 
 export interface ScorerOptions {
   /** Padded tokens per forward pass (rows × longest row); default 1024 on CPU, 8192 on CUDA. */
@@ -145,6 +145,10 @@ export class Scorer {
 
   private async scoreCached(cache: PrefixCache, units: readonly Unit[], options: RunOptions): Promise<PlanResult> {
     const seqs = units.map((u) => u.prefix.concat(u.tail));
+    // A unit with hidden keys shares (and takes from the cache) only what comes before its
+    // first mask applies; what follows differs from the plain sequence and never goes into
+    // the cache.
+    const shared = units.map((u, i) => (u.hidden?.length ? seqs[i]!.slice(0, maskedFrom(u)) : seqs[i]!));
     const work: Work = { tokensComputed: 0, passes: 0, tokensReused: 0, tokensRequested: seqs.reduce((n, s) => n + s.length, 0) };
     const pinned: Match[] = [];
     let matches: Match[] = [];
@@ -157,9 +161,9 @@ export class Scorer {
     try {
       let starts: number[];
       for (let level = 0; ; level++) {
-        matches = seqs.map((s) => cache.match(s));
+        matches = shared.map((s) => cache.match(s));
         starts = units.map((u, i) => this.firstToCompute(cache, u, matches[i]!));
-        const trunks = level < MAX_TRUNK_LEVELS ? findTrunks(seqs, starts, this.minSharedTokens) : [];
+        const trunks = level < MAX_TRUNK_LEVELS ? findTrunks(shared, starts, this.minSharedTokens) : [];
         if (trunks.length === 0) break;
         await runRows(trunks.map((t) => this.trunkRow(t, units, seqs, matches)));
         for (const m of matches) cache.release(m);
@@ -182,7 +186,8 @@ export class Scorer {
           pastRow: 0,
           ...(start > 0 ? { cached: cache.pieces(matches[i]!, start) } : {}),
           // With no budget a row's KV could not stay: do not copy it out of the pass.
-          ...(cache.budget > 0 ? { path: seq } : {}),
+          ...(cache.budget > 0 && !u.hidden?.length ? { path: seq } : {}),
+          ...(u.hidden?.length ? { hidden: u.hidden } : {}),
         });
       });
       const scores = await runRows(rows);

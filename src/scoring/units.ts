@@ -3,12 +3,25 @@
 // (`prefix`), the input tokens whose logits are scored (`tail`) and what they must
 // predict (`targets`). Units with the same prefix can share one prefix pass.
 
+import type { KeyRange } from '../engine.js';
+
+export type { KeyRange };
+
 export interface Unit {
   prefix: number[];
   tail: number[];
   targets: number[];
   topK: number;
+  /** Positions whose keys the queries after them do not see (attribution's `mask`): a
+   * query at or after a range's end does not see its keys. The sequence before the first
+   * range's end is the plain one (computed as usual, shared); queries after it run with
+   * the ranges that ended before them masked. */
+  hidden?: KeyRange[];
 }
+
+/** Where a unit stops being its plain sequence: the first end of a hidden range
+ * (`Infinity` without). */
+export const maskedFrom = (u: { hidden?: KeyRange[] }) => Math.min(Infinity, ...(u.hidden ?? []).map((h) => h.end));
 
 export interface TopK {
   ids: number[];

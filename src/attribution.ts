@@ -1,0 +1,330 @@
+// Counterfactual chunk attribution: what each chunk of a sample contributes to the
+// log-likelihood of a target chunk (default: the last), measured by changing the sample
+// and scoring the target again — CHARP's history truncation (§3.5), mtRAG's reference vs
+// noise passages, RefuteBench's "does round 2 still matter in round 10".
+//
+// Two interventions:
+//   remove — the chunk's text is deleted and the rest re-tokenised (the model never saw it);
+//   mask   — the chunk's keys are masked out of attention for every query after the chunk
+//            (positions and tokens unchanged; a knockout in the graph, through the same
+//            key-position mask as padding). The chunk's own queries still see it, so a
+//            target right after a masked chunk has its first token predicted from the
+//            chunk's last token as before. A BOS at position 0 (the attention sink) is
+//            never masked.
+//
+// Every variant of every sample is a scoring unit of one job: variants share the tokens
+// before their first change through the prefix cache (a masked variant is the plain
+// sequence up to its mask's end), so the unchanged prefix is computed once.
+//
+//   sample ─► base unit ──────────────────────────────┐
+//          ├► per chunk: remove (re-tokenise), mask ──┤
+//          ├► keep-only, the last-h-turns sweep ──────┼─► one scoring job ─► Δ log-likelihoods
+//          └► n random keep/drop patterns ────────────┘                  └─► least-squares fit
+import type { Engine } from './engine.js';
+import { InvalidArgumentError } from './errors.js';
+import { segmentSample, type ProbeSample } from './probe.js';
+import type { ChatMessage, Segment, Segmented } from './segments.js';
+import type { KeyRange, Prepared, Unit, UnitScore } from './scoring/units.js';
+import { rng } from './common/random.js';
+import { leastSquares } from './common/matrix.js';
+
+export type Intervention = 'remove' | 'mask';
+export const INTERVENTIONS: readonly Intervention[] = ['remove', 'mask'];
+
+export interface AttributionSample extends Omit<ProbeSample, 'queryLabels' | 'excludePositions'> {
+  /** Label of the target chunk (the last chunk with it); default: the last chunk. */
+  target?: string;
+  /** Labels of the chunks to ablate, each chunk on its own; default: every chunk before
+   * the target. */
+  ablate?: string[];
+}
+
+export interface AttributionOptions {
+  /** Default both. */
+  interventions?: Intervention[];
+  /** Also one variant with everything before the target but the ablated chunks gone. */
+  keepOnly?: boolean;
+  /** CHARP's truncation: variants keeping only the last h history turns, for each h. */
+  historySweep?: number[];
+  /** Which chunks are history turns: labels; default `history` for chunks, and every
+   * message before the target but the system prompt for chat messages. */
+  historyLabels?: string[];
+  /** Random keep/drop patterns over the ablated chunks (each kept with probability ½),
+   * scored and fitted with a linear surrogate (ContextCite's method). */
+  subsets?: number;
+  seed?: number;
+  /** The intervention that drops a chunk in a pattern; default mask. */
+  subsetIntervention?: Intervention;
+}
+
+/** The target under one intervention, against the unchanged sample. */
+export interface Effect {
+  logprob: number;
+  numTokens: number;
+  /** logprob − the base's. */
+  delta: number;
+  /** Mean log-prob per target token − the base's. */
+  meanDelta: number;
+  /** Per target token, when the target's tokens are unchanged (always for mask). */
+  tokenDeltas: number[];
+}
+
+export interface ChunkEffect {
+  index: number;
+  label: string;
+  start: number;
+  end: number;
+  remove?: Effect;
+  mask?: Effect;
+}
+
+export interface SweepPoint {
+  /** History turns kept (the last ones). */
+  keep: number;
+  /** Chunk indices dropped. */
+  dropped: number[];
+  remove?: Effect;
+  mask?: Effect;
+}
+
+export interface SubsetFit {
+  intervention: Intervention;
+  /** The ablated chunks, in pattern column order. */
+  chunks: number[];
+  /** [patterns × chunks]: true where the chunk was kept. */
+  patterns: boolean[][];
+  /** The target's log-likelihood under each pattern. */
+  logprobs: number[];
+  /** Least squares of logprob ~ intercept + Σ weight·kept (a ridge of 1e-6 on the
+   * weights keeps it defined with fewer patterns than chunks). */
+  intercept: number;
+  weights: number[];
+  r2: number;
+}
+
+export interface SampleAttribution {
+  spans: Segment[];
+  numTokens: number;
+  target: number;
+  base: { logprob: number; numTokens: number; tokenLogprobs: number[] };
+  chunks: ChunkEffect[];
+  keepOnly?: { kept: number[]; remove?: Effect; mask?: Effect };
+  sweep?: SweepPoint[];
+  subsets?: SubsetFit;
+}
+
+/** Most random patterns per sample. */
+export const MAX_SUBSETS = 4096;
+
+interface Variant {
+  unit: Unit;
+  /** The target's tokens, to tell whether per-token deltas make sense. */
+  targets: number[];
+}
+
+/** Samples (and their options) turned into scoring units; `finish` turns the units'
+ * scores into answers. Throws InvalidArgumentError naming the field. */
+export async function prepareAttribution(
+  engine: Engine,
+  samples: AttributionSample[],
+  options: AttributionOptions = {},
+): Promise<Prepared<SampleAttribution[]>> {
+  const interventions = options.interventions?.length ? [...new Set(options.interventions)] : [...INTERVENTIONS];
+  interventions.forEach((v, k) => {
+    if (!INTERVENTIONS.includes(v)) throw new InvalidArgumentError(`interventions[${k}]`, `must be remove or mask (got ${JSON.stringify(v)})`);
+  });
+  const subsets = options.subsets ?? 0;
+  if (!Number.isInteger(subsets) || subsets < 0 || subsets > MAX_SUBSETS)
+    throw new InvalidArgumentError('subsets', `must be a whole number in [0, ${MAX_SUBSETS}]`);
+  const subsetIntervention = options.subsetIntervention ?? 'mask';
+  if (!INTERVENTIONS.includes(subsetIntervention)) throw new InvalidArgumentError('subset_intervention', 'must be remove or mask');
+  (options.historySweep ?? []).forEach((h, k) => {
+    if (!Number.isInteger(h) || h < 0) throw new InvalidArgumentError(`history_sweep[${k}]`, 'must be a whole number ≥ 0');
+  });
+  const units: Unit[] = [];
+  const add = (v: Variant) => units.push(v.unit) - 1;
+  const finishers: ((scores: UnitScore[]) => SampleAttribution)[] = [];
+  for (const [i, sample] of samples.entries()) {
+    finishers.push(await prepareSample(engine, sample, `samples[${i}]`, { ...options, interventions, subsets, subsetIntervention }, add));
+  }
+  return { units, finish: (scores) => finishers.map((f) => f(scores)) };
+}
+
+type Resolved = AttributionOptions & { interventions: Intervention[]; subsets: number; subsetIntervention: Intervention };
+
+async function prepareSample(
+  engine: Engine,
+  sample: AttributionSample,
+  field: string,
+  options: Resolved,
+  add: (v: Variant) => number,
+): Promise<(scores: UnitScore[]) => SampleAttribution> {
+  const seg = await segmentSample(engine, sample, field);
+  if (seg.ids.length > engine.config.maxPositions)
+    throw new InvalidArgumentError(field, `${seg.ids.length} tokens, over the model's ${engine.config.maxPositions} positions`);
+  const labels = seg.segments.map((s) => s.label);
+  const target = sample.target === undefined || sample.target === '' ? labels.length - 1 : labels.lastIndexOf(sample.target);
+  if (target < 0) throw new InvalidArgumentError(`${field}.target`, `no chunk is labelled ${JSON.stringify(sample.target)} (labels: ${labels.join(', ')})`);
+  if (target === 0) throw new InvalidArgumentError(`${field}.target`, 'the target is the first chunk: nothing comes before it to attribute');
+  const before = labels.slice(0, target).map((_, k) => k);
+  let ablate = before;
+  if (sample.ablate?.length) {
+    sample.ablate.forEach((label, k) => {
+      if (!labels.slice(0, target).includes(label))
+        throw new InvalidArgumentError(`${field}.ablate[${k}]`, `no chunk before the target is labelled ${JSON.stringify(label)}`);
+    });
+    ablate = before.filter((k) => sample.ablate!.includes(labels[k]!));
+  }
+  const bos = engine.tokenizer.bosId;
+  const sink = seg.ids[0] === bos ? 1 : 0; // a BOS at 0 stays visible
+  const base = variantOf(seg, target, `${field}`, bos);
+  const baseIndex = add(base);
+
+  const masked = (dropped: number[]): Variant => {
+    const hidden: KeyRange[] = dropped
+      .map((k) => ({ start: Math.max(sink, seg.segments[k]!.start), end: seg.segments[k]!.end }))
+      .filter((r) => r.end > r.start);
+    return { unit: { ...base.unit, hidden }, targets: base.targets };
+  };
+  const removed = async (dropped: number[]): Promise<Variant> => {
+    const { variant, target: t } = withoutChunks(sample, target, dropped);
+    let vseg: Segmented;
+    try {
+      vseg = await segmentSample(engine, variant, field);
+    } catch (e) {
+      const what = dropped.map((k) => `${k} (${labels[k]})`).join(', ');
+      throw new InvalidArgumentError(field, `without chunk ${what}: ${e instanceof InvalidArgumentError ? e.message : String(e)}`);
+    }
+    return variantOf(vseg, t, `${field} without chunk ${dropped.join(', ')}`, bos);
+  };
+  // Each requested variant: its unit's index and target tokens, per intervention.
+  type Planned = Partial<Record<Intervention, { index: number; targets: number[] }>>;
+  const plan = async (dropped: number[], which: Intervention[] = options.interventions): Promise<Planned> => {
+    const out: Planned = {};
+    for (const v of which) {
+      const variant = v === 'mask' ? masked(dropped) : await removed(dropped);
+      out[v] = { index: add(variant), targets: variant.targets };
+    }
+    return out;
+  };
+
+  const perChunk: { k: number; planned: Planned }[] = [];
+  for (const k of ablate) perChunk.push({ k, planned: await plan([k]) });
+  const keepOnly = options.keepOnly ? { kept: ablate, planned: await plan(before.filter((k) => !ablate.includes(k))) } : undefined;
+  const history = historyTurns(sample, labels, target, options.historyLabels);
+  const sweep: { keep: number; dropped: number[]; planned: Planned }[] = [];
+  for (const h of options.historySweep ?? []) {
+    const dropped = history.slice(0, Math.max(0, history.length - h));
+    sweep.push({ keep: Math.min(h, history.length), dropped, planned: await plan(dropped) });
+  }
+  const patterns: boolean[][] = [];
+  const patternUnits: number[] = [];
+  if (options.subsets > 0) {
+    const rand = rng(options.seed ?? 0);
+    for (let n = 0; n < options.subsets; n++) {
+      const kept = ablate.map(() => rand() < 0.5);
+      patterns.push(kept);
+      const planned = await plan(
+        ablate.filter((_, j) => !kept[j]),
+        [options.subsetIntervention],
+      );
+      patternUnits.push(planned[options.subsetIntervention]!.index);
+    }
+  }
+
+  return (scores) => {
+    const sum = (i: number) => scores[i]!.logprobs.reduce((a, b) => a + b, 0);
+    const baseLogprobs = scores[baseIndex]!.logprobs;
+    const baseSum = sum(baseIndex);
+    const n = baseLogprobs.length;
+    const effect = (p: { index: number; targets: number[] }): Effect => {
+      const lp = scores[p.index]!.logprobs;
+      const same = p.targets.length === base.targets.length && p.targets.every((t, j) => t === base.targets[j]);
+      const s = sum(p.index);
+      return {
+        logprob: s,
+        numTokens: lp.length,
+        delta: s - baseSum,
+        meanDelta: s / lp.length - baseSum / n,
+        tokenDeltas: same ? lp.map((v, j) => v - baseLogprobs[j]!) : [],
+      };
+    };
+    const effects = (planned: Planned) => Object.fromEntries(Object.entries(planned).map(([v, p]) => [v, effect(p!)])) as Partial<Record<Intervention, Effect>>;
+    const answer: SampleAttribution = {
+      spans: seg.segments,
+      numTokens: seg.ids.length,
+      target,
+      base: { logprob: baseSum, numTokens: n, tokenLogprobs: baseLogprobs },
+      chunks: perChunk.map(({ k, planned }) => ({ index: k, ...seg.segments[k]!, ...effects(planned) })),
+    };
+    if (keepOnly) answer.keepOnly = { kept: keepOnly.kept, ...effects(keepOnly.planned) };
+    if (options.historySweep?.length) answer.sweep = sweep.map((s) => ({ keep: s.keep, dropped: s.dropped, ...effects(s.planned) }));
+    if (options.subsets > 0) {
+      const y = patternUnits.map(sum);
+      const fit = leastSquares(
+        patterns.map((p) => p.map((kept) => (kept ? 1 : 0))),
+        y,
+        1e-6,
+      );
+      answer.subsets = { intervention: options.subsetIntervention, chunks: ablate, patterns, logprobs: y, ...fit };
+    }
+    return answer;
+  };
+}
+
+/** The target chunk's tokens as a unit: each predicted from everything before it. */
+function variantOf(seg: Segmented, target: number, what: string, bos: number | undefined): Variant {
+  const span = seg.segments[target]!;
+  // A target that starts the sequence (everything before it removed) is predicted from
+  // its BOS; without one nothing predicts its first token.
+  if (span.start === 0 && (seg.ids[0] !== bos || span.end < 2))
+    throw new InvalidArgumentError(what, 'the target starts the sequence: nothing predicts its first token');
+  const from = Math.max(1, span.start);
+  const ids = seg.ids;
+  return {
+    unit: { prefix: ids.slice(0, from - 1), tail: ids.slice(from - 1, span.end - 1), targets: ids.slice(from, span.end), topK: 0 },
+    targets: ids.slice(from, span.end),
+  };
+}
+
+/** The sample with chunks `dropped` (indices of its segments) taken out, and where the
+ * target chunk is then. Chat messages: a message's segment drops the message, a chunk
+ * inside a message drops that chunk's text from it. */
+function withoutChunks(sample: AttributionSample, target: number, dropped: number[]): { variant: AttributionSample; target: number } {
+  const gone = new Set(dropped);
+  if (sample.chunks?.length) return { variant: { ...sample, chunks: sample.chunks.filter((_, k) => !gone.has(k)) }, target: target - dropped.filter((k) => k < target).length };
+  if (sample.chunkIds?.length) return { variant: { ...sample, chunkIds: sample.chunkIds.filter((_, k) => !gone.has(k)) }, target: target - dropped.filter((k) => k < target).length };
+  const messages: ChatMessage[] = [];
+  let index = 0; // segment index in the sample
+  let newIndex = 0; // segment index in the variant
+  let newTarget = -1;
+  for (const m of sample.messages!) {
+    if (m.chunks?.length) {
+      const kept = m.chunks.filter((_, j) => !gone.has(index + j));
+      for (let j = 0; j < m.chunks.length; j++) {
+        if (index + j === target) newTarget = newIndex + kept.indexOf(m.chunks[j]!);
+      }
+      index += m.chunks.length;
+      messages.push(kept.length ? { ...m, content: '', chunks: kept } : { role: m.role, content: '' });
+      newIndex += Math.max(1, kept.length);
+    } else {
+      if (index === target) newTarget = newIndex;
+      if (!gone.has(index)) {
+        messages.push(m);
+        newIndex++;
+      }
+      index++;
+    }
+  }
+  return { variant: { ...sample, messages }, target: newTarget };
+}
+
+/** The history turns, in order: chunks before the target with a history label; for chat
+ * messages by default every user and assistant message before the target (not the
+ * system prompt, nor labelled chunks inside a message). */
+function historyTurns(sample: AttributionSample, labels: string[], target: number, historyLabels?: string[]): number[] {
+  const before = labels.slice(0, target).map((_, k) => k);
+  if (historyLabels?.length) return before.filter((k) => historyLabels.includes(labels[k]!));
+  if (sample.messages?.length) return before.filter((k) => /^(user|assistant)#\d+$/.test(labels[k]!));
+  return before.filter((k) => labels[k] === 'history');
+}
