@@ -301,12 +301,18 @@ function withoutChunks(sample: AttributionSample, target: number, dropped: numbe
   for (const m of sample.messages!) {
     if (m.chunks?.length) {
       const kept = m.chunks.filter((_, j) => !gone.has(index + j));
-      for (let j = 0; j < m.chunks.length; j++) {
-        if (index + j === target) newTarget = newIndex + kept.indexOf(m.chunks[j]!);
+      const holdsTarget = target >= index && target < index + m.chunks.length;
+      if (holdsTarget) {
+        newTarget = newIndex + kept.indexOf(m.chunks[target - index]!);
+        messages.push({ ...m, content: '', chunks: kept });
+        newIndex += kept.length;
+      } else {
+        // Only the target needs a span of its own: other messages go as plain content, which
+        // a template may trim where a removal left whitespace at the edge (Llama 3 does).
+        messages.push({ role: m.role, content: kept.map((c) => c.text).join('') });
+        newIndex++;
       }
       index += m.chunks.length;
-      messages.push(kept.length ? { ...m, content: '', chunks: kept } : { role: m.role, content: '' });
-      newIndex += Math.max(1, kept.length);
     } else {
       if (index === target) newTarget = newIndex;
       if (!gone.has(index)) {

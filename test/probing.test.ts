@@ -189,6 +189,85 @@ describe('Probe', () => {
   });
 });
 
+describe('Attribute', () => {
+  const messages = [
+    { role: 'system', content: 'Answer from the passages.' },
+    { role: 'user', content: 'Who built the tower?' },
+    { role: 'assistant', content: 'Gustave Eiffel.' },
+    {
+      role: 'user',
+      chunks: [
+        { label: 'passage#1', text: 'The tower opened in 1889.\n' },
+        { label: 'passage#2', text: 'Bananas are yellow.\n' },
+        { label: 'question', text: 'When did it open?' },
+      ],
+    },
+    { role: 'assistant', content: 'In 1889.' },
+  ];
+
+  it('answers each variant as scoring it alone would, sharing the unchanged prefix (real Llama 3.3 template)', async () => {
+    const before = (await scrape(server.metricsPort)).get('ctxprobe_prefix_cache_tokens_reused_total{model="chat"}') ?? 0;
+    const res = await unary(client, 'Attribute', {
+      model: 'chat',
+      samples: [{ id: 's1', messages }],
+      keepOnly: true,
+      historySweep: [0, 2],
+      randomSubsets: 4,
+      seed: 7,
+    });
+    const a = res.samples[0];
+    expect(a.id).toBe('s1');
+    expect(a.spans.map((s: any) => s.label)).toEqual(['system', 'user#1', 'assistant#1', 'passage#1', 'passage#2', 'question', 'assistant#2']);
+    expect(a.target).toBe(6);
+    expect(a.chunks.map((c: any) => c.index)).toEqual([0, 1, 2, 3, 4, 5]);
+    // The same variants, prepared in process and each scored alone without any sharing.
+    const { prepareAttribution } = await import('../src/attribution.js');
+    const { Scorer } = await import('../src/scoring/scorer.js');
+    const alone = new Scorer(chatModel.engine, { prefixSharing: false });
+    const prepared = await prepareAttribution(chatModel.engine, [{ messages }], { keepOnly: true, historySweep: [0, 2], subsets: 4, seed: 7 });
+    const scores = [];
+    for (const u of prepared.units) scores.push((await alone.scoreUnits([u])).scores[0]!);
+    const [want] = prepared.finish(scores);
+    expect(Math.abs(a.logprob - want!.base.logprob)).toBeLessThan(1e-4);
+    a.chunks.forEach((c: any, k: number) => {
+      for (const v of ['remove', 'mask'] as const) {
+        expect(Math.abs(c[v].logprob - want!.chunks[k]![v]!.logprob)).toBeLessThan(1e-4);
+        expect(Math.abs(c[v].delta - want!.chunks[k]![v]!.delta)).toBeLessThan(1e-4);
+      }
+      expect(c.mask.tokenDeltas).toHaveLength(a.targetTokens);
+    });
+    expect(a.sweep.map((p: any) => [p.keep, p.dropped])).toEqual([
+      [0, [1, 2]],
+      [2, []],
+    ]);
+    a.sweep.forEach((p: any, k: number) => expect(Math.abs(p.remove.logprob - want!.sweep![k]!.remove!.logprob)).toBeLessThan(1e-4));
+    expect(a.subsets.intervention).toBe('INTERVENTION_MASK');
+    expect(a.subsets.patterns.rows).toBe(4);
+    expect(a.subsets.patterns.cols).toBe(6);
+    a.subsets.logprobs.forEach((y: number, n: number) => expect(Math.abs(y - want!.subsets!.logprobs[n]!)).toBeLessThan(1e-4));
+    // Mask variants continue the unchanged sequence: the cache served them.
+    const after = (await scrape(server.metricsPort)).get('ctxprobe_prefix_cache_tokens_reused_total{model="chat"}')!;
+    expect(after - before).toBeGreaterThan(a.numTokens);
+  });
+
+  it('names bad fields', async () => {
+    const sample = { messages };
+    const cases: [unknown, RegExp][] = [
+      [{ model: 'chat', samples: [] }, /^samples: at least one sample/],
+      [{ model: 'chat', samples: [sample], interventions: ['INTERVENTION_UNSPECIFIED'] }, /interventions\[0\]: must be INTERVENTION_REMOVE or INTERVENTION_MASK/],
+      [{ model: 'chat', samples: [{ ...sample, targetLabel: 'nope' }] }, /samples\[0\]\.target: no chunk is labelled "nope"/],
+      [{ model: 'chat', samples: [{ ...sample, ablateLabels: ['assistant#2'] }] }, /samples\[0\]\.ablate\[0\]: no chunk before the target/],
+      [{ model: 'chat', samples: [sample], randomSubsets: 5000 }, /subsets: must be a whole number in \[0, 4096\]/],
+      [{ model: 'm', samples: [sample] }, /samples\[0\]\.messages: the model has no chat template/],
+    ];
+    for (const [req, message] of cases) {
+      const err = await unary(client, 'Attribute', req).catch((e) => e);
+      expect(err.code, JSON.stringify(req)).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(err.details).toMatch(message);
+    }
+  });
+});
+
 describe('RawAttention', () => {
   const collect = (req: unknown) =>
     new Promise<any[]>((resolve, reject) => {

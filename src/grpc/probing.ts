@@ -5,6 +5,9 @@ import { toFloat16Bytes } from '../dtypes.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { Service } from '../serving/service.js';
 import type { ProbeSample, Reducer, SampleProbe } from '../probe.js';
+import type { Effect, Intervention, SampleAttribution } from '../attribution.js';
+import type { Effect as EffectMessage } from './generated/ctxprobe/v1/Effect.js';
+import type { SampleAttribution as SampleAttributionMessage } from './generated/ctxprobe/v1/SampleAttribution.js';
 import type { ProbingHandlers } from './generated/ctxprobe/v1/Probing.js';
 import type { ProbeSample__Output } from './generated/ctxprobe/v1/ProbeSample.js';
 import type { Matrix } from './generated/ctxprobe/v1/Matrix.js';
@@ -63,6 +66,30 @@ export function probingService(service: Service): ProbingHandlers {
       };
     }),
 
+    Attribute: unary(service, 'Attribute', async (req, call) => {
+      const m = service.model(req.model);
+      const samples = req.samples.map((s, i) => ({
+        ...toSample(s, `samples[${i}]`),
+        target: s.targetLabel || undefined,
+        ablate: s.ablateLabels,
+      }));
+      const answers = await service.attribute(
+        m,
+        samples,
+        {
+          interventions: req.interventions.map((v, k) => intervention(v, `interventions[${k}]`)),
+          keepOnly: req.keepOnly,
+          historySweep: req.historySweep,
+          historyLabels: req.historyLabels,
+          subsets: req.randomSubsets,
+          seed: req.seed,
+          subsetIntervention: req.subsetIntervention === 'INTERVENTION_UNSPECIFIED' ? 'mask' : intervention(req.subsetIntervention, 'subset_intervention'),
+        },
+        call,
+      );
+      return { model: m.entry.name, samples: answers.map((a, i) => toAttributionMessage(req.samples[i]!.id, a)) };
+    }),
+
     RawAttention: (call) => {
       const record = service.begin('RawAttention');
       const req = call.request;
@@ -109,7 +136,47 @@ export function probingService(service: Service): ProbingHandlers {
   };
 }
 
-function toSample(s: ProbeSample__Output, field: string): ProbeSample {
+const INTERVENTIONS: Record<string, Intervention | undefined> = { INTERVENTION_REMOVE: 'remove', INTERVENTION_MASK: 'mask' };
+
+function intervention(name: string, field: string): Intervention {
+  const v = INTERVENTIONS[name];
+  if (!v) throw new InvalidArgumentError(field, `must be INTERVENTION_REMOVE or INTERVENTION_MASK (got ${JSON.stringify(name)})`);
+  return v;
+}
+
+function effect(e: Effect | undefined): EffectMessage | undefined {
+  return e && { logprob: e.logprob, numTokens: e.numTokens, delta: e.delta, meanDelta: e.meanDelta, tokenDeltas: e.tokenDeltas };
+}
+
+function toAttributionMessage(id: string, a: SampleAttribution): SampleAttributionMessage {
+  return {
+    id,
+    spans: a.spans.map((g) => ({ label: g.label, start: g.start, end: g.end })),
+    numTokens: a.numTokens,
+    target: a.target,
+    logprob: a.base.logprob,
+    targetTokens: a.base.numTokens,
+    tokenLogprobs: a.base.tokenLogprobs,
+    chunks: a.chunks.map((c) => ({ index: c.index, label: c.label, start: c.start, end: c.end, remove: effect(c.remove), mask: effect(c.mask) })),
+    keepOnly: a.keepOnly && { kept: a.keepOnly.kept, remove: effect(a.keepOnly.remove), mask: effect(a.keepOnly.mask) },
+    sweep: (a.sweep ?? []).map((p) => ({ keep: p.keep, dropped: p.dropped, remove: effect(p.remove), mask: effect(p.mask) })),
+    subsets: a.subsets && {
+      intervention: a.subsets.intervention === 'remove' ? 'INTERVENTION_REMOVE' : 'INTERVENTION_MASK',
+      chunks: a.subsets.chunks,
+      patterns: matrix(a.subsets.patterns.map((p) => p.map(Number))),
+      logprobs: a.subsets.logprobs,
+      intercept: a.subsets.intercept,
+      weights: a.subsets.weights,
+      r2: a.subsets.r2,
+    },
+  };
+}
+
+/** The sample fields Probe and Attribute share. */
+type SampleFields = Pick<ProbeSample__Output, 'chunks' | 'messages' | 'addSpecialTokens' | 'addGenerationPrompt' | 'chatTemplateKwargsJson'> &
+  Partial<Pick<ProbeSample__Output, 'queryLabels' | 'excludePositions'>>;
+
+function toSample(s: SampleFields, field: string): ProbeSample {
   const chunks = s.chunks;
   const kinds = new Set(chunks.map((c) => c.content));
   if (kinds.size > 1 || kinds.has(undefined)) {

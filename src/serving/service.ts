@@ -10,6 +10,7 @@ import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundEr
 import type { Metrics } from '../metrics.js';
 import type { EngineInfo } from '../engine.js';
 import type { LoadedModel } from '../repository.js';
+import { prepareAttribution, type AttributionOptions, type AttributionSample, type SampleAttribution } from '../attribution.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring/requests.js';
 import type { Prepared } from '../scoring/units.js';
@@ -319,6 +320,17 @@ export class Service {
     );
     this.metrics.itemsScored.inc({ model: m.entry.name }, prepared.length);
     return answer;
+  }
+
+  /** Chunk attribution: every variant of every sample is a scoring unit of one queued job
+   * (it shares the model's queue, limits and prefix cache with scoring). */
+  async attribute(m: ServedModel, samples: AttributionSample[], options: AttributionOptions, call: CallContext): Promise<SampleAttribution[]> {
+    this.checkItems(samples.length, 'samples');
+    this.checkTextBytes(samples, 'samples');
+    const prepared = await prepareAttribution(m.engine, samples, options);
+    if (prepared.units.length > this.maxItemsPerRequest)
+      throw new InvalidArgumentError('samples', `${prepared.units.length} variants to score, over the limit of ${this.maxItemsPerRequest} per call (--max-items)`);
+    return this.scoreUnits(m, prepared, call, { items: samples.length, tokens: prepared.units.reduce((n, u) => n + u.targets.length, 0) });
   }
 
   async rawAttention(m: ServedModel, sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4, call: CallContext): Promise<RawSlice[]> {

@@ -2,10 +2,16 @@ import type * as grpc from '@grpc/grpc-js';
 import type { EnumTypeDefinition, MessageTypeDefinition } from '@grpc/proto-loader';
 
 import type { AttentionSlice as _ctxprobe_v1_AttentionSlice, AttentionSlice__Output as _ctxprobe_v1_AttentionSlice__Output } from './ctxprobe/v1/AttentionSlice.js';
+import type { AttributeRequest as _ctxprobe_v1_AttributeRequest, AttributeRequest__Output as _ctxprobe_v1_AttributeRequest__Output } from './ctxprobe/v1/AttributeRequest.js';
+import type { AttributeResponse as _ctxprobe_v1_AttributeResponse, AttributeResponse__Output as _ctxprobe_v1_AttributeResponse__Output } from './ctxprobe/v1/AttributeResponse.js';
+import type { AttributionSample as _ctxprobe_v1_AttributionSample, AttributionSample__Output as _ctxprobe_v1_AttributionSample__Output } from './ctxprobe/v1/AttributionSample.js';
 import type { ChatMessage as _ctxprobe_v1_ChatMessage, ChatMessage__Output as _ctxprobe_v1_ChatMessage__Output } from './ctxprobe/v1/ChatMessage.js';
 import type { Chunk as _ctxprobe_v1_Chunk, Chunk__Output as _ctxprobe_v1_Chunk__Output } from './ctxprobe/v1/Chunk.js';
+import type { ChunkEffect as _ctxprobe_v1_ChunkEffect, ChunkEffect__Output as _ctxprobe_v1_ChunkEffect__Output } from './ctxprobe/v1/ChunkEffect.js';
 import type { ContinuationScore as _ctxprobe_v1_ContinuationScore, ContinuationScore__Output as _ctxprobe_v1_ContinuationScore__Output } from './ctxprobe/v1/ContinuationScore.js';
+import type { Effect as _ctxprobe_v1_Effect, Effect__Output as _ctxprobe_v1_Effect__Output } from './ctxprobe/v1/Effect.js';
 import type { ItemScore as _ctxprobe_v1_ItemScore, ItemScore__Output as _ctxprobe_v1_ItemScore__Output } from './ctxprobe/v1/ItemScore.js';
+import type { KeepOnlyEffect as _ctxprobe_v1_KeepOnlyEffect, KeepOnlyEffect__Output as _ctxprobe_v1_KeepOnlyEffect__Output } from './ctxprobe/v1/KeepOnlyEffect.js';
 import type { ListModelsRequest as _ctxprobe_v1_ListModelsRequest, ListModelsRequest__Output as _ctxprobe_v1_ListModelsRequest__Output } from './ctxprobe/v1/ListModelsRequest.js';
 import type { ListModelsResponse as _ctxprobe_v1_ListModelsResponse, ListModelsResponse__Output as _ctxprobe_v1_ListModelsResponse__Output } from './ctxprobe/v1/ListModelsResponse.js';
 import type { Matrix as _ctxprobe_v1_Matrix, Matrix__Output as _ctxprobe_v1_Matrix__Output } from './ctxprobe/v1/Matrix.js';
@@ -20,6 +26,7 @@ import type { RollingItem as _ctxprobe_v1_RollingItem, RollingItem__Output as _c
 import type { RollingRequest as _ctxprobe_v1_RollingRequest, RollingRequest__Output as _ctxprobe_v1_RollingRequest__Output } from './ctxprobe/v1/RollingRequest.js';
 import type { RollingResponse as _ctxprobe_v1_RollingResponse, RollingResponse__Output as _ctxprobe_v1_RollingResponse__Output } from './ctxprobe/v1/RollingResponse.js';
 import type { RollingScore as _ctxprobe_v1_RollingScore, RollingScore__Output as _ctxprobe_v1_RollingScore__Output } from './ctxprobe/v1/RollingScore.js';
+import type { SampleAttribution as _ctxprobe_v1_SampleAttribution, SampleAttribution__Output as _ctxprobe_v1_SampleAttribution__Output } from './ctxprobe/v1/SampleAttribution.js';
 import type { SampleProbe as _ctxprobe_v1_SampleProbe, SampleProbe__Output as _ctxprobe_v1_SampleProbe__Output } from './ctxprobe/v1/SampleProbe.js';
 import type { ScoreItem as _ctxprobe_v1_ScoreItem, ScoreItem__Output as _ctxprobe_v1_ScoreItem__Output } from './ctxprobe/v1/ScoreItem.js';
 import type { ScoreRequest as _ctxprobe_v1_ScoreRequest, ScoreRequest__Output as _ctxprobe_v1_ScoreRequest__Output } from './ctxprobe/v1/ScoreRequest.js';
@@ -28,6 +35,8 @@ import type { ScoringClient as _ctxprobe_v1_ScoringClient, ScoringDefinition as 
 import type { Span as _ctxprobe_v1_Span, Span__Output as _ctxprobe_v1_Span__Output } from './ctxprobe/v1/Span.js';
 import type { StreamScoreRequest as _ctxprobe_v1_StreamScoreRequest, StreamScoreRequest__Output as _ctxprobe_v1_StreamScoreRequest__Output } from './ctxprobe/v1/StreamScoreRequest.js';
 import type { StreamScoreResponse as _ctxprobe_v1_StreamScoreResponse, StreamScoreResponse__Output as _ctxprobe_v1_StreamScoreResponse__Output } from './ctxprobe/v1/StreamScoreResponse.js';
+import type { SubsetFit as _ctxprobe_v1_SubsetFit, SubsetFit__Output as _ctxprobe_v1_SubsetFit__Output } from './ctxprobe/v1/SubsetFit.js';
+import type { SweepPoint as _ctxprobe_v1_SweepPoint, SweepPoint__Output as _ctxprobe_v1_SweepPoint__Output } from './ctxprobe/v1/SweepPoint.js';
 import type { TokenIds as _ctxprobe_v1_TokenIds, TokenIds__Output as _ctxprobe_v1_TokenIds__Output } from './ctxprobe/v1/TokenIds.js';
 import type { TokenizeRequest as _ctxprobe_v1_TokenizeRequest, TokenizeRequest__Output as _ctxprobe_v1_TokenizeRequest__Output } from './ctxprobe/v1/TokenizeRequest.js';
 import type { TokenizeResponse as _ctxprobe_v1_TokenizeResponse, TokenizeResponse__Output as _ctxprobe_v1_TokenizeResponse__Output } from './ctxprobe/v1/TokenizeResponse.js';
@@ -44,10 +53,17 @@ export interface ProtoGrpcType {
     v1: {
       AttentionDType: EnumTypeDefinition
       AttentionSlice: MessageTypeDefinition<_ctxprobe_v1_AttentionSlice, _ctxprobe_v1_AttentionSlice__Output>
+      AttributeRequest: MessageTypeDefinition<_ctxprobe_v1_AttributeRequest, _ctxprobe_v1_AttributeRequest__Output>
+      AttributeResponse: MessageTypeDefinition<_ctxprobe_v1_AttributeResponse, _ctxprobe_v1_AttributeResponse__Output>
+      AttributionSample: MessageTypeDefinition<_ctxprobe_v1_AttributionSample, _ctxprobe_v1_AttributionSample__Output>
       ChatMessage: MessageTypeDefinition<_ctxprobe_v1_ChatMessage, _ctxprobe_v1_ChatMessage__Output>
       Chunk: MessageTypeDefinition<_ctxprobe_v1_Chunk, _ctxprobe_v1_Chunk__Output>
+      ChunkEffect: MessageTypeDefinition<_ctxprobe_v1_ChunkEffect, _ctxprobe_v1_ChunkEffect__Output>
       ContinuationScore: MessageTypeDefinition<_ctxprobe_v1_ContinuationScore, _ctxprobe_v1_ContinuationScore__Output>
+      Effect: MessageTypeDefinition<_ctxprobe_v1_Effect, _ctxprobe_v1_Effect__Output>
+      Intervention: EnumTypeDefinition
       ItemScore: MessageTypeDefinition<_ctxprobe_v1_ItemScore, _ctxprobe_v1_ItemScore__Output>
+      KeepOnlyEffect: MessageTypeDefinition<_ctxprobe_v1_KeepOnlyEffect, _ctxprobe_v1_KeepOnlyEffect__Output>
       ListModelsRequest: MessageTypeDefinition<_ctxprobe_v1_ListModelsRequest, _ctxprobe_v1_ListModelsRequest__Output>
       ListModelsResponse: MessageTypeDefinition<_ctxprobe_v1_ListModelsResponse, _ctxprobe_v1_ListModelsResponse__Output>
       Matrix: MessageTypeDefinition<_ctxprobe_v1_Matrix, _ctxprobe_v1_Matrix__Output>
@@ -67,6 +83,7 @@ export interface ProtoGrpcType {
       RollingRequest: MessageTypeDefinition<_ctxprobe_v1_RollingRequest, _ctxprobe_v1_RollingRequest__Output>
       RollingResponse: MessageTypeDefinition<_ctxprobe_v1_RollingResponse, _ctxprobe_v1_RollingResponse__Output>
       RollingScore: MessageTypeDefinition<_ctxprobe_v1_RollingScore, _ctxprobe_v1_RollingScore__Output>
+      SampleAttribution: MessageTypeDefinition<_ctxprobe_v1_SampleAttribution, _ctxprobe_v1_SampleAttribution__Output>
       SampleProbe: MessageTypeDefinition<_ctxprobe_v1_SampleProbe, _ctxprobe_v1_SampleProbe__Output>
       ScoreItem: MessageTypeDefinition<_ctxprobe_v1_ScoreItem, _ctxprobe_v1_ScoreItem__Output>
       ScoreRequest: MessageTypeDefinition<_ctxprobe_v1_ScoreRequest, _ctxprobe_v1_ScoreRequest__Output>
@@ -75,6 +92,8 @@ export interface ProtoGrpcType {
       Span: MessageTypeDefinition<_ctxprobe_v1_Span, _ctxprobe_v1_Span__Output>
       StreamScoreRequest: MessageTypeDefinition<_ctxprobe_v1_StreamScoreRequest, _ctxprobe_v1_StreamScoreRequest__Output>
       StreamScoreResponse: MessageTypeDefinition<_ctxprobe_v1_StreamScoreResponse, _ctxprobe_v1_StreamScoreResponse__Output>
+      SubsetFit: MessageTypeDefinition<_ctxprobe_v1_SubsetFit, _ctxprobe_v1_SubsetFit__Output>
+      SweepPoint: MessageTypeDefinition<_ctxprobe_v1_SweepPoint, _ctxprobe_v1_SweepPoint__Output>
       TokenIds: MessageTypeDefinition<_ctxprobe_v1_TokenIds, _ctxprobe_v1_TokenIds__Output>
       TokenizeRequest: MessageTypeDefinition<_ctxprobe_v1_TokenizeRequest, _ctxprobe_v1_TokenizeRequest__Output>
       TokenizeResponse: MessageTypeDefinition<_ctxprobe_v1_TokenizeResponse, _ctxprobe_v1_TokenizeResponse__Output>

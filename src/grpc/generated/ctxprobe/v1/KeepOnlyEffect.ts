@@ -1,0 +1,15 @@
+// Generated from proto/ctxprobe/v1/ctxprobe.proto by scripts/proto-types.mjs: do not edit.
+
+import type { Effect as _ctxprobe_v1_Effect, Effect__Output as _ctxprobe_v1_Effect__Output } from '../../ctxprobe/v1/Effect.js';
+
+export interface KeepOnlyEffect {
+  'kept'?: (number)[];
+  'remove'?: (_ctxprobe_v1_Effect | null);
+  'mask'?: (_ctxprobe_v1_Effect | null);
+}
+
+export interface KeepOnlyEffect__Output {
+  'kept': (number)[];
+  'remove': (_ctxprobe_v1_Effect__Output | null);
+  'mask': (_ctxprobe_v1_Effect__Output | null);
+}

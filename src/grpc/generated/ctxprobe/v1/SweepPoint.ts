@@ -1,0 +1,29 @@
+// Generated from proto/ctxprobe/v1/ctxprobe.proto by scripts/proto-types.mjs: do not edit.
+
+import type { Effect as _ctxprobe_v1_Effect, Effect__Output as _ctxprobe_v1_Effect__Output } from '../../ctxprobe/v1/Effect.js';
+
+export interface SweepPoint {
+  /**
+   * history turns kept (the last ones)
+   */
+  'keep'?: (number);
+  /**
+   * chunk indices dropped
+   */
+  'dropped'?: (number)[];
+  'remove'?: (_ctxprobe_v1_Effect | null);
+  'mask'?: (_ctxprobe_v1_Effect | null);
+}
+
+export interface SweepPoint__Output {
+  /**
+   * history turns kept (the last ones)
+   */
+  'keep': (number);
+  /**
+   * chunk indices dropped
+   */
+  'dropped': (number)[];
+  'remove': (_ctxprobe_v1_Effect__Output | null);
+  'mask': (_ctxprobe_v1_Effect__Output | null);
+}
