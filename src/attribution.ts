@@ -79,7 +79,7 @@ export interface ChunkEffect {
 }
 
 export interface SweepPoint {
-  /** History turns kept (the last ones). */
+  /** History turns to keep (the last ones), as asked: all of them when there are fewer. */
   keep: number;
   /** Chunk indices dropped. */
   dropped: number[];
@@ -215,7 +215,7 @@ async function prepareSample(
   const sweep: { keep: number; dropped: number[]; planned: Planned }[] = [];
   for (const h of options.historySweep ?? []) {
     const dropped = history.slice(0, Math.max(0, history.length - h));
-    sweep.push({ keep: Math.min(h, history.length), dropped, planned: await plan(dropped) });
+    sweep.push({ keep: h, dropped, planned: await plan(dropped) });
   }
   const patterns: boolean[][] = [];
   const patternUnits: number[] = [];

@@ -345,15 +345,7 @@ withModelFlags(
     } else if (flags.messages) {
       samples = [{ messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')) }];
     } else if (flags.chunk) {
-      samples = [
-        {
-          chunks: (flags.chunk as string[]).map((c) => {
-            const eq = c.indexOf('=');
-            if (eq <= 0) throw new InvalidArgumentError(`--chunk ${JSON.stringify(c)}: write label=text`);
-            return { label: c.slice(0, eq), text: textArgument(c.slice(eq + 1), `--chunk ${c.slice(0, eq)}`) };
-          }),
-        },
-      ];
+      samples = [{ chunks: chunkArguments(flags.chunk) }];
     } else {
       throw new InvalidArgumentError('give --samples FILE, --messages FILE or --chunk label=text…');
     }
@@ -384,9 +376,87 @@ withModelFlags(
     await m.engine.release();
   });
 
+/** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
+function chunkArguments(values: string[]): { label: string; text: string }[] {
+  return values.map((c) => {
+    const eq = c.indexOf('=');
+    if (eq <= 0) throw new InvalidArgumentError(`--chunk ${JSON.stringify(c)}: write label=text`);
+    return { label: c.slice(0, eq), text: textArgument(c.slice(eq + 1), `--chunk ${c.slice(0, eq)}`) };
+  });
+}
+
+const interventionList = (value: string) => {
+  const list = value.split(',').map((v) => v.trim());
+  for (const v of list) if (v !== 'remove' && v !== 'mask') throw new InvalidArgumentError(`unknown intervention ${JSON.stringify(v)} (remove, mask)`);
+  return list as ('remove' | 'mask')[];
+};
+
+const sweepList = (value: string) =>
+  value.split(',').map((v) => {
+    if (v.trim() === 'all') return 2 ** 31 - 1;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`history sweep values are whole numbers ≥ 0 or "all" (got ${JSON.stringify(v)})`);
+    return n;
+  });
+
+withModelFlags(
+  program.command('attribute').description("what each chunk contributes to a target chunk's log-likelihood (remove / mask), as JSON; SVG bars"),
+)
+  .option('--samples <file>', 'JSON: an array of samples ({chunks} or {messages}, target, ablate)')
+  .option('--chunk <label=text...>', 'one sample from inline chunks, in order (label=@FILE reads the text from FILE)')
+  .option('--messages <file>', 'one sample from a JSON array of chat messages')
+  .option('--target <label>', 'the target chunk (default: the last)')
+  .option('--ablate <label...>', 'chunks to ablate (default: every chunk before the target)')
+  .option('--add-special-tokens', "run the tokenizer's special tokens (BOS) on text chunks", false)
+  .option('--interventions <list>', 'remove,mask (default both)', interventionList)
+  .option('--keep-only', 'also: everything before the target but the ablated chunks dropped', false)
+  .option('--sweep <list>', 'also: only the last h history turns kept, e.g. 0,1,2,3,all', sweepList)
+  .option('--history-label <label...>', 'labels of history turns (default: history; chat: user and assistant messages)')
+  .option('--subsets <n>', 'random keep/drop patterns with a least-squares fit', int('subsets'), 0)
+  .option('--seed <n>', 'seed of the patterns', int('seed'), 0)
+  .option('--svg <prefix>', 'write PREFIX-N.svg: Δ log-likelihood per chunk of sample N')
+  .action(async (flags) => {
+    const { prepareAttribution } = await import('./attribution.js');
+    const { attributionSvg } = await import('./figures.js');
+    let samples: import('./attribution.js').AttributionSample[];
+    if (flags.samples) {
+      const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
+      samples = Array.isArray(raw) ? raw : raw.samples;
+    } else if (flags.messages) samples = [{ messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')) }];
+    else if (flags.chunk) samples = [{ chunks: chunkArguments(flags.chunk) }];
+    else throw new InvalidArgumentError('give --samples FILE, --messages FILE or --chunk label=text…');
+    samples = samples.map((s) => ({ ...s, addSpecialTokens: s.addSpecialTokens ?? flags.addSpecialTokens, target: s.target ?? flags.target, ablate: s.ablate ?? flags.ablate }));
+    const [entry] = entriesFrom(flags);
+    const m = await loadModel(entry!);
+    const prepared = await prepareAttribution(m.engine, samples, {
+      interventions: flags.interventions,
+      keepOnly: flags.keepOnly,
+      historySweep: flags.sweep,
+      historyLabels: flags.historyLabel,
+      subsets: flags.subsets,
+      seed: flags.seed,
+    });
+    const { scores, work } = await m.scorer.scoreUnits(prepared.units);
+    const answers = prepared.finish(scores);
+    if (flags.svg) {
+      answers.forEach((a, i) =>
+        fs.writeFileSync(
+          `${flags.svg}-${i}.svg`,
+          attributionSvg(
+            a.chunks.map((c) => ({ label: `${c.index} ${c.label}`, values: { remove: c.remove?.delta, mask: c.mask?.delta } })),
+            `Sample ${i}: Δ log-likelihood of ${a.spans[a.target]!.label} per chunk`,
+            'Δ log-likelihood (nats)',
+          ),
+        ),
+      );
+    }
+    console.log(JSON.stringify({ model: entry!.name, variants: prepared.units.length, tokensComputed: work.tokensComputed, tokensRequested: work.tokensRequested, samples: answers }, null, 2));
+    await m.engine.release();
+  });
+
 // ---- research workflows: clients of a server (given, or started here on --model) ----
 
-const evalCmd = program.command('eval').description('research workflows: CHARPEval, RefuteBench-style attention, contamination checks');
+const evalCmd = program.command('eval').description('research workflows: CHARPEval, RefuteBench-style attention, chunk attribution, contamination checks');
 
 function withConnection(cmd: Command): Command {
   return cmd
@@ -480,6 +550,49 @@ withConnection(
       }
       await writeOutputs(flags.out ?? 'eval-out/refute', files);
       console.log(refuteMarkdown(report));
+    } finally {
+      await client.close();
+    }
+  });
+
+withConnection(
+  evalCmd
+    .command('attribute <data>')
+    .description("what each chunk contributes to the target's log-likelihood (remove / mask), per sample and per label, with CHARP's history sweep"),
+)
+  .option('--interventions <list>', 'remove,mask (default both)', interventionList)
+  .option('--sweep <list>', 'only the last h history turns kept, e.g. 0,1,2,3,all (CHARP §3.5)', sweepList)
+  .option('--batch <n>', 'samples per call', int('batch'), 4)
+  .action(async (file: string, flags) => {
+    const { runAttribute, attributeMarkdown } = await import('./eval/attribute.js');
+    const { readJsonl } = await import('./eval/client.js');
+    const { attributionSvg, figuresHtml } = await import('./figures.js');
+    const client = await connect(flags);
+    try {
+      const report = await runAttribute(client, readJsonl(file), { interventions: flags.interventions, sweep: flags.sweep, model: flags.modelName, batch: Math.max(1, flags.batch) });
+      const unit = 'Δ log-likelihood of the target (nats)';
+      const figures: Record<string, string> = {
+        'attribution-mean.svg': attributionSvg(
+          report.meanByLabel.map((m) => ({ label: `${m.label} (${m.chunks})`, values: { remove: m.remove, mask: m.mask } })),
+          `Mean Δ per chunk label over ${report.samples.length} samples (${report.model})`,
+          unit,
+        ),
+      };
+      report.samples.forEach(
+        (s, i) =>
+          (figures[`attribution-${i}.svg`] = attributionSvg(
+            s.chunks.map((c) => ({ label: `${c.index} ${c.label}`, values: { remove: c.remove, mask: c.mask } })),
+            `Sample ${s.id}: Δ per chunk (target ${s.target})`,
+            unit,
+          )),
+      );
+      await writeOutputs(flags.out ?? 'eval-out/attribute', {
+        'results.json': JSON.stringify(report, null, 2),
+        'report.md': attributeMarkdown(report),
+        ...figures,
+        'report.html': figuresHtml(`Chunk attribution — ${report.model}`, `${report.samples.length} samples; interventions: ${report.interventions.join(', ')}`, Object.values(figures)),
+      });
+      console.log(attributeMarkdown(report));
     } finally {
       await client.close();
     }

@@ -1,7 +1,8 @@
-// Figures of probe answers, as standalone SVG and one HTML report:
+// Figures of probe and attribution answers, as standalone SVG and HTML reports:
 //   - the per-layer chunk distribution as stacked bars (CHARPEval Figure 2);
-//   - the round heatmap with labelled axes (RefuteBench 2.0 Figures 8–9).
-// Plain SVG strings: no chart library is needed for two fixed chart types, and the
+//   - the round heatmap with labelled axes (RefuteBench 2.0 Figures 8–9);
+//   - Δ log-likelihood per chunk under each intervention (attribution).
+// Plain SVG strings: no chart library is needed for three fixed chart types, and the
 // output opens anywhere. Every mark carries data-* attributes so tests can read what
 // is drawn.
 import type { ProbeAnswer } from './probe.js';
@@ -120,12 +121,67 @@ export function probeReportHtml(answer: ProbeAnswer, title = 'ctxprobe attention
       ),
     );
   });
+  const n = answer.samples.length;
+  return figuresHtml(title, `${model} — ${n} sample(s); query chunks: ${answer.samples[0]?.queryLabels.join(', ') ?? ''}`, parts);
+}
+
+/** Attribution bars: one group per chunk, one horizontal bar per intervention, diverging
+ * from zero (left: the chunk's absence lowers the target's log-likelihood — it supported
+ * the target; right: it raises it). */
+export function attributionSvg(rows: { label: string; values: Partial<Record<'remove' | 'mask', number>> }[], title: string, unit: string): string {
+  const kinds = (['remove', 'mask'] as const).filter((k) => rows.some((r) => r.values[k] !== undefined));
+  const colours = { remove: PALETTE[0]!, mask: PALETTE[1]! };
+  const left = 16 + 7 * Math.max(4, ...rows.map((r) => r.label.length));
+  const half = 200;
+  const zero = left + half;
+  const bar = 12;
+  const group = kinds.length * (bar + 2) + 10;
+  const top = 56;
+  const max = Math.max(1e-12, ...rows.flatMap((r) => kinds.map((k) => Math.abs(r.values[k] ?? 0))));
+  const marks: string[] = [];
+  rows.forEach((r, i) => {
+    const y0 = top + i * group;
+    marks.push(`<text class="row-label" x="${left - 6}" y="${num(y0 + (kinds.length * (bar + 2)) / 2 + 3)}" text-anchor="end" font-size="11">${esc(r.label)}</text>`);
+    kinds.forEach((k, j) => {
+      const v = r.values[k];
+      if (v === undefined) return;
+      const w = (Math.abs(v) / max) * half;
+      marks.push(
+        `<rect class="bar" x="${num(v < 0 ? zero - w : zero)}" y="${num(y0 + j * (bar + 2))}" width="${num(w)}" height="${bar}" fill="${colours[k]}" data-label="${esc(r.label)}" data-intervention="${k}" data-value="${v}"><title>${esc(r.label)}, ${k}: ${v.toPrecision(4)}</title></rect>`,
+      );
+    });
+  });
+  const bottom = top + rows.length * group;
+  for (const p of [-1, -0.5, 0, 0.5, 1]) {
+    const x = zero + p * half;
+    marks.push(
+      `<line x1="${num(x)}" x2="${num(x)}" y1="${bottom}" y2="${bottom + 4}" stroke="#333"/><text class="tick x" x="${num(x)}" y="${bottom + 16}" text-anchor="middle" font-size="10">${(p * max).toPrecision(2)}</text>`,
+    );
+  }
+  kinds.forEach((k, j) =>
+    marks.push(
+      `<rect class="legend-swatch" x="${left + j * 90}" y="30" width="12" height="12" fill="${colours[k]}"/><text class="legend" x="${left + j * 90 + 18}" y="40" font-size="12">${k}</text>`,
+    ),
+  );
+  const width = Math.max(zero + half + 24, 12 + title.length * 7.5);
+  const height = bottom + 44;
+  return `<svg xmlns="http://www.w3.org/2000/svg" class="chart attribution" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" data-rows="${rows.length}" data-max="${max}">
+<text class="title" x="12" y="20" font-size="14" font-weight="bold">${esc(title)}</text>
+<line x1="${zero}" x2="${zero}" y1="${top - 4}" y2="${bottom}" stroke="#333"/>
+<line x1="${zero - half}" x2="${zero + half}" y1="${bottom}" y2="${bottom}" stroke="#333"/>
+${marks.join('\n')}
+<text class="axis-label" x="${zero}" y="${bottom + 34}" text-anchor="middle" font-size="12">${esc(unit)}</text>
+</svg>`;
+}
+
+/** One HTML page of figures (SVG strings) under a title. */
+export function figuresHtml(title: string, meta: string, figures: string[]): string {
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>${esc(title)}</title>
 <style>body{font-family:sans-serif;margin:24px;color:#222} figure{margin:0 0 32px} p.meta{color:#555}</style></head>
 <body><h1>${esc(title)}</h1>
-<p class="meta">${esc(model)} — ${answer.samples.length} sample(s); query chunks: ${esc(answer.samples[0]?.queryLabels.join(', ') ?? '')}</p>
-${parts.map((p) => `<figure>${p}</figure>`).join('\n')}
+<p class="meta">${esc(meta)}</p>
+${figures.map((p) => `<figure>${p}</figure>`).join('\n')}
 </body></html>
 `;
 }

@@ -74,7 +74,7 @@ describe.each(['llama', 'qwen2-window', 'gemma2', 'mixtral', 'phi3-longrope'])('
     expect(a!.sweep!.map((s) => [s.keep, s.dropped])).toEqual([
       [0, [1, 2]],
       [1, [1]],
-      [2, []],
+      [5, []],
     ]);
     const sweep0 = referenceTarget(ctx.fx, ids, targetStart, [span(1), span(2)]);
     expect(Math.abs(a!.sweep![0]!.mask!.logprob - sum(sweep0))).toBeLessThan(1e-4);

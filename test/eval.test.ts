@@ -12,6 +12,8 @@ import { EvalClient, readJsonl } from '../src/eval/client.js';
 import { RESPONSE_TYPES, buildPrompt, demonstrationsFor, promptParts, runCharpeval, type CharpSample } from '../src/eval/charpeval.js';
 import { roundOf, runRefute, type Dialogue } from '../src/eval/refute.js';
 import { rocAuc, runContamination } from '../src/eval/contamination.js';
+import { runAttribute, toAttributionSample } from '../src/eval/attribute.js';
+import { prepareAttribution } from '../src/attribution.js';
 import { Engine } from '../src/engine.js';
 import { Scorer } from '../src/scoring/scorer.js';
 import { Prober } from '../src/probe.js';
@@ -26,6 +28,8 @@ let client: EvalClient;
 let engine: Engine;
 beforeAll(async () => {
   dir = makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 2048 }).dir;
+  // A real chat template (Llama 3.3) for the mtRAG-style attribution samples.
+  fs.copyFileSync(path.join(root, 'test/chat-templates/llama-3.3-instruct.jinja'), path.join(dir, 'chat_template.jinja'));
   client = await EvalClient.connect({ model: dir, threads: 1 });
   engine = await Engine.load(dir, { threads: 1 });
 });
@@ -114,6 +118,75 @@ describe('CHARPEval runner', () => {
     expect(results.results).toHaveLength(3);
     expect(fs.readFileSync(path.join(out, 'report.md'), 'utf8')).toMatch(/\| log-likelihood \|/);
     expect(fs.readFileSync(path.join(out, 'attention-votes.svg'), 'utf8')).toMatch(/<svg[\s\S]*class="bar"/);
+  });
+});
+
+describe('attribution runner', () => {
+  const mtrag = {
+    id: 'mtrag-1',
+    messages: [
+      { role: 'user', content: 'Who designed the tower?' },
+      { role: 'assistant', content: 'Gustave Eiffel.' },
+      { role: 'user', content: 'When did it open?' },
+      { role: 'assistant', content: 'In 1889.' },
+    ],
+    passages: [
+      { text: 'The tower opened in 1889 for the World Fair.', label: 'reference' },
+      { text: 'Bananas are rich in potassium.', label: 'noise' },
+    ],
+  };
+
+  it('CHARPEval and mtRAG-style samples: each Δ is the attribution call scored alone, the means are over labels', async () => {
+    const records = [samples[0]!, samples[1]!, mtrag];
+    const report = await runAttribute(client, records, { sweep: [0, 1, 2 ** 31 - 1] });
+    expect(report.samples.map((s) => s.target)).toEqual(['response', 'response', 'assistant#2']);
+    // The CHARPEval layout is the text CHARPEval scores: its prompt, then " " + the ground truth.
+    const charp = toAttributionSample(samples[0]!, 'line 1');
+    expect(charp.chunks!.map((c) => c.text).join('')).toBe(`${buildPrompt(samples[0]!, [])} ${samples[0]!.responses.GTRS}`);
+    expect(report.samples[2]!.labels).toEqual(['user#1', 'assistant#1', 'reference', 'noise', 'question', 'assistant#2']);
+    const alone = new Scorer(engine, { prefixSharing: false });
+    for (const [i, r] of records.entries()) {
+      const s = toAttributionSample(r, `line ${i + 1}`);
+      const prepared = await prepareAttribution(
+        engine,
+        [{ chunks: s.chunks?.length ? s.chunks.map((c) => ({ label: c.label!, text: c.text! })) : undefined, messages: s.messages as never, target: s.targetLabel || undefined }],
+        { historySweep: [0, 1, 2 ** 31 - 1] },
+      );
+      const scores = [];
+      for (const u of prepared.units) scores.push((await alone.scoreUnits([u])).scores[0]!);
+      const [want] = prepared.finish(scores);
+      const got = report.samples[i]!;
+      expect(Math.abs(got.logprob - want!.base.logprob)).toBeLessThan(1e-4);
+      got.chunks.forEach((c, k) => {
+        expect(Math.abs(c.remove! - want!.chunks[k]!.remove!.delta)).toBeLessThan(1e-4);
+        expect(Math.abs(c.mask! - want!.chunks[k]!.mask!.delta)).toBeLessThan(1e-4);
+      });
+      got.sweep.forEach((p, k) => expect(Math.abs(p.mask! - want!.sweep![k]!.mask!.delta)).toBeLessThan(1e-4));
+    }
+    // Mean per label, by hand.
+    const history = report.samples.flatMap((s) => s.chunks.filter((c) => c.label === 'history'));
+    const byLabel = report.meanByLabel.find((m) => m.label === 'history')!;
+    expect(byLabel.chunks).toBe(history.length);
+    expect(byLabel.remove).toBeCloseTo(history.reduce((a, c) => a + c.remove!, 0) / history.length, 10);
+    expect(report.meanByLabel.map((m) => m.label)).toEqual(['instruction', 'history', 'user', 'knowledge', 'user#1', 'assistant#1', 'reference', 'noise', 'question']);
+    // Keeping every turn changes nothing.
+    report.samples.forEach((s) => expect(Math.abs(s.sweep.at(-1)!.remove!)).toBeLessThan(1e-9));
+  });
+
+  it('runs from the command line and writes results, a report and figures', async () => {
+    const out = tempDir('attribute-out');
+    const data = path.join(out, 'data.jsonl');
+    fs.writeFileSync(data, [samples[0], mtrag].map((r) => JSON.stringify(r)).join('\n') + '\n');
+    await promisify(execFile)(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'eval', 'attribute', data, '--model', dir, '--threads', '1', '--sweep', '0,all', '--out', out]);
+    const results = JSON.parse(fs.readFileSync(path.join(out, 'results.json'), 'utf8'));
+    expect(results.samples).toHaveLength(2);
+    expect(results.meanSweep.map((p: any) => [p.keep, p.samples])).toEqual([
+      [0, 2],
+      [2 ** 31 - 1, 2],
+    ]);
+    expect(fs.readFileSync(path.join(out, 'report.md'), 'utf8')).toMatch(/## Mean Δ per chunk label/);
+    expect(fs.readFileSync(path.join(out, 'attribution-mean.svg'), 'utf8')).toMatch(/<svg[\s\S]*data-intervention="mask"/);
+    expect(fs.readFileSync(path.join(out, 'report.html'), 'utf8')).toMatch(/attribution-|class="chart attribution"/);
   });
 });
 

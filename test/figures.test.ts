@@ -5,7 +5,9 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
 import { Prober, type ProbeAnswer } from '../src/probe.js';
-import { probeReportHtml } from '../src/figures.js';
+import { attributionSvg, figuresHtml, probeReportHtml } from '../src/figures.js';
+import { prepareAttribution, type SampleAttribution } from '../src/attribution.js';
+import { Scorer } from '../src/scoring/scorer.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -110,5 +112,59 @@ describe.skipIf(!haveChromium)('probe report in Chromium', () => {
     });
     const shot = await page.screenshot({ fullPage: true });
     expect(shot.length).toBeGreaterThan(10_000);
+  });
+});
+
+describe.skipIf(!haveChromium)('attribution figure in Chromium', () => {
+  let engine: Engine;
+  let browser: any;
+  let page: any;
+  let answer: SampleAttribution;
+  beforeAll(async () => {
+    engine = await Engine.load(makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 256 }).dir, { threads: 1 });
+    const prepared = await prepareAttribution(engine, [
+      {
+        chunks: [
+          { label: 'instruction', text: 'Instruction: answer from the knowledge.\n' },
+          { label: 'history', text: 'User: Who built the tower?\n' },
+          { label: 'knowledge', text: 'Knowledge: Gustave Eiffel built it in 1889.\n' },
+          { label: 'response', text: 'Bot: Eiffel, in 1889.' },
+        ],
+      },
+    ]);
+    [answer] = prepared.finish((await new Scorer(engine).scoreUnits(prepared.units)).scores) as [SampleAttribution];
+    const svg = attributionSvg(
+      answer.chunks.map((c) => ({ label: c.label, values: { remove: c.remove!.delta, mask: c.mask!.delta } })),
+      'Δ per chunk',
+      'Δ log-likelihood (nats)',
+    );
+    const file = path.join(tempDir('attribution'), 'report.html');
+    fs.writeFileSync(file, figuresHtml('attribution', 'test', [svg]));
+    const { chromium } = await import('playwright-core');
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--no-first-run'] });
+    page = await browser.newPage();
+    await page.goto(`file://${file}`);
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await engine?.release();
+  });
+
+  it('draws one bar per chunk and intervention, its length in proportion to |Δ|, left of zero when Δ < 0', async () => {
+    const bars = await page.$$eval('svg.attribution rect.bar', (rects: SVGRectElement[]) =>
+      rects.map((r) => ({ label: r.getAttribute('data-label'), kind: r.getAttribute('data-intervention'), value: Number(r.getAttribute('data-value')), box: { x: r.getBBox().x, width: r.getBBox().width } })),
+    );
+    const zero = await page.$eval('svg.attribution line', (l: SVGLineElement) => Number(l.getAttribute('x1')));
+    expect(bars).toHaveLength(answer.chunks.length * 2);
+    const max = Math.max(...bars.map((b: any) => Math.abs(b.value)));
+    answer.chunks.forEach((c) => {
+      for (const kind of ['remove', 'mask'] as const) {
+        const bar = bars.find((b: any) => b.label === c.label && b.kind === kind);
+        expect(bar.value).toBe(c[kind]!.delta);
+        expect(Math.abs(bar.box.width - (200 * Math.abs(bar.value)) / max)).toBeLessThan(0.02);
+        if (bar.value < 0) expect(Math.abs(bar.box.x + bar.box.width - zero)).toBeLessThan(0.02);
+        else expect(Math.abs(bar.box.x - zero)).toBeLessThan(0.02);
+      }
+    });
   });
 });

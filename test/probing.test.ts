@@ -196,6 +196,7 @@ describe('Attribute', () => {
     { role: 'assistant', content: 'Gustave Eiffel.' },
     {
       role: 'user',
+      content: '',
       chunks: [
         { label: 'passage#1', text: 'The tower opened in 1889.\n' },
         { label: 'passage#2', text: 'Bananas are yellow.\n' },
@@ -206,7 +207,7 @@ describe('Attribute', () => {
   ];
 
   it('answers each variant as scoring it alone would, sharing the unchanged prefix (real Llama 3.3 template)', async () => {
-    const before = (await scrape(server.metricsPort)).get('ctxprobe_prefix_cache_tokens_reused_total{model="chat"}') ?? 0;
+    const before = (await scrape(server.metricsPort!)).get('ctxprobe_prefix_cache_tokens_reused_total{model="chat"}') ?? 0;
     const res = await unary(client, 'Attribute', {
       model: 'chat',
       samples: [{ id: 's1', messages }],
@@ -246,7 +247,7 @@ describe('Attribute', () => {
     expect(a.subsets.patterns.cols).toBe(6);
     a.subsets.logprobs.forEach((y: number, n: number) => expect(Math.abs(y - want!.subsets!.logprobs[n]!)).toBeLessThan(1e-4));
     // Mask variants continue the unchanged sequence: the cache served them.
-    const after = (await scrape(server.metricsPort)).get('ctxprobe_prefix_cache_tokens_reused_total{model="chat"}')!;
+    const after = (await scrape(server.metricsPort!)).get('ctxprobe_prefix_cache_tokens_reused_total{model="chat"}')!;
     expect(after - before).toBeGreaterThan(a.numTokens);
   });
 

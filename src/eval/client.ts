@@ -15,6 +15,8 @@ import type { RollingResponse__Output } from '../grpc/generated/ctxprobe/v1/Roll
 import type { ListModelsResponse__Output } from '../grpc/generated/ctxprobe/v1/ListModelsResponse.js';
 import type { ProbeRequest } from '../grpc/generated/ctxprobe/v1/ProbeRequest.js';
 import type { ProbeResponse__Output } from '../grpc/generated/ctxprobe/v1/ProbeResponse.js';
+import type { AttributeRequest } from '../grpc/generated/ctxprobe/v1/AttributeRequest.js';
+import type { AttributeResponse__Output } from '../grpc/generated/ctxprobe/v1/AttributeResponse.js';
 
 export interface ConnectOptions {
   /** host:port of a running server; otherwise one is started here on `model`. */
@@ -74,6 +76,9 @@ export class EvalClient {
   }
   probe(req: ProbeRequest): Promise<ProbeResponse__Output> {
     return this.call(this.probing.Probe.bind(this.probing), req);
+  }
+  attribute(req: AttributeRequest): Promise<AttributeResponse__Output> {
+    return this.call(this.probing.Attribute.bind(this.probing), req);
   }
 
   async close(): Promise<void> {

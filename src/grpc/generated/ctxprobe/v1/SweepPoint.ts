@@ -4,7 +4,7 @@ import type { Effect as _ctxprobe_v1_Effect, Effect__Output as _ctxprobe_v1_Effe
 
 export interface SweepPoint {
   /**
-   * history turns kept (the last ones)
+   * history turns to keep (the last ones), as asked (all when fewer)
    */
   'keep'?: (number);
   /**
@@ -17,7 +17,7 @@ export interface SweepPoint {
 
 export interface SweepPoint__Output {
   /**
-   * history turns kept (the last ones)
+   * history turns to keep (the last ones), as asked (all when fewer)
    */
   'keep': (number);
   /**
