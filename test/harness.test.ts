@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
 import { Scorer } from '../src/scoring/scorer.js';
-import { rollingWindows } from '../src/scoring/requests.js';
+import { minKOf, rollingWindows } from '../src/scoring/requests.js';
 import { InvalidArgumentError } from '../src/errors.js';
 import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
@@ -160,5 +160,82 @@ describe('rolling log-likelihood', () => {
     const k = Math.floor(tokens.length * 0.3);
     const lowest = [...expected].sort((a, b) => a - b).slice(0, k);
     expect(Math.abs(r!.minKLogprob - lowest.reduce((a, b) => a + b, 0) / k)).toBeLessThan(1e-4);
+  });
+});
+
+describe('paper-exact metric modes', () => {
+  it("KIEval's loss: no prefix token, the first token never predicted, tokens 1..n−1 scored (windows too)", async () => {
+    const text = 'The weather today is sunny and warm, so we will walk';
+    const tokens = enc(text);
+    const [r] = await scorer.rolling([{ text, skipFirstToken: true }]);
+    expect(r!.numTokens).toBe(tokens.length - 1);
+    expectClose(r!.tokenLogprobs, referenceTokenLogprobs(fx, tokens, tokens.length - 1).logprobs);
+    const sum = r!.tokenLogprobs.reduce((a, b) => a + b, 0);
+    expect(Math.abs(r!.meanLoss + sum / (tokens.length - 1))).toBeLessThan(1e-9);
+    // In windows of L = 8: every token after the first from the (up to) L tokens before it.
+    const L = 8;
+    const [w] = await new Scorer(engine, { maxLength: L }).rolling([{ text, skipFirstToken: true }]);
+    const expected: number[] = [];
+    for (let t = 1; t < tokens.length; t += L) {
+      const span = tokens.slice(t, t + L);
+      const input = [...tokens.slice(Math.max(0, t + span.length - L - 1), t), ...span];
+      expected.push(...referenceTokenLogprobs(fx, input, span.length).logprobs);
+    }
+    expectClose(w!.tokenLogprobs, expected);
+    await expect(scorer.rolling([{ text: [5], skipFirstToken: true }])).rejects.toThrow(/items\[0\]\.text: one token: with skip_first_token nothing is predicted/);
+  });
+
+  it('Min-K% for several k from one pass, with the at-least-one rule or KIEval skipping ⌊n·k⌋ = 0 (hand-checked)', async () => {
+    // Hand-checked: ascending [-5, -3, -2, -1].
+    expect(minKOf([-5, -3, -2, -1], 50, false)).toEqual({ kPercent: 50, count: 2, logprob: -4, skipped: false });
+    expect(minKOf([-5, -3, -2, -1], 20, false)).toEqual({ kPercent: 20, count: 1, logprob: -5, skipped: false });
+    expect(minKOf([-5, -3, -2, -1], 20, true)).toMatchObject({ count: 0, skipped: true });
+    expect(minKOf([-5, -3, -2, -1], 20, true).logprob).toBeNaN();
+    expect(minKOf([-5, -3, -2, -1], 25, true)).toEqual({ kPercent: 25, count: 1, logprob: -5, skipped: false });
+    expect(minKOf([-5, -3, -2, -1], 100, true)).toEqual({ kPercent: 100, count: 4, logprob: -11 / 4, skipped: false });
+    const text = 'short text here';
+    const ks = [5, 10, 20, 30, 40, 50, 60];
+    const [skip] = await scorer.rolling([{ text, minKPercent: ks[0], minKPercents: ks.slice(1), minKRule: 'skip' }]);
+    const [keep] = await scorer.rolling([{ text, minKPercent: ks[0], minKPercents: ks.slice(1) }]);
+    const n = skip!.numTokens;
+    const sorted = [...skip!.tokenLogprobs].sort((a, b) => a - b);
+    expect(skip!.minK.map((m) => m.kPercent)).toEqual(ks);
+    skip!.minK.forEach((m, j) => {
+      const count = Math.floor((n * ks[j]!) / 100);
+      expect(m.count).toBe(count);
+      expect(m.skipped).toBe(count === 0);
+      if (count > 0) expect(Math.abs(m.logprob - sorted.slice(0, count).reduce((a, b) => a + b, 0) / count)).toBeLessThan(1e-9);
+      expect(keep!.minK[j]!.count).toBe(Math.max(1, count));
+    });
+    // A short text really exercises the rule: at 5% nothing is left.
+    expect(skip!.minK[0]!.skipped).toBe(true);
+    expect(skip!.minKLogprob).toBeNaN();
+    expect(keep!.minKLogprob).toBe(sorted[0]);
+  });
+
+  it("the context's own log-probs, the mean per token, and unconditional normalisation", async () => {
+    const context = 'Question: what colour is the sky? Answer:';
+    const neutral = 'Answer:';
+    const [conts] = await scorer.loglikelihood([{ context, continuations: [' blue', ' green'], contextLogprobs: true, unconditionalContext: neutral }]);
+    const ctx = enc(context);
+    // Context tokens 1..n−1, each given all before it.
+    const c = conts![0]!.context!;
+    expect(c.tokenIds).toEqual(ctx.slice(1));
+    expectClose(c.tokenLogprobs, referenceTokenLogprobs(fx, ctx, ctx.length - 1).logprobs);
+    expect(conts![1]!.context).toBe(c);
+    for (const [j, cont] of [' blue', ' green'].entries()) {
+      const a = conts![j]!;
+      expect(a.meanLogprob).toBeCloseTo(a.logprob / a.numTokens, 12);
+      const [[alone]] = (await scorer.loglikelihood([{ context: neutral, continuations: [cont] }])) as any;
+      expect(Math.abs(a.unconditional!.logprob - alone.logprob)).toBeLessThan(1e-6);
+      expect(a.unconditional!.difference).toBeCloseTo(a.logprob - a.unconditional!.logprob, 12);
+      // The whole sequence's log-likelihood (CHARPEval App. A): context + continuation.
+      const whole = enc(context + cont);
+      const ref = referenceTokenLogprobs(fx, whole, whole.length - 1).logprobs.reduce((x, y) => x + y, 0);
+      expect(Math.abs(c.logprob + a.logprob - ref)).toBeLessThan(1e-3);
+    }
+    await expect(scorer.loglikelihood([{ context, continuations: [' x'], unconditionalContext: [5, 6] }])).rejects.toThrow(
+      /items\[0\]\.unconditional: the neutral context must be of the same kind/,
+    );
   });
 });

@@ -84,6 +84,36 @@ describe('gRPC Scoring service', () => {
     expect(Math.abs(res.items[0].minKLogprob - direct!.minKLogprob)).toBeLessThan(1e-6);
   });
 
+  it('paper-exact modes over gRPC: context log-probs, unconditional scores, KIEval loss and a Min-K sweep, as the library answers', async () => {
+    const res = await call('Score', {
+      model: 'llama',
+      items: [{ id: 'q', contextText: 'Question: sky colour? Answer:', continuationsText: [' blue', ' red'], contextLogprobs: true, unconditionalText: 'Answer:' }],
+    });
+    const [lib] = await llama.scorer.loglikelihood([
+      { context: 'Question: sky colour? Answer:', continuations: [' blue', ' red'], contextLogprobs: true, unconditionalContext: 'Answer:' },
+    ]);
+    const item = res.items[0];
+    expect(item.context.tokenIds).toEqual(lib![0]!.context!.tokenIds);
+    expect(Math.abs(item.context.logprob - lib![0]!.context!.logprob)).toBeLessThan(1e-6);
+    item.continuations.forEach((c: any, j: number) => {
+      expect(Math.abs(c.meanLogprob - lib![j]!.meanLogprob)).toBeLessThan(1e-6);
+      expect(Math.abs(c.unconditional.difference - lib![j]!.unconditional!.difference)).toBeLessThan(1e-6);
+    });
+    const rolling = await call('ScoreRolling', {
+      model: 'llama',
+      items: [{ id: 'r', text: 'a short text', skipFirstToken: true, minKPercent: 10, minKPercents: [50, 100], minKSkipShort: true }],
+    });
+    const [want] = await llama.scorer.rolling([{ text: 'a short text', skipFirstToken: true, minKPercent: 10, minKPercents: [50, 100], minKRule: 'skip' }]);
+    const r = rolling.items[0];
+    expect(r.numTokens).toBe(want!.numTokens);
+    expect(r.minK.map((m: any) => [m.kPercent, m.count, m.skipped])).toEqual(want!.minK.map((m) => [m.kPercent, m.count, m.skipped]));
+    expect(r.minK[0].skipped).toBe(true);
+    expect(r.minKLogprob).toBeNaN();
+    expect(Math.abs(r.minK[2].logprob - want!.minK[2]!.logprob)).toBeLessThan(1e-6);
+    const err = await call('Score', { model: 'llama', items: [{ contextText: 'x', continuationsText: [' y'], unconditionalIds: { ids: [5] } }] }).catch((e) => e);
+    expect(err.details).toMatch(/items\[0\]\.unconditional: the neutral context must be of the same kind/);
+  });
+
   it('answers bad input with a status naming the field, and keeps serving', async () => {
     const cases: [string, unknown, grpc.status, RegExp][] = [
       [

@@ -29,7 +29,7 @@ export function scoringService(service: Service): ScoringHandlers {
       );
       return {
         model: m.entry.name,
-        items: results.map((conts, i) => ({ id: req.items[i]!.id, continuations: conts.map(toContinuationMessage) })),
+        items: results.map((conts, i) => ({ id: req.items[i]!.id, continuations: conts.map(toContinuationMessage), context: conts[0]?.context })),
       };
     }),
 
@@ -39,8 +39,14 @@ export function scoringService(service: Service): ScoringHandlers {
       const requests: RollingRequest[] = req.items.map((item, i) => {
         // 0 is proto3's "unset"; anything else (NaN included) is checked as given.
         const minKPercent = item.minKPercent === 0 ? undefined : item.minKPercent;
-        if (item.input === 'text') return { text: item.text!, minKPercent };
-        if (item.input === 'tokenIds') return { text: item.tokenIds!.ids, minKPercent };
+        const options = {
+          minKPercent,
+          minKPercents: item.minKPercents,
+          minKRule: item.minKSkipShort ? ('skip' as const) : ('at-least-one' as const),
+          skipFirstToken: item.skipFirstToken,
+        };
+        if (item.input === 'text') return { text: item.text!, ...options };
+        if (item.input === 'tokenIds') return { text: item.tokenIds!.ids, ...options };
         throw new InvalidArgumentError(`items[${i}]`, 'set text or token_ids');
       });
       const results = await service.scoreRolling(m, requests, call);
@@ -56,6 +62,7 @@ export function scoringService(service: Service): ScoringHandlers {
           minKLogprob: r.minKLogprob,
           tokenLogprobs: r.tokenLogprobs,
           numWindows: r.numWindows,
+          minK: r.minK,
         })),
       };
     }),
@@ -84,7 +91,7 @@ export function scoringService(service: Service): ScoringHandlers {
             model = m.entry.name;
             if (!msg.item) throw new InvalidArgumentError(`message ${index}: item`, 'required');
             const [conts] = await service.score(m, [toLoglikelihoodRequest(msg.item, `message ${index}: item`)], ctx);
-            return { model, item: { id, continuations: conts!.map(toContinuationMessage) }, errorCode: 0, errorMessage: '' };
+            return { model, item: { id, continuations: conts!.map(toContinuationMessage), context: conts![0]?.context }, errorCode: 0, errorMessage: '' };
           })
           .catch((err: unknown): StreamScoreResponse => {
             const status = toStatus(err);
@@ -123,8 +130,15 @@ function toLoglikelihoodRequest(item: ScoreItem__Output, field: string): Loglike
   // No context at all: the harness's empty context (scored after BOS).
   const context =
     item.context === 'contextText' ? item.contextText! : item.context === 'contextIds' ? item.contextIds!.ids : texts.length > 0 ? '' : [];
+  const byText = texts.length > 0 || item.context === 'contextText';
+  if (item.unconditionalText && item.unconditionalIds) throw new InvalidArgumentError(`${field}.unconditional_text`, 'set unconditional_text or unconditional_ids, not both');
+  if ((byText && item.unconditionalIds) || (!byText && item.unconditionalText))
+    throw new InvalidArgumentError(`${field}.unconditional`, 'the neutral context must be of the same kind as the context (text or token ids)');
+  const unconditionalContext = item.unconditionalText ? item.unconditionalText : item.unconditionalIds ? item.unconditionalIds.ids : undefined;
   return {
     context,
+    ...(unconditionalContext !== undefined ? { unconditionalContext } : {}),
+    contextLogprobs: item.contextLogprobs,
     continuations: texts.length > 0 ? texts : ids.map((t) => t.ids),
     addBos: item.addBos,
     topK: item.topK,
@@ -145,5 +159,7 @@ function toContinuationMessage(c: ContinuationScore): ContinuationScoreMessage {
     numBytes: c.numBytes,
     topK: (c.topK ?? []).map((t) => ({ tokens: t.ids.map((id, k) => ({ id, logprob: t.logprobs[k] })) })),
     truncatedTokens: c.truncatedTokens,
+    meanLogprob: c.meanLogprob,
+    unconditional: c.unconditional,
   };
 }

@@ -19,6 +19,29 @@ export interface LoglikelihoodRequest {
   truncation?: 'left' | 'error';
   /** How error messages name this request (default `items[i]`). */
   field?: string;
+  /** Also the context's own log-probs: each context token after the first given all
+   * before it (CHARPEval App. A ranks by the whole sequence's perplexity). */
+  contextLogprobs?: boolean;
+  /** Also score each continuation after this neutral context (same kind as the context),
+   * for unconditional normalisation (KIEval's cloze step). */
+  unconditionalContext?: TextOrTokens;
+}
+
+/** The context's own log-likelihood: tokens 1..n−1 of its encoding, each given all before it. */
+export interface ContextScore {
+  tokenIds: number[];
+  tokenLogprobs: number[];
+  logprob: number;
+  numTokens: number;
+}
+
+/** A continuation scored after the neutral context. */
+export interface UnconditionalScore {
+  logprob: number;
+  numTokens: number;
+  tokenLogprobs: number[];
+  /** The conditional log-prob minus this one: log p(cont | context) − log p(cont | neutral). */
+  difference: number;
 }
 
 export interface ContinuationScore {
@@ -34,12 +57,35 @@ export interface ContinuationScore {
   topK?: TopK[];
   /** Context tokens dropped from the left to fit the maximum length. */
   truncatedTokens: number;
+  /** logprob ÷ numTokens (per-token length normalisation). */
+  meanLogprob: number;
+  /** With `contextLogprobs`: the item's context scored on its own (one object per item). */
+  context?: ContextScore;
+  /** With `unconditionalContext`. */
+  unconditional?: UnconditionalScore;
 }
 
 export interface RollingRequest {
   text: TextOrTokens;
   /** Min-K% Prob's k, in percent (Shi et al. 2023); default 20. */
   minKPercent?: number;
+  /** More k values, each answered from the same log-probs (KIEval sweeps 5–60%). */
+  minKPercents?: number[];
+  /** Min-K% over fewer tokens than one lowest: `at-least-one` (default) averages the single
+   * lowest; `skip` (KIEval) reports the text as skipped for that k. */
+  minKRule?: 'at-least-one' | 'skip';
+  /** KIEval's loss: the first token is context only (no prefix token before it, never
+   * predicted); tokens 1..n−1 are scored. */
+  skipFirstToken?: boolean;
+}
+
+export interface MinK {
+  kPercent: number;
+  /** Tokens averaged: ⌊n·k/100⌋ (at least one, unless skipped). */
+  count: number;
+  /** Their mean log-prob; NaN when skipped. */
+  logprob: number;
+  skipped: boolean;
 }
 
 export interface RollingScore {
@@ -49,8 +95,10 @@ export interface RollingScore {
   meanLoss: number;
   perplexity: number;
   minKPercent: number;
-  /** Mean of the lowest ⌊n·k/100⌋ (at least one) token log-probs. */
+  /** Mean of the lowest ⌊n·k/100⌋ (at least one) token log-probs; NaN when skipped. */
   minKLogprob: number;
+  /** Every k asked for (`minKPercent` first). */
+  minK: MinK[];
   tokenIds: number[];
   tokenLogprobs: number[];
   numWindows: number;
@@ -170,17 +218,18 @@ export class RequestEncoder {
    * queued); `finish` turns the units' scores into answers. */
   async prepareLoglikelihood(requests: LoglikelihoodRequest[]): Promise<Prepared<ContinuationScore[][]>> {
     const units: Unit[] = [];
-    const meta: { numChars: number; numBytes: number; truncated: number }[] = [];
-    const shape: number[] = [];
     // Every text encoding of the request is asked for first (the tokenizer's workers take
     // them in a stream), then awaited; checks on the results run in field order.
-    const pending: {
+    interface Pending {
       field: string;
       topK: number;
       truncation: 'left' | 'error';
       text: string;
       pair: Promise<{ context: number[]; continuation: number[] }>;
-    }[] = [];
+      /** The same continuation after the neutral context. */
+      unconditional?: Promise<{ context: number[]; continuation: number[] }>;
+    }
+    const items: { pending: Pending[]; contextLogprobs: boolean }[] = [];
     requests.forEach((req, i) => {
       const field = req.field ?? `items[${i}]`;
       const topK = req.topK ?? 0;
@@ -197,11 +246,18 @@ export class RequestEncoder {
           `${req.continuations.length} continuations, over the limit of ${this.maxContinuations} per item`,
         );
       }
-      shape.push(req.continuations.length);
       const tokCtx = typeof req.context === 'string' ? undefined : req.context;
       if (tokCtx) this.checkTokens(tokCtx, `${field}.context_ids`);
+      const neutral = req.unconditionalContext;
+      if (neutral !== undefined) {
+        if (typeof neutral !== typeof req.context || Array.isArray(neutral) !== Array.isArray(req.context))
+          throw new InvalidArgumentError(`${field}.unconditional`, 'the neutral context must be of the same kind as the context (text or token ids)');
+        if (Array.isArray(neutral)) this.checkTokens(neutral, `${field}.unconditional_ids`);
+      }
       const addBos = req.addBos ?? false;
       const sharedContext = typeof req.context === 'string' ? this.contextEncoding(req.context, addBos) : undefined;
+      const sharedNeutral = typeof neutral === 'string' ? this.contextEncoding(neutral, addBos) : undefined;
+      const pending: Pending[] = [];
       req.continuations.forEach((cont, j) => {
         const cfield = `${field}.continuations[${j}]`;
         if (cont.length === 0) throw new InvalidArgumentError(cfield, 'continuation is empty');
@@ -212,51 +268,91 @@ export class RequestEncoder {
             truncation,
             text: cont,
             pair: quiet(this.encodePair(req.context, cont, addBos, sharedContext)),
+            ...(typeof neutral === 'string' ? { unconditional: quiet(this.encodePair(neutral, cont, addBos, sharedNeutral)) } : {}),
           });
         } else if (typeof cont !== 'string' && tokCtx) {
           this.checkTokens(cont, cfield);
-          const context = tokCtx.length > 0 ? tokCtx : [this.tokenizer.prefixTokenId];
+          const orPrefix = (ids: number[]) => (ids.length > 0 ? ids : [this.tokenizer.prefixTokenId]);
           pending.push({
             field: cfield,
             topK,
             truncation,
             text: this.tokenizer.decode(cont),
-            pair: Promise.resolve({ context, continuation: cont }),
+            pair: Promise.resolve({ context: orPrefix(tokCtx), continuation: cont }),
+            ...(Array.isArray(neutral) ? { unconditional: Promise.resolve({ context: orPrefix(neutral), continuation: cont }) } : {}),
           });
         } else {
           throw new InvalidArgumentError(cfield, 'context and continuations must both be text or both be token ids');
         }
       });
+      items.push({ pending, contextLogprobs: req.contextLogprobs ?? false });
     });
-    const pairs = await Promise.all(pending.map((p) => p.pair));
-    pending.forEach(({ field, topK, truncation, text }, n) => {
-      const { context, continuation } = pairs[n]!;
-      if (continuation.length === 0) throw new InvalidArgumentError(field, 'continuation adds no tokens after the context');
-      const { unit, truncated } = this.toUnit(context, continuation, topK, truncation, field);
-      units.push(unit);
-      meta.push({ numChars: [...text].length, numBytes: Buffer.byteLength(text, 'utf8'), truncated });
-    });
+    const all = items.flatMap((it) => it.pending);
+    const [pairs, neutralPairs] = await Promise.all([Promise.all(all.map((p) => p.pair)), Promise.all(all.map((p) => p.unconditional))]);
+    /** Where each answer's scores are: unit indices. */
+    const plans: { main: number; unconditional?: number; meta: { numChars: number; numBytes: number; truncated: number } }[][] = [];
+    const contexts: ({ tokens: number[]; first: number; count: number } | undefined)[] = [];
+    let n = 0;
+    for (const item of items) {
+      const plan = item.pending.map(({ field, topK, truncation, text }) => {
+        const { context, continuation } = pairs[n]!;
+        const neutralPair = neutralPairs[n++];
+        if (continuation.length === 0) throw new InvalidArgumentError(field, 'continuation adds no tokens after the context');
+        const { unit, truncated } = this.toUnit(context, continuation, topK, truncation, field);
+        const main = units.push(unit) - 1;
+        const unconditional = neutralPair
+          ? units.push(this.toUnit(neutralPair.context, neutralPair.continuation, 0, truncation, `${field} (after the neutral context)`).unit) - 1
+          : undefined;
+        return { main, unconditional, meta: { numChars: [...text].length, numBytes: Buffer.byteLength(text, 'utf8'), truncated } };
+      });
+      plans.push(plan);
+      if (!item.contextLogprobs) {
+        contexts.push(undefined);
+        continue;
+      }
+      // The context as encoded for its continuations; a long one in rolling windows.
+      const ctx = pairs[n - item.pending.length]!.context;
+      const windows = ctx.length > 1 ? rollingWindows(ctx.slice(1), ctx[0]!, this.maxLength) : [];
+      contexts.push({ tokens: ctx, first: units.length, count: windows.length });
+      for (const [c, t] of windows) units.push(this.toUnit(c, t, 0, 'left', item.pending[0]!.field).unit);
+    }
     const finish = (scored: UnitScore[]) => {
-      let u = 0;
-      return shape.map((count) =>
-        Array.from({ length: count }, () => {
-          const s = scored[u]!;
-          const m = meta[u]!;
-          const unit = units[u++]!;
-          return {
-            logprob: s.logprobs.reduce((a, b) => a + b, 0),
+      const sum = (v: number[]) => v.reduce((a, b) => a + b, 0);
+      return plans.map((plan, i) => {
+        const c = contexts[i];
+        const contextLogprobs = c ? scored.slice(c.first, c.first + c.count).flatMap((s) => s.logprobs) : undefined;
+        const context: ContextScore | undefined = c && {
+          tokenIds: c.tokens.slice(1),
+          tokenLogprobs: contextLogprobs!,
+          logprob: sum(contextLogprobs!),
+          numTokens: contextLogprobs!.length,
+        };
+        return plan.map(({ main, unconditional, meta }) => {
+          const s = scored[main]!;
+          const unit = units[main]!;
+          const logprob = sum(s.logprobs);
+          const answer: ContinuationScore = {
+            logprob,
             isGreedy: s.greedy.every(Boolean),
             tokenIds: unit.targets,
             tokenLogprobs: s.logprobs,
             tokenGreedy: s.greedy,
             numTokens: unit.targets.length,
-            numChars: m.numChars,
-            numBytes: m.numBytes,
+            numChars: meta.numChars,
+            numBytes: meta.numBytes,
             topK: s.topK,
-            truncatedTokens: m.truncated,
+            truncatedTokens: meta.truncated,
+            meanLogprob: logprob / unit.targets.length,
           };
-        }),
-      );
+          if (context) answer.context = context;
+          if (unconditional !== undefined) {
+            const u = scored[unconditional]!;
+            const ulp = sum(u.logprobs);
+            answer.unconditional = { logprob: ulp, numTokens: u.logprobs.length, tokenLogprobs: u.logprobs, difference: logprob - ulp };
+          }
+          return answer;
+        });
+      });
     };
     return { units, finish };
   }
@@ -296,11 +392,16 @@ export class RequestEncoder {
 
   async prepareRolling(requests: RollingRequest[]): Promise<Prepared<RollingScore[]>> {
     const units: Unit[] = [];
-    const spans: { tokens: number[]; first: number; count: number; k: number }[] = [];
+    const spans: { tokens: number[]; first: number; count: number; ks: number[]; skip: boolean }[] = [];
+    const checkK = (k: number, field: string) => {
+      if (!(k > 0 && k <= 100)) throw new InvalidArgumentError(field, `must be in (0, 100] (got ${k})`);
+    };
     const encoded = await Promise.all(
       requests.map((req, i) => {
-        const k = req.minKPercent ?? 20;
-        if (!(k > 0 && k <= 100)) throw new InvalidArgumentError(`items[${i}].min_k_percent`, `must be in (0, 100] (got ${k})`);
+        checkK(req.minKPercent ?? 20, `items[${i}].min_k_percent`);
+        (req.minKPercents ?? []).forEach((k, j) => checkK(k, `items[${i}].min_k_percents[${j}]`));
+        const rule = req.minKRule ?? 'at-least-one';
+        if (rule !== 'at-least-one' && rule !== 'skip') throw new InvalidArgumentError(`items[${i}].min_k_rule`, `must be at-least-one or skip (got ${rule})`);
         if (typeof req.text === 'string') return quiet(this.tokenizer.encodeAsync(req.text, false));
         this.checkTokens(req.text, `items[${i}].token_ids`);
         return req.text;
@@ -308,26 +409,33 @@ export class RequestEncoder {
     );
     requests.forEach((req, i) => {
       const field = `items[${i}]`;
-      const k = req.minKPercent ?? 20;
       const tokens = encoded[i]!;
       if (tokens.length === 0) throw new InvalidArgumentError(`${field}.text`, 'text is empty');
-      const windows = rollingWindows(tokens, this.tokenizer.prefixTokenId, this.maxLength);
-      spans.push({ tokens, first: units.length, count: windows.length, k });
+      if (req.skipFirstToken && tokens.length < 2)
+        throw new InvalidArgumentError(`${field}.text`, 'one token: with skip_first_token nothing is predicted');
+      // KIEval: the first token is context only, in place of the prefix token.
+      const windows = req.skipFirstToken
+        ? rollingWindows(tokens.slice(1), tokens[0]!, this.maxLength)
+        : rollingWindows(tokens, this.tokenizer.prefixTokenId, this.maxLength);
+      const ks = [req.minKPercent ?? 20, ...(req.minKPercents ?? [])];
+      spans.push({ tokens, first: units.length, count: windows.length, ks, skip: req.minKRule === 'skip' });
       for (const [ctx, cont] of windows) units.push(this.toUnit(ctx, cont, 0, 'left', field).unit);
     });
     const finish = (scored: UnitScore[]) =>
-      spans.map(({ tokens, first, count, k }) => {
+      spans.map(({ tokens, first, count, ks, skip }) => {
         const logprobs = scored.slice(first, first + count).flatMap((s) => s.logprobs);
         const sum = logprobs.reduce((a, b) => a + b, 0);
         const n = logprobs.length;
-        const lowest = [...logprobs].sort((a, b) => a - b).slice(0, Math.max(1, Math.floor((n * k) / 100)));
+        const sorted = [...logprobs].sort((a, b) => a - b);
+        const minK = ks.map((kPercent) => minKOf(sorted, kPercent, skip));
         return {
           logprob: sum,
           numTokens: n,
           meanLoss: -sum / n,
           perplexity: Math.exp(-sum / n),
-          minKPercent: k,
-          minKLogprob: lowest.reduce((a, b) => a + b, 0) / lowest.length,
+          minKPercent: ks[0]!,
+          minKLogprob: minK[0]!.logprob,
+          minK,
           tokenIds: tokens,
           tokenLogprobs: logprobs,
           numWindows: count,
@@ -335,6 +443,15 @@ export class RequestEncoder {
       });
     return { units, finish };
   }
+}
+
+/** Min-K% Prob from ascending token log-probs: the mean of the lowest ⌊n·k/100⌋; with
+ * fewer than one, the single lowest, or (KIEval's rule, `skip`) none. */
+export function minKOf(ascending: number[], kPercent: number, skip: boolean): MinK {
+  const exact = Math.floor((ascending.length * kPercent) / 100);
+  if (exact === 0 && skip) return { kPercent, count: 0, logprob: NaN, skipped: true };
+  const count = Math.max(1, exact);
+  return { kPercent, count, logprob: ascending.slice(0, count).reduce((a, b) => a + b, 0) / count, skipped: false };
 }
 
 /** lm-evaluation-harness `get_rolling_token_windows` (context_len = 1) followed by

@@ -8,6 +8,7 @@ import type { AttributionSample as _ctxprobe_v1_AttributionSample, AttributionSa
 import type { ChatMessage as _ctxprobe_v1_ChatMessage, ChatMessage__Output as _ctxprobe_v1_ChatMessage__Output } from './ctxprobe/v1/ChatMessage.js';
 import type { Chunk as _ctxprobe_v1_Chunk, Chunk__Output as _ctxprobe_v1_Chunk__Output } from './ctxprobe/v1/Chunk.js';
 import type { ChunkEffect as _ctxprobe_v1_ChunkEffect, ChunkEffect__Output as _ctxprobe_v1_ChunkEffect__Output } from './ctxprobe/v1/ChunkEffect.js';
+import type { ContextScore as _ctxprobe_v1_ContextScore, ContextScore__Output as _ctxprobe_v1_ContextScore__Output } from './ctxprobe/v1/ContextScore.js';
 import type { ContinuationScore as _ctxprobe_v1_ContinuationScore, ContinuationScore__Output as _ctxprobe_v1_ContinuationScore__Output } from './ctxprobe/v1/ContinuationScore.js';
 import type { Effect as _ctxprobe_v1_Effect, Effect__Output as _ctxprobe_v1_Effect__Output } from './ctxprobe/v1/Effect.js';
 import type { ItemScore as _ctxprobe_v1_ItemScore, ItemScore__Output as _ctxprobe_v1_ItemScore__Output } from './ctxprobe/v1/ItemScore.js';
@@ -15,6 +16,7 @@ import type { KeepOnlyEffect as _ctxprobe_v1_KeepOnlyEffect, KeepOnlyEffect__Out
 import type { ListModelsRequest as _ctxprobe_v1_ListModelsRequest, ListModelsRequest__Output as _ctxprobe_v1_ListModelsRequest__Output } from './ctxprobe/v1/ListModelsRequest.js';
 import type { ListModelsResponse as _ctxprobe_v1_ListModelsResponse, ListModelsResponse__Output as _ctxprobe_v1_ListModelsResponse__Output } from './ctxprobe/v1/ListModelsResponse.js';
 import type { Matrix as _ctxprobe_v1_Matrix, Matrix__Output as _ctxprobe_v1_Matrix__Output } from './ctxprobe/v1/Matrix.js';
+import type { MinK as _ctxprobe_v1_MinK, MinK__Output as _ctxprobe_v1_MinK__Output } from './ctxprobe/v1/MinK.js';
 import type { ModelInfo as _ctxprobe_v1_ModelInfo, ModelInfo__Output as _ctxprobe_v1_ModelInfo__Output } from './ctxprobe/v1/ModelInfo.js';
 import type { ProbeMean as _ctxprobe_v1_ProbeMean, ProbeMean__Output as _ctxprobe_v1_ProbeMean__Output } from './ctxprobe/v1/ProbeMean.js';
 import type { ProbeRequest as _ctxprobe_v1_ProbeRequest, ProbeRequest__Output as _ctxprobe_v1_ProbeRequest__Output } from './ctxprobe/v1/ProbeRequest.js';
@@ -43,6 +45,7 @@ import type { TokenizeResponse as _ctxprobe_v1_TokenizeResponse, TokenizeRespons
 import type { Tokens as _ctxprobe_v1_Tokens, Tokens__Output as _ctxprobe_v1_Tokens__Output } from './ctxprobe/v1/Tokens.js';
 import type { TopToken as _ctxprobe_v1_TopToken, TopToken__Output as _ctxprobe_v1_TopToken__Output } from './ctxprobe/v1/TopToken.js';
 import type { TopTokens as _ctxprobe_v1_TopTokens, TopTokens__Output as _ctxprobe_v1_TopTokens__Output } from './ctxprobe/v1/TopTokens.js';
+import type { UnconditionalScore as _ctxprobe_v1_UnconditionalScore, UnconditionalScore__Output as _ctxprobe_v1_UnconditionalScore__Output } from './ctxprobe/v1/UnconditionalScore.js';
 
 type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> = {
   new(...args: ConstructorParameters<Constructor>): Subtype;
@@ -59,6 +62,7 @@ export interface ProtoGrpcType {
       ChatMessage: MessageTypeDefinition<_ctxprobe_v1_ChatMessage, _ctxprobe_v1_ChatMessage__Output>
       Chunk: MessageTypeDefinition<_ctxprobe_v1_Chunk, _ctxprobe_v1_Chunk__Output>
       ChunkEffect: MessageTypeDefinition<_ctxprobe_v1_ChunkEffect, _ctxprobe_v1_ChunkEffect__Output>
+      ContextScore: MessageTypeDefinition<_ctxprobe_v1_ContextScore, _ctxprobe_v1_ContextScore__Output>
       ContinuationScore: MessageTypeDefinition<_ctxprobe_v1_ContinuationScore, _ctxprobe_v1_ContinuationScore__Output>
       Effect: MessageTypeDefinition<_ctxprobe_v1_Effect, _ctxprobe_v1_Effect__Output>
       Intervention: EnumTypeDefinition
@@ -67,6 +71,7 @@ export interface ProtoGrpcType {
       ListModelsRequest: MessageTypeDefinition<_ctxprobe_v1_ListModelsRequest, _ctxprobe_v1_ListModelsRequest__Output>
       ListModelsResponse: MessageTypeDefinition<_ctxprobe_v1_ListModelsResponse, _ctxprobe_v1_ListModelsResponse__Output>
       Matrix: MessageTypeDefinition<_ctxprobe_v1_Matrix, _ctxprobe_v1_Matrix__Output>
+      MinK: MessageTypeDefinition<_ctxprobe_v1_MinK, _ctxprobe_v1_MinK__Output>
       ModelInfo: MessageTypeDefinition<_ctxprobe_v1_ModelInfo, _ctxprobe_v1_ModelInfo__Output>
       Pool: EnumTypeDefinition
       ProbeMean: MessageTypeDefinition<_ctxprobe_v1_ProbeMean, _ctxprobe_v1_ProbeMean__Output>
@@ -101,6 +106,7 @@ export interface ProtoGrpcType {
       TopToken: MessageTypeDefinition<_ctxprobe_v1_TopToken, _ctxprobe_v1_TopToken__Output>
       TopTokens: MessageTypeDefinition<_ctxprobe_v1_TopTokens, _ctxprobe_v1_TopTokens__Output>
       Truncation: EnumTypeDefinition
+      UnconditionalScore: MessageTypeDefinition<_ctxprobe_v1_UnconditionalScore, _ctxprobe_v1_UnconditionalScore__Output>
     }
   }
 }

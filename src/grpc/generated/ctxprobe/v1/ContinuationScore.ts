@@ -1,6 +1,7 @@
 // Generated from proto/ctxprobe/v1/ctxprobe.proto by scripts/proto-types.mjs: do not edit.
 
 import type { TopTokens as _ctxprobe_v1_TopTokens, TopTokens__Output as _ctxprobe_v1_TopTokens__Output } from '../../ctxprobe/v1/TopTokens.js';
+import type { UnconditionalScore as _ctxprobe_v1_UnconditionalScore, UnconditionalScore__Output as _ctxprobe_v1_UnconditionalScore__Output } from '../../ctxprobe/v1/UnconditionalScore.js';
 
 export interface ContinuationScore {
   /**
@@ -31,6 +32,14 @@ export interface ContinuationScore {
    * context tokens dropped from the left
    */
   'truncatedTokens'?: (number);
+  /**
+   * logprob ÷ num_tokens
+   */
+  'meanLogprob'?: (number | string);
+  /**
+   * with unconditional_text / unconditional_ids
+   */
+  'unconditional'?: (_ctxprobe_v1_UnconditionalScore | null);
 }
 
 export interface ContinuationScore__Output {
@@ -62,4 +71,12 @@ export interface ContinuationScore__Output {
    * context tokens dropped from the left
    */
   'truncatedTokens': (number);
+  /**
+   * logprob ÷ num_tokens
+   */
+  'meanLogprob': (number);
+  /**
+   * with unconditional_text / unconditional_ids
+   */
+  'unconditional': (_ctxprobe_v1_UnconditionalScore__Output | null);
 }

@@ -10,6 +10,20 @@ export interface RollingItem {
    * Min-K% Prob's k in percent; 0 means the default, 20
    */
   'minKPercent'?: (number | string);
+  /**
+   * KIEval's loss: the first token is context only (no prefix token, never predicted);
+   * tokens 1..n−1 are scored.
+   */
+  'skipFirstToken'?: (boolean);
+  /**
+   * more k values, answered from the same pass (KIEval sweeps 5–60)
+   */
+  'minKPercents'?: (number | string)[];
+  /**
+   * Fewer than one token at k (⌊n·k/100⌋ = 0): false averages the single lowest; true
+   * (KIEval) reports the text as skipped for that k.
+   */
+  'minKSkipShort'?: (boolean);
   'input'?: "text"|"tokenIds";
 }
 
@@ -21,5 +35,19 @@ export interface RollingItem__Output {
    * Min-K% Prob's k in percent; 0 means the default, 20
    */
   'minKPercent': (number);
+  /**
+   * KIEval's loss: the first token is context only (no prefix token, never predicted);
+   * tokens 1..n−1 are scored.
+   */
+  'skipFirstToken': (boolean);
+  /**
+   * more k values, answered from the same pass (KIEval sweeps 5–60)
+   */
+  'minKPercents': (number)[];
+  /**
+   * Fewer than one token at k (⌊n·k/100⌋ = 0): false averages the single lowest; true
+   * (KIEval) reports the text as skipped for that k.
+   */
+  'minKSkipShort': (boolean);
   'input'?: "text"|"tokenIds";
 }

@@ -26,6 +26,17 @@ export interface ScoreItem {
   'topK'?: (number);
   'truncation'?: (_ctxprobe_v1_Truncation);
   /**
+   * Also the context's own log-probs (tokens 1..n−1 of its encoding, each given all before
+   * it): with a continuation's, the whole sequence's perplexity (CHARPEval App. A).
+   */
+  'contextLogprobs'?: (boolean);
+  /**
+   * Also score every continuation after this neutral context (the same kind as the
+   * context), for unconditional normalisation (KIEval's cloze step).
+   */
+  'unconditionalText'?: (string);
+  'unconditionalIds'?: (_ctxprobe_v1_Tokens | null);
+  /**
    * The context, as text or token ids. Empty text scores after BOS (EOS where the model
    * has none); trailing whitespace moves to the front of every continuation.
    */
@@ -54,6 +65,17 @@ export interface ScoreItem__Output {
    */
   'topK': (number);
   'truncation': (_ctxprobe_v1_Truncation__Output);
+  /**
+   * Also the context's own log-probs (tokens 1..n−1 of its encoding, each given all before
+   * it): with a continuation's, the whole sequence's perplexity (CHARPEval App. A).
+   */
+  'contextLogprobs': (boolean);
+  /**
+   * Also score every continuation after this neutral context (the same kind as the
+   * context), for unconditional normalisation (KIEval's cloze step).
+   */
+  'unconditionalText': (string);
+  'unconditionalIds': (_ctxprobe_v1_Tokens__Output | null);
   /**
    * The context, as text or token ids. Empty text scores after BOS (EOS where the model
    * has none); trailing whitespace moves to the front of every continuation.
