@@ -126,23 +126,41 @@ describe('findTrunks', () => {
     [9, 9, 9, 9, 9, 9, 9, 9],
   ];
 
-  it('finds the outermost shared stretch first, then the nested one once it is cached', () => {
-    expect(findTrunks(seqs, [0, 0, 0, 0], 4)).toEqual([{ members: [0, 1, 2], from: 0, to: 6 }]);
-    // With the demos cached, the two sequences of one sample share [6, 10).
-    expect(findTrunks(seqs, [6, 6, 6, 0], 4)).toEqual([{ members: [0, 1], from: 6, to: 10 }]);
+  it('finds the outermost shared stretch, run on along the two that share the most', () => {
+    // All three share the demos (6); 0 and 1 share 10: one trunk [0, 10) along them, which
+    // 2 follows up to 6 and 0 and 1 up to 10 (the spine is the second of the pair).
+    expect(findTrunks(seqs, [0, 0, 0, 0], 4)).toEqual([{ members: [0, 1, 2], from: 0, to: 10, spine: 1, reach: [10, 10, 6] }]);
+    // With the demos cached, the two sequences of one sample still share [6, 10).
+    expect(findTrunks(seqs, [6, 6, 6, 0], 4)).toEqual([{ members: [0, 1], from: 6, to: 10, spine: 1, reach: [10, 10] }]);
     expect(findTrunks(seqs, [10, 10, 6, 0], 4)).toEqual([]);
   });
 
   it('skips a stretch shorter than minShared but still finds longer ones below it', () => {
     // 6 shared tokens < 7: the outer group is skipped; its subgroup shares 10.
-    expect(findTrunks(seqs, [0, 0, 0, 0], 7)).toEqual([{ members: [0, 1], from: 0, to: 10 }]);
+    expect(findTrunks(seqs, [0, 0, 0, 0], 7)).toEqual([{ members: [0, 1], from: 0, to: 10, spine: 1, reach: [10, 10] }]);
   });
 
   it('starts a trunk where its earliest member needs it, and leaves done sequences out', () => {
-    expect(findTrunks(seqs, [2, 4, 6, 0], 1)).toEqual([{ members: [0, 1, 2], from: 2, to: 6 }]);
+    expect(findTrunks(seqs, [2, 4, 6, 0], 1)).toEqual([{ members: [0, 1, 2], from: 2, to: 10, spine: 1, reach: [10, 10, 6] }]);
     // 0 and 3 are done (start = length); 1 and 2 still share [4, 6).
-    expect(findTrunks(seqs, [11, 4, 6, 8], 1)).toEqual([{ members: [1, 2], from: 4, to: 6 }]);
+    expect(findTrunks(seqs, [11, 4, 6, 8], 1)).toEqual([{ members: [1, 2], from: 4, to: 6, spine: 2, reach: [6, 6] }]);
     // A sequence that is a prefix of another shares all of itself.
-    expect(findTrunks([[1, 2, 3], [1, 2, 3, 4]], [0, 0], 1)).toEqual([{ members: [0, 1], from: 0, to: 3 }]);
+    expect(findTrunks([[1, 2, 3], [1, 2, 3, 4]], [0, 0], 1)).toEqual([{ members: [0, 1], from: 0, to: 3, spine: 1, reach: [3, 3] }]);
+  });
+
+  it('a sample and its one-chunk variants: one trunk along the sample, the variants off it', () => {
+    const base = [1, 1, 2, 2, 3, 3, 4, 4];
+    const variants = [base, [1, 1, 3, 3, 4, 4], [1, 1, 2, 2, 4, 4], [1, 1, 2, 2, 3, 3], base.slice(0, 6)];
+    const [t] = findTrunks(variants, [0, 0, 0, 0, 0], 2);
+    expect(t!.to).toBe(6);
+    expect(t!.from).toBe(0);
+    // Every member's reach is where it leaves the spine.
+    t!.members.forEach((m, j) => {
+      const v = variants[m]!;
+      const spine = variants[t!.spine]!;
+      let lcp = 0;
+      while (lcp < Math.min(v.length, spine.length, t!.to) && v[lcp] === spine[lcp]) lcp++;
+      expect(t!.reach[j]).toBe(lcp);
+    });
   });
 });

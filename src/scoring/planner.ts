@@ -206,19 +206,26 @@ export function packByLength<T>(
 }
 
 /** A stretch of tokens several sequences share, to compute once into the prefix cache:
- * positions [from, to) of `sequences[members[0]]`. */
+ * positions [from, to) of `sequences[spine]`; member `members[j]` follows it up to
+ * `reach[j]` (≥ the stretch all members share). */
 export interface Trunk {
   members: number[];
   from: number;
   to: number;
+  spine: number;
+  reach: number[];
 }
 
 /** The outermost shared stretches worth a pass of their own: sequences sorted, every
  * group with a common prefix of length ℓ whose members still need positions from `a`
- * (the smallest of their `starts`) on gives the trunk [a, ℓ) when ℓ − a ≥ `minShared`;
- * otherwise its subgroups are tried. Nested sharing (demos, then a sample's context
- * under them) comes out one level per call: the caller runs a level into the cache and
- * asks again. `starts[i]` ≥ `sequences[i].length` means nothing left to compute. */
+ * (the smallest of their `starts`) on gives a trunk from a when ℓ − a ≥ `minShared`;
+ * otherwise its subgroups are tried. The trunk runs on along the two members that share
+ * the most (its spine) to where they part: every token of it is needed by at least two
+ * sequences, and the members that leave it earlier find their branch point cached — so
+ * a sample and its variants that each change one chunk (attribution) take two levels,
+ * not one per chunk. Nested sharing that is not on a spine comes out one level per call:
+ * the caller runs a level into the cache and asks again. `starts[i]` ≥
+ * `sequences[i].length` means nothing left to compute. */
 export function findTrunks(sequences: readonly (readonly number[])[], starts: readonly number[], minShared: number): Trunk[] {
   const order = sequences.map((_, i) => i).filter((i) => starts[i]! < sequences[i]!.length);
   order.sort((a, b) => compareTokens(sequences[a]!, sequences[b]!));
@@ -228,11 +235,22 @@ export function findTrunks(sequences: readonly (readonly number[])[], starts: re
   const visit = (lo: number, hi: number) => {
     if (hi - lo < 2) return;
     let shared = Infinity;
-    for (let k = lo + 1; k < hi; k++) shared = Math.min(shared, lcp[k]!);
+    let deepest = lo + 1; // the pair (deepest − 1, deepest) shares the most
+    for (let k = lo + 1; k < hi; k++) {
+      shared = Math.min(shared, lcp[k]!);
+      if (lcp[k]! > lcp[deepest]!) deepest = k;
+    }
     const members = order.slice(lo, hi);
     const from = Math.min(...members.map((i) => starts[i]!));
     if (shared - from >= Math.max(1, minShared)) {
-      trunks.push({ members, from, to: shared });
+      // How far each member follows the spine: the smallest lcp between them in sorted order.
+      const reach = members.map((_, j) => {
+        const k = lo + j;
+        let r = Infinity;
+        for (let x = Math.min(k, deepest) + 1; x <= Math.max(k, deepest); x++) r = Math.min(r, lcp[x]!);
+        return Math.min(r, lcp[deepest]!);
+      });
+      trunks.push({ members, from, to: lcp[deepest]!, spine: order[deepest]!, reach });
       return;
     }
     // Subgroups: split where the common prefix is exactly `shared`.

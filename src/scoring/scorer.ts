@@ -266,12 +266,13 @@ export class Scorer {
   /** A trunk as a row: its tokens after the cached past, every member's scored positions
    * inside it scored into the cache. */
   private trunkRow(t: Trunk, units: readonly Unit[], seqs: number[][], matches: Match[]): ScoreRow {
-    const rep = t.members[0]!;
+    const rep = t.spine;
     const seen = new Set<string>();
     const cacheScores: { index: number; target: number }[] = [];
-    for (const m of t.members) {
+    t.members.forEach((m, j) => {
       const u = units[m]!;
-      const end = Math.min(t.to, seqs[m]!.length);
+      // Only the positions where the member is still on the spine are its own.
+      const end = Math.min(t.reach[j]!, seqs[m]!.length);
       for (let pos = Math.max(t.from, u.prefix.length); pos < end; pos++) {
         const target = u.targets[pos - u.prefix.length]!;
         const key = `${pos}:${target}`;
@@ -279,7 +280,7 @@ export class Scorer {
         seen.add(key);
         cacheScores.push({ index: pos - t.from, target });
       }
-    }
+    });
     cacheScores.sort((a, b) => a.index - b.index || a.target - b.target);
     return {
       tokens: seqs[rep]!.slice(t.from, t.to),
