@@ -187,6 +187,44 @@ describe('ctxprobe probe', () => {
   });
 });
 
+describe('ctxprobe attribute', () => {
+  it("prints each chunk's Δ as the library computes it, the sweep as asked, and writes the SVG bars", async () => {
+    const { prepareAttribution } = await import('../src/attribution.js');
+    const fx = makeFixture(FAMILY_FIXTURES.llama!);
+    const out = tempDir('attribute-cli');
+    // The README's example.
+    const chunks = ['instruction=Answer from the knowledge. ', 'history=User: Who built it? ', 'knowledge=Knowledge: Eiffel built the tower. ', 'response=Bot: Eiffel.'];
+    const printed = JSON.parse(
+      execFileSync(
+        process.execPath,
+        [path.join(root, 'bin/ctxprobe.js'), 'attribute', '--model', fx.dir, '--threads', '1', '--chunk', ...chunks, '--sweep', '0,1,all', '--svg', path.join(out, 'attr')],
+        { encoding: 'utf8' },
+      ),
+    );
+    const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
+    const prepared = await prepareAttribution(
+      m.engine,
+      [{ chunks: chunks.map((c) => ({ label: c.slice(0, c.indexOf('=')), text: c.slice(c.indexOf('=') + 1) })) }],
+      { historySweep: [0, 1, 2 ** 31 - 1] },
+    );
+    const [want] = prepared.finish((await m.scorer.scoreUnits(prepared.units)).scores);
+    const got = printed.samples[0];
+    expect(got.chunks.map((c: any) => c.label)).toEqual(['instruction', 'history', 'knowledge']);
+    got.chunks.forEach((c: any, k: number) => {
+      expect(Math.abs(c.remove.delta - want!.chunks[k]!.remove!.delta)).toBeLessThan(1e-5);
+      expect(Math.abs(c.mask.delta - want!.chunks[k]!.mask!.delta)).toBeLessThan(1e-5);
+    });
+    expect(got.sweep.map((p: any) => [p.keep, p.dropped])).toEqual([
+      [0, [1]],
+      [1, []],
+      [2 ** 31 - 1, []],
+    ]);
+    expect(printed.variants).toBe(prepared.units.length);
+    expect(fs.readFileSync(path.join(out, 'attr-0.svg'), 'utf8')).toMatch(/<svg[^>]*class="chart attribution"/);
+    await m.engine.release();
+  });
+});
+
 describe('the README settings table', () => {
   it('lists only flags `ctxprobe serve` declares, each with the environment variable it names', () => {
     const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
