@@ -5,6 +5,9 @@
 // a 12-round dialogue of T tokens probed (votes, mass, pooled max heatmap, the last round
 // as the query). Rows longer than --max-batch-tokens (1024 on CPU) run in query blocks;
 // probes over the probe attention limit (512 MiB per layer) too.
+//
+//   BENCH_LONG=2048,8192   sizes; BENCH_MALLOC=dynamic   glibc's default malloc;
+//   BENCH_ATTENTION_MIB=N  the scorer's attention bound per layer (default 256)
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -21,7 +24,8 @@ const status = (key: string) => Number(new RegExp(`${key}:\\s+(\\d+) kB`).exec(f
 if (process.argv[2] === '--child') {
   const [mode, T] = [process.argv[3]!, Number(process.argv[4])];
   const engine = await Engine.load(dir(), { threads });
-  const scorer = new Scorer(engine, { prefixCacheBytes: 0 }) // one request: its KV is not kept for later ones;
+  const attention = Number(process.env.BENCH_ATTENTION_MIB ?? 0);
+  const scorer = new Scorer(engine, { prefixCacheBytes: 0, ...(attention > 0 ? { maxAttentionBytes: attention * 2 ** 20 } : {}) }) // one request: its KV is not kept for later ones;
   const loaded = status('VmRSS');
   const ids = randomIds(T, T);
   const t = performance.now();
@@ -38,11 +42,19 @@ if (process.argv[2] === '--child') {
 
 dir();
 const sizes = (process.env.BENCH_LONG ?? '2048,8192,16384,32768').split(',').map(Number);
-console.log(`ctxprobe long-context benchmark — ${threads} thread(s); peak RSS above the loaded model, MiB`);
+// Children run as `npm start` and the images run the server: glibc's mmap threshold fixed
+// at 1 MiB (BENCH_MALLOC=dynamic: glibc's default, for comparison).
+const dynamic = process.env.BENCH_MALLOC === 'dynamic';
+const childEnv = { ...process.env };
+if (dynamic) delete childEnv.MALLOC_MMAP_THRESHOLD_;
+else childEnv.MALLOC_MMAP_THRESHOLD_ ??= '1048576';
+console.log(
+  `ctxprobe long-context benchmark — ${threads} thread(s); peak RSS above the loaded model, MiB; malloc: ${dynamic ? "glibc's dynamic mmap threshold" : `MALLOC_MMAP_THRESHOLD_=${childEnv.MALLOC_MMAP_THRESHOLD_}`}`,
+);
 console.log('   tokens   rolling s   rolling MiB   continuation s   continuation MiB   probe s   probe MiB   probe ÷ rolling time');
 for (const T of sizes) {
   const run = (mode: string) => {
-    const out = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', mode, String(T)], { encoding: 'utf8' });
+    const out = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', mode, String(T)], { encoding: 'utf8', env: childEnv });
     return JSON.parse(out.stdout.trim().split('\n').at(-1)!) as { seconds: number; aboveLoaded: number };
   };
   const r = run('rolling');

@@ -39,6 +39,16 @@ function textArgument(value: string, flag: string): string {
   return value;
 }
 
+/** glibc raises its mmap threshold after large frees (up to 32 MiB), so the per-layer
+ * tensors of a long row come from heap arenas that do not shrink: measured on 32k-token
+ * rolling scoring, 3.7 GiB peak above the model vs 2.1 GiB with a fixed 1 MiB threshold.
+ * The variable must be set before the process starts (`npm start` and the images do). */
+function mallocAdvice(): string | undefined {
+  const glibc = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header?.glibcVersionRuntime;
+  if (process.platform !== 'linux' || !glibc || process.env.MALLOC_MMAP_THRESHOLD_) return undefined;
+  return 'MALLOC_MMAP_THRESHOLD_ is not set: glibc keeps the memory of long rows in its heap (32k-token rolling scoring peaks at 3.7 GiB above the model instead of 2.1 GiB); start with MALLOC_MMAP_THRESHOLD_=1048576 (npm start and the container images do)';
+}
+
 const log = (line: Record<string, unknown>) => process.stderr.write(JSON.stringify({ time: new Date().toISOString(), ...line }) + '\n');
 
 interface ModelFlags {
@@ -232,6 +242,8 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
       log: serverLog,
     });
+    const malloc = mallocAdvice();
+    if (malloc) log({ level: 'warn', event: 'malloc', message: malloc });
     log({
       level: 'info',
       event: 'listening',

@@ -6,6 +6,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ensureCheckpoint, loadModel, readRepository } from '../src/repository.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+import { serveCli, type Served } from './cli-serve.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -80,6 +81,23 @@ describe('ctxprobe score', () => {
       stderr = (e as { stderr: string }).stderr;
     }
     expect(stderr).toContain(`${empty} has no config.json`);
+  });
+});
+
+describe('glibc malloc setting', () => {
+  it('npm start sets MALLOC_MMAP_THRESHOLD_; serve warns when it is not set, and not when it is', async () => {
+    const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'));
+    expect(pkg.scripts.start).toMatch(/^MALLOC_MMAP_THRESHOLD_=\$\{MALLOC_MMAP_THRESHOLD_:-1048576\} node bin\/ctxprobe\.js serve$/);
+    const dir = makeFixture(FAMILY_FIXTURES.llama!).dir;
+    const without = await serveCli(dir, [], { MALLOC_MMAP_THRESHOLD_: '' });
+    const withIt = await serveCli(dir, [], { MALLOC_MMAP_THRESHOLD_: '1048576' });
+    try {
+      const warned = (s: Served) => s.lines.some((l) => l.event === 'malloc' && l.level === 'warn' && /MALLOC_MMAP_THRESHOLD_=1048576/.test(l.message));
+      expect(warned(without)).toBe(process.platform === 'linux' && Boolean((process.report.getReport() as any).header.glibcVersionRuntime));
+      expect(warned(withIt)).toBe(false);
+    } finally {
+      await Promise.all([without.stop(), withIt.stop()]);
+    }
   });
 });
 
