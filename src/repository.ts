@@ -33,7 +33,7 @@ export interface ModelEntry {
   maxRawAttentionBytes?: number;
   /** Continuations per Score item (default 256). */
   maxContinuations?: number;
-  /** Bytes of one layer's attention a scoring pass may build (default 256 MiB). */
+  /** Bytes of one layer's attention a scoring pass may build (default 192 MiB). */
   maxAttentionBytes?: number;
   /** onnxruntime's CPU memory arena (default off: memory goes back after large requests). */
   cpuMemArena?: boolean;

@@ -34,7 +34,7 @@ export interface ScorerOptions {
   maxTopK?: number;
   /** Continuations per item (default 256). */
   maxContinuations?: number;
-  /** Bytes of one layer's attention scores a pass may build (default 256 MiB): longer
+  /** Bytes of one layer's attention scores a pass may build (default 192 MiB): longer
    * rows run in query blocks that shrink as their keys grow. */
   maxAttentionBytes?: number;
   /** KV bytes the prefix cache keeps between rounds (default 1 GiB); 0 shares prefixes
@@ -82,9 +82,10 @@ export class Scorer {
     this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cuda' ? 8192 : 1024);
     this.prefixSharing = options.prefixSharing ?? true;
     this.maxTopK = options.maxTopK ?? 100;
-    // Measured with bench/long.ts: with 1024-token blocks and no attention bound, scoring
-    // 16k tokens peaked 2.4 GiB above the loaded model.
-    this.maxAttentionBytes = options.maxAttentionBytes ?? 256 * 2 ** 20;
+    // Measured with bench/long.ts (32k-token rolling scoring, 8 heads, glibc mmap threshold
+    // 1 MiB): peak above the model 2096 MiB / 220 s at 256 MiB, 1965 MiB / 233 s at 192,
+    // 1834 MiB / 299 s at 128 (smaller blocks copy the growing KV more often).
+    this.maxAttentionBytes = options.maxAttentionBytes ?? 192 * 2 ** 20;
     this.minSharedTokens = options.minSharedTokens ?? 8;
     // KV reused across sequences must be what each sequence would compute itself.
     if (this.prefixSharing && !reusableKv(engine.config)) {
