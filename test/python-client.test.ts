@@ -60,6 +60,24 @@ describe.skipIf(!available)('Python client', () => {
     expect(out.selected.acc).toBe(best);
   });
 
+  it('attributes through the generated Probing stub as the library does', async () => {
+    const { prepareAttribution } = await import('../src/attribution.js');
+    const chunks = ['instruction=Answer from the knowledge. ', 'history=User: Who built it? ', 'knowledge=Knowledge: Eiffel built it. ', 'response=Bot: Eiffel.'];
+    const { stdout } = await promisify(execFile)(python, [path.join(root, 'examples/python/ctxprobe_client.py'), '--address', server.address, '--attribute', ...chunks], {
+      encoding: 'utf8',
+      env: { ...process.env, CTXPROBE_STUBS: stubs },
+    });
+    const out = JSON.parse(stdout);
+    const prepared = await prepareAttribution(model.engine, [{ chunks: chunks.map((c) => ({ label: c.slice(0, c.indexOf('=')), text: c.slice(c.indexOf('=') + 1) })) }]);
+    const [want] = prepared.finish((await model.scorer.scoreUnits(prepared.units)).scores);
+    expect(out.target).toBe('response');
+    expect(out.chunks.map((c: any) => c.label)).toEqual(['instruction', 'history', 'knowledge']);
+    out.chunks.forEach((c: any, k: number) => {
+      expect(Math.abs(c.remove - want!.chunks[k]!.remove!.delta)).toBeLessThan(1e-5);
+      expect(Math.abs(c.mask - want!.chunks[k]!.mask!.delta)).toBeLessThan(1e-5);
+    });
+  });
+
   it('reaches a server with mutual TLS and a bearer token, through its flags', async () => {
     const certs = makeCertificates(tempDir('py-certs'));
     const token = 'python-token-0123456789abcdef';

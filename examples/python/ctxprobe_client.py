@@ -90,6 +90,7 @@ class Client:
             if token:
                 self.metadata = (("authorization", f"Bearer {token}"),)
         self.stub = rpc.ScoringStub(self.channel)
+        self.probing = rpc.ProbingStub(self.channel)
         self.model = model
 
     def models(self):
@@ -118,6 +119,21 @@ class Client:
             for r in self.stub.ScoreRolling(req, metadata=self.metadata).items
         ]
 
+    def attribute(self, chunks, target="", interventions=("remove", "mask"), history_sweep=()):
+        """Δ of the target chunk's log-likelihood per earlier chunk. chunks: [(label, text)]."""
+        kinds = {"remove": pb.INTERVENTION_REMOVE, "mask": pb.INTERVENTION_MASK}
+        sample = pb.AttributionSample(id="0", chunks=[pb.Chunk(label=l, text=t) for l, t in chunks], target_label=target)
+        req = pb.AttributeRequest(model=self.model, samples=[sample], interventions=[kinds[v] for v in interventions], history_sweep=list(history_sweep))
+        a = self.probing.Attribute(req, metadata=self.metadata).samples[0]
+        def delta(c, v):
+            return getattr(c, v).delta if c.HasField(v) else None
+
+        return {
+            "target": a.spans[a.target].label,
+            "logprob": a.logprob,
+            "chunks": [{"index": c.index, "label": c.label, "remove": delta(c, "remove"), "mask": delta(c, "mask")} for c in a.chunks],
+        }
+
     def close(self):
         self.channel.close()
 
@@ -134,7 +150,8 @@ def main():
     parser.add_argument("--address", default="127.0.0.1:50051")
     parser.add_argument("--model", default="")
     parser.add_argument("--context", default="")
-    parser.add_argument("--continuation", nargs="+", required=True)
+    parser.add_argument("--continuation", nargs="+")
+    parser.add_argument("--attribute", nargs="+", metavar="LABEL=TEXT", help="chunks, in order: print each one's Δ of the last chunk's log-likelihood")
     parser.add_argument("--stream", action="store_true", help="send through ScoreStream, one item per continuation")
     env = os.environ.get
     parser.add_argument("--tls-ca", default=env("CTXPROBE_TLS_CA"), help="PEM CA of the server: connect over TLS")
@@ -143,6 +160,8 @@ def main():
     parser.add_argument("--server-name", default=env("CTXPROBE_SERVER_NAME"), help="the name in the server certificate")
     parser.add_argument("--token-file", default=env("CTXPROBE_TOKEN_FILE"), help="bearer token (first line of the file)")
     args = parser.parse_args()
+    if not args.continuation and not args.attribute:
+        parser.error("give --continuation TEXT... or --attribute LABEL=TEXT...")
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
     token = None
@@ -152,6 +171,13 @@ def main():
         if not token:
             parser.error(f"--token-file {args.token_file} holds no token")
     client = Client(args.address, args.model, args.tls_ca, args.tls_cert, args.tls_key, args.server_name, token)
+    if args.attribute:
+        chunks = [tuple(c.split("=", 1)) for c in args.attribute]
+        if any(len(c) != 2 or not c[0] for c in chunks):
+            parser.error("--attribute takes LABEL=TEXT chunks")
+        print(json.dumps(client.attribute(chunks)))
+        client.close()
+        return
     if args.stream:
         answers = client.score_stream((str(i), args.context, [c]) for i, c in enumerate(args.continuation))
         scores = [answers[str(i)][0] for i in range(len(args.continuation))]
