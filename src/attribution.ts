@@ -292,8 +292,11 @@ function variantOf(seg: Segmented, target: number, what: string, bos: number | u
  * inside a message drops that chunk's text from it. */
 function withoutChunks(sample: AttributionSample, target: number, dropped: number[]): { variant: AttributionSample; target: number } {
   const gone = new Set(dropped);
-  if (sample.chunks?.length) return { variant: { ...sample, chunks: sample.chunks.filter((_, k) => !gone.has(k)) }, target: target - dropped.filter((k) => k < target).length };
-  if (sample.chunkIds?.length) return { variant: { ...sample, chunkIds: sample.chunkIds.filter((_, k) => !gone.has(k)) }, target: target - dropped.filter((k) => k < target).length };
+  // Chunks are segments one to one: the target moves back by the chunks dropped before it.
+  const kept = <T>(list: T[]) => list.filter((_, k) => !gone.has(k));
+  const shifted = target - dropped.filter((k) => k < target).length;
+  if (sample.chunks?.length) return { variant: { ...sample, chunks: kept(sample.chunks) }, target: shifted };
+  if (sample.chunkIds?.length) return { variant: { ...sample, chunkIds: kept(sample.chunkIds) }, target: shifted };
   const messages: ChatMessage[] = [];
   let index = 0; // segment index in the sample
   let newIndex = 0; // segment index in the variant
