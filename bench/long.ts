@@ -6,8 +6,10 @@
 // as the query). Rows longer than --max-batch-tokens (1024 on CPU) run in query blocks;
 // probes over the probe attention limit (512 MiB per layer) too.
 //
+//   BENCH_MODES=probe      what runs beside rolling scoring (default continuation,probe);
 //   BENCH_LONG=2048,8192   sizes; BENCH_MALLOC=dynamic   glibc's default malloc;
-//   BENCH_ATTENTION_MIB=N  the scorer's attention bound per layer (default 256)
+//   BENCH_ATTENTION_MIB=N  the scorer's attention bound per layer (default 192)
+//   BENCH_PROBE_ATTENTION_MIB=N  the prober's attention bound per block and layer (default 512)
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -33,7 +35,8 @@ if (process.argv[2] === '--child') {
   else if (mode === 'probe') {
     const per = Math.floor(T / 12);
     const chunkIds = Array.from({ length: 12 }, (_, r) => ({ label: `round#${r + 1}`, ids: ids.slice(r * per, r === 11 ? T : (r + 1) * per) }));
-    await new Prober(engine).probe([{ chunkIds, excludePositions: [0] }], { pool: 'max' });
+    const probeAttention = Number(process.env.BENCH_PROBE_ATTENTION_MIB ?? 0);
+    await new Prober(engine, probeAttention > 0 ? { maxAttentionBytes: probeAttention * 2 ** 20 } : {}).probe([{ chunkIds, excludePositions: [0] }], { pool: 'max' });
   } else await scorer.loglikelihood([{ context: ids.slice(0, T - 256), continuations: [ids.slice(T - 256)] }]);
   console.log(JSON.stringify({ seconds: (performance.now() - t) / 1000, aboveLoaded: status('VmHWM') - loaded }));
   await engine.release();
@@ -44,6 +47,7 @@ dir();
 const sizes = (process.env.BENCH_LONG ?? '2048,8192,16384,32768').split(',').map(Number);
 // Children run as `npm start` and the images run the server: glibc's mmap threshold fixed
 // at 1 MiB (BENCH_MALLOC=dynamic: glibc's default, for comparison).
+const modes = (process.env.BENCH_MODES ?? 'continuation,probe').split(',');
 const dynamic = process.env.BENCH_MALLOC === 'dynamic';
 const childEnv = { ...process.env };
 if (dynamic) delete childEnv.MALLOC_MMAP_THRESHOLD_;
@@ -57,9 +61,10 @@ for (const T of sizes) {
     const out = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', mode, String(T)], { encoding: 'utf8', env: childEnv });
     return JSON.parse(out.stdout.trim().split('\n').at(-1)!) as { seconds: number; aboveLoaded: number };
   };
+  const skipped = { seconds: NaN, aboveLoaded: NaN };
   const r = run('rolling');
-  const c = run('continuation');
-  const p = run('probe');
+  const c = modes.includes('continuation') ? run('continuation') : skipped;
+  const p = modes.includes('probe') ? run('probe') : skipped;
   console.log(
     `   ${String(T).padStart(6)}   ${r.seconds.toFixed(1).padStart(9)}   ${r.aboveLoaded.toFixed(0).padStart(11)}   ${c.seconds.toFixed(1).padStart(14)}   ${c.aboveLoaded.toFixed(0).padStart(16)}   ${p.seconds.toFixed(1).padStart(7)}   ${p.aboveLoaded.toFixed(0).padStart(9)}   ${(p.seconds / r.seconds).toFixed(2).padStart(20)}`,
   );

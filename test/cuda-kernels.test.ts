@@ -17,8 +17,8 @@ import { probeTap } from '../kernels/probe-tap.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 
 const { onnx } = onnxProto;
-type Node = InstanceType<typeof onnx.NodeProto>;
-type Model = InstanceType<typeof onnx.ModelProto>;
+type Node = onnxProto.onnx.INodeProto;
+type Model = onnxProto.onnx.IModelProto;
 
 const TABLE = new URL('./data/onnxruntime-cuda-kernels.md', import.meta.url);
 
