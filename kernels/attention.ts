@@ -18,10 +18,12 @@ export interface ProbeInputs {
   excludedBin: string; // scalar int64: C
   chunkBins: string; // [bins] float: 1 for the chunk bins 0..C-1, 0 for excluded and padding
   numBins: string; // [1] int64: C + 2
-  queryWeight: string; // [B, 1, 1, T] float
+  queryRows: string; // [Q] int64: the rows (of the pass's T) some sample weights
+  queryWeight: string; // [B, 1, 1, Q] float: each sample's weight at those rows
   rawHeads: string; // [Hr] int64
   rawQueries: string; // [Q] int64
   topKeys: string; // [1] int64: 1 + the most excluded positions of any sample
+  wantHeatmap: string; // [1] bool: compute the per-row maps the heatmap is made of
 }
 
 export interface LayerProbe {
@@ -29,8 +31,8 @@ export interface LayerProbe {
   sinkVotes: string; // [B, H]: query weight whose overall argmax is an excluded key
   mass: string; // [B, H, bins]: query-weighted attention mass per bin, rows renormalised without sinks
   sinkMass: string; // [B, H]: query-weighted mass on excluded keys
-  headMax: string; // [B, T, S]: max over heads
-  headSum: string; // [B, T, S]: sum over heads
+  headMax: string; // [B, R, S]: max over heads (R = T with the heatmap, else 1 row of zeros)
+  headSum: string; // [B, R, S]: sum over heads
   raw: string; // [B, Hr, Q, S]: the requested heads and query rows
 }
 
@@ -39,11 +41,13 @@ export interface LayerProbe {
 export function probeInputs(
   g: GraphBuilder,
   keyBin: string,
+  queryRows: string,
   queryWeight: string,
   numBins: string,
   rawHeads: string,
   rawQueries: string,
   topKeys: string,
+  wantHeatmap: string,
 ): ProbeInputs {
   return g.scope('probe_inputs', () => {
     const bins = g.node('Squeeze', [numBins, g.ints([0])], { name: 'bins_scalar' });
@@ -72,15 +76,17 @@ export function probeInputs(
       excludedBin,
       chunkBins,
       numBins,
+      queryRows,
       queryWeight: qw,
       rawHeads,
       rawQueries,
       topKeys,
+      wantHeatmap,
     };
   });
 }
 
-/** Sum over query tokens, weighted: [B,kv,G,T(,bins)] → [B,H(,bins)]. */
+/** Sum over query tokens, weighted: [B,kv,G,Q(,bins)] → [B,H(,bins)]. */
 function sumQueries(g: GraphBuilder, x: string, qw: string, heads: number, withBins: boolean, name: string): string {
   const weighted = g.node('Mul', [x, withBins ? g.node('Unsqueeze', [qw, g.ints([-1])], { name: `${name}_qw` }) : qw], {
     name: `${name}_weighted`,
@@ -89,18 +95,24 @@ function sumQueries(g: GraphBuilder, x: string, qw: string, heads: number, withB
   return g.node('Reshape', [summed, g.ints(withBins ? [0, heads, -1] : [0, heads])], { name });
 }
 
-// One layer's probe, from its probabilities [B, kv, G, T, S] (float32):
-//   probs ─TopK(E+1)─► bins ─┬─ first is C ────────────────────► Σ_t w ─► sink_votes [B,H]
-//                            └─ first not C ─OneHot─────────────► Σ_t w ─► votes [B,H,bins]
-//   probs ─MatMul(key one-hot)─► row mass [..,T,bins] ─÷(1 − row sink mass)─► Σ_t w ─► mass [B,H,bins]
-//   probs ─ReduceMax / ReduceSum over heads─► [B,T,S]                (pooled across layers by the caller)
+// One layer's probe, from its probabilities [B, kv, G, T, S] (float32). Votes and mass
+// need only the rows some sample weights (its query chunks), gathered first: TopK and
+// the mass MatMul then scan Q rows, not T (a 16k-token dialogue probed for its last
+// round: 1/12 of the rows).
+//   probs ─Gather(query rows)─► q [B,kv,G,Q,S]
+//   q ─TopK(E+1)─► bins ─┬─ first is C ────────────────────► Σ_q w ─► sink_votes [B,H]
+//                        └─ first not C ─OneHot─────────────► Σ_q w ─► votes [B,H,bins]
+//   q ─MatMul(key one-hot)─► row mass [..,Q,bins] ─÷(1 − row sink mass)─► Σ_q w ─► mass [B,H,bins]
+//   probs ─If(want heatmap)─ReduceMax / ReduceSum over heads─► [B,T,S]   (pooled across layers by the caller)
+//                    └ else zeros [B,1,S]: a pass without heatmap (scoring, skip_heatmap) skips both reductions
 //   probs ─Reshape [B,H,T,S]─Gather(heads)─Gather(queries)─► raw [B,Hr,Q,S]
 export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads: number): LayerProbe {
   return g.scope('probe', () => {
+    const queried = g.node('Gather', [probs, p.queryRows], { name: 'query_rows', attrs: { axis: 3 } });
     // The top E+1 keys of each row, E the most excluded positions of any sample: the
     // first is the overall argmax (a sink or not), and the first non-excluded one is the
     // vote. One TopK replaces masking the sinks out and two ArgMax passes.
-    const [, topIdx] = g.nodeN('TopK', 'top_keys', [probs, p.topKeys], { outputs: 2, attrs: { axis: -1, largest: 1, sorted: 1 } });
+    const [, topIdx] = g.nodeN('TopK', 'top_keys', [queried, p.topKeys], { outputs: 2, attrs: { axis: -1, largest: 1, sorted: 1 } });
     const topBins = g.node(
       'Gather',
       [
@@ -128,7 +140,7 @@ export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads
     const voteOneHot = g.node('OneHot', [voted, p.numBins, onOff], { name: 'vote_onehot', attrs: { axis: -1 } });
     const votes = sumQueries(g, voteOneHot, p.queryWeight, heads, true, 'votes');
 
-    const rowMass = g.node('MatMul', [probs, p.keyBinsOneHot], { name: 'row_mass' });
+    const rowMass = g.node('MatMul', [queried, p.keyBinsOneHot], { name: 'row_mass' });
     const rowSink = g.node('Gather', [rowMass, p.excludedBin], { name: 'row_sink_mass', attrs: { axis: -1 } });
     const keptMass = g.node('Mul', [rowMass, p.chunkBins], { name: 'row_chunk_mass' });
     const kept = g.node('ReduceSum', [keptMass, g.ints([-1])], { name: 'row_kept_mass', attrs: { keepdims: 1 } });
@@ -137,8 +149,31 @@ export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads
     const mass = sumQueries(g, renormalised, p.queryWeight, heads, true, 'mass');
     const sinkMass = sumQueries(g, rowSink, p.queryWeight, heads, false, 'sink_mass');
 
-    const headMax = g.node('ReduceMax', [probs, g.ints([1, 2])], { name: 'head_max', attrs: { keepdims: 0 } });
-    const headSum = g.node('ReduceSum', [probs, g.ints([1, 2])], { name: 'head_sum', attrs: { keepdims: 0 } });
+    // Both reductions read every head's probabilities: 2 × 98 ms for a 1024-row block over
+    // 15k keys (8 heads, 2 threads), a fifth of a 16k-token probe; a pass that will not
+    // build a heatmap skips them.
+    const rowMap = { dtype: 'float32' as const, dims: ['batch', 'heat_rows', 'total'] };
+    const [headMax, headSum] = g.ifNode(
+      'head_maps',
+      p.wantHeatmap,
+      {
+        then: () => [
+          g.node('ReduceMax', [probs, g.ints([1, 2])], { name: 'head_max', attrs: { keepdims: 0 } }),
+          g.node('ReduceSum', [probs, g.ints([1, 2])], { name: 'head_sum', attrs: { keepdims: 0 } }),
+        ],
+        else: () => {
+          const dims = g.node('Shape', [probs], { name: 'probs_shape' });
+          const bs = g.node('Gather', [dims, g.ints([0, 4])], { name: 'batch_keys', attrs: { axis: 0 } });
+          const shape = g.node('Concat', [g.node('Slice', [bs, g.ints([0]), g.ints([1])], { name: 'batch' }), g.ints([1]), g.node('Slice', [bs, g.ints([1]), g.ints([2])], { name: 'keys' })], {
+            name: 'one_row_shape',
+            attrs: { axis: 0 },
+          });
+          const zeros = g.node('ConstantOfShape', [shape], { name: 'zeros', attrs: {} });
+          return [zeros, zeros];
+        },
+      },
+      [rowMap, rowMap],
+    ) as [string, string];
 
     const ts = g.node('Shape', [probs], { name: 'probs_shape', attrs: { start: 3 } });
     const shape4 = g.node('Concat', [g.ints([0, heads]), ts], { name: 'heads_layout', attrs: { axis: 0 } });

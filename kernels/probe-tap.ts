@@ -3,8 +3,8 @@
 // probe graph is the scoring graph plus this: attention statistics beside the log-probs,
 // so one pass can answer both.
 //
-// Extra inputs: key_bin [B,S], query_weight [B,T], num_bins [1], raw_heads [Hr],
-// raw_queries [Q], probe_top_keys [1]. Outputs: probe.votes / probe.mass
+// Extra inputs: key_bin [B,S], query_rows [Q], query_weight [B,Q], num_bins [1], raw_heads [Hr],
+// raw_queries [Q], probe_top_keys [1], want_heatmap [1] (false: no per-row maps, 1-row heat outputs). Outputs: probe.votes / probe.mass
 // [B,layers,H,bins], probe.sink_votes / probe.sink_mass [B,layers,H], raw.L
 // [B,Hr,Q,S], heat.{max,mean}.key_{max,sum} [B,T,bins], heat.key_count [B,T,bins].
 import type { GraphBuilder } from '../src/graph/builder.js';
@@ -24,12 +24,14 @@ export function probeTap(): DecoderTap {
       g = builder;
       model = m;
       const keyBin = g.input('key_bin', 'int64', ['batch', 'total']);
-      const queryWeight = g.input('query_weight', 'float32', ['batch', 'seq']);
+      const queryRows = g.input('query_rows', 'int64', ['query_rows']);
+      const queryWeight = g.input('query_weight', 'float32', ['batch', 'query_rows']);
       const numBins = g.input('num_bins', 'int64', [1]);
       const rawHeads = g.input('raw_heads', 'int64', ['raw_heads']);
       const rawQueries = g.input('raw_queries', 'int64', ['raw_queries']);
       const topKeys = g.input('probe_top_keys', 'int64', [1]);
-      inputs = probeInputs(g, keyBin, queryWeight, numBins, rawHeads, rawQueries, topKeys);
+      const wantHeatmap = g.input('want_heatmap', 'bool', [1]);
+      inputs = probeInputs(g, keyBin, queryRows, queryWeight, numBins, rawHeads, rawQueries, topKeys, wantHeatmap);
     },
 
     attentionProbs(_layer, probs) {
@@ -98,12 +100,27 @@ export function probeTap(): DecoderTap {
           ['mean', poolMean],
         ] as const) {
           const h = heatmapKeys(g, pooled, inputs.keyBin, inputs.keyBinsOneHot3, inputs.numBins, `heat_${name}`);
-          g.output(`heat.${name}.key_max`, h.keyMax, 'float32', ['batch', 'seq', 'bins']);
-          g.output(`heat.${name}.key_sum`, h.keySum, 'float32', ['batch', 'seq', 'bins']);
+          g.output(`heat.${name}.key_max`, h.keyMax, 'float32', ['batch', 'heat_rows', 'bins']);
+          g.output(`heat.${name}.key_sum`, h.keySum, 'float32', ['batch', 'heat_rows', 'bins']);
         }
-        const allowed = g.cast(model.allowed, 'float32', 'bool', 'allowed_f');
-        const keyCount = g.node('MatMul', [allowed, inputs.keyBinsOneHot3], { name: 'key_count' });
-        g.output('heat.key_count', keyCount, 'float32', ['batch', 'seq', 'bins']);
+        // Visible keys per bin, for the heatmap's key mean (a [B, T, S] product: only with it).
+        const [keyCount] = g.ifNode(
+          'key_count',
+          inputs.wantHeatmap,
+          {
+            then: () => [g.node('MatMul', [g.cast(model.allowed, 'float32', 'bool', 'allowed_f'), inputs.keyBinsOneHot3], { name: 'key_count' })],
+            else: () => {
+              const dims = g.node('Shape', [inputs.keyBinsOneHot3], { name: 'onehot_shape' });
+              const shape = g.node('Concat', [g.node('Slice', [dims, g.ints([0]), g.ints([1])], { name: 'batch' }), g.ints([1]), g.node('Slice', [dims, g.ints([2]), g.ints([3])], { name: 'bins' })], {
+                name: 'one_row_shape',
+                attrs: { axis: 0 },
+              });
+              return [g.node('ConstantOfShape', [shape], { name: 'zeros', attrs: {} })];
+            },
+          },
+          [{ dtype: 'float32', dims: ['batch', 'heat_rows', 'bins'] }],
+        );
+        g.output('heat.key_count', keyCount!, 'float32', ['batch', 'heat_rows', 'bins']);
       });
     },
   };

@@ -94,6 +94,9 @@ export interface ProbeRequest {
   past?: { kv: PastKV; keyBins: number[] };
   /** Keep this pass's KV (one row) for the next query block. */
   keepPresent?: boolean;
+  /** Compute the per-row maps a heatmap is made of (default true); without, the `heat`
+   * and `keyCount` outputs are one row of zeros per sample. */
+  heatmap?: boolean;
   /** Positions whose log-prob of a target this pass also returns (the scoring head runs
    * in the probe graph too). */
   scored?: ScoredPosition[];
@@ -105,6 +108,8 @@ export interface ProbeResult {
   present?: PastKV;
   /** Log-probs of `scored`, in its order. */
   logprobs: Float32Array;
+  /** Whether each `scored` target is the most likely token there. */
+  greedy: boolean[];
   votes: Float32Array; // [B, L, H, bins]
   sinkVotes: Float32Array; // [B, L, H]
   mass: Float32Array; // [B, L, H, bins]
@@ -232,7 +237,14 @@ export class Engine {
     const positionIds = new BigInt64Array(B * T);
     const keyPositions = new BigInt64Array(B * S).fill(-1n);
     const keyBin = new BigInt64Array(B * S).fill(BigInt(req.numBins - 1));
-    const queryWeight = new Float32Array(B * T);
+    // The rows any sample weights, one list for the pass (votes and mass scan only these);
+    // at least one, so every tensor keeps a row (weight 0 where no sample asks).
+    const rowSet = new Set<number>();
+    for (const row of req.rows) row.queryWeights.forEach((w, t) => w !== 0 && rowSet.add(t));
+    const queryRows = rowSet.size > 0 ? [...rowSet].sort((a, b) => a - b) : [0];
+    const Q = queryRows.length;
+    const queryWeight = new Float32Array(B * Q);
+    req.rows.forEach((row, b) => queryRows.forEach((t, q) => (queryWeight[b * Q + q] = row.queryWeights[t] ?? 0)));
     past?.keyBins.forEach((bin, j) => {
       keyPositions[j] = BigInt(j);
       keyBin[j] = BigInt(bin);
@@ -243,7 +255,6 @@ export class Engine {
         positionIds[b * T + t] = BigInt(P + t);
         keyPositions[b * S + P + t] = BigInt(P + t);
         keyBin[b * S + P + t] = BigInt(row.keyBins[t]!);
-        queryWeight[b * T + t] = row.queryWeights[t]!;
       }),
     );
     const raw = req.raw ?? { layers: [], heads: [], queries: [] };
@@ -254,13 +265,15 @@ export class Engine {
       key_positions: int64(keyPositions, [B, S]),
       past_index: int64(new BigInt64Array(B), [B]),
       key_bin: int64(keyBin, [B, S]),
-      query_weight: { type: 'float32', data: queryWeight, dims: [B, T] },
+      query_rows: i64(queryRows),
+      query_weight: { type: 'float32', data: queryWeight, dims: [B, Q] },
       num_bins: i64([req.numBins]),
       raw_heads: i64(raw.heads),
       raw_queries: i64(raw.queries),
       // 1 + the most excluded keys of any row: the top keys always hold a kept one.
       ...(c.rope?.long ? { sequence_lengths: i64(req.rows.map((r) => r.sequenceLength ?? P + r.tokens.length)) } : {}),
       ...this.scoreFeeds(req.scored ?? [], T),
+      want_heatmap: { type: 'bool', data: Uint8Array.of(req.heatmap === false ? 0 : 1), dims: [1] },
       probe_top_keys: i64([
         1 +
           (past?.keyBins.filter((b) => b === req.numBins - 2).length ?? 0) +
@@ -268,7 +281,7 @@ export class Engine {
       ]),
     };
     const names = ['probe.votes', 'probe.sink_votes', 'probe.mass', 'probe.sink_mass', 'heat.key_count'];
-    if (req.scored?.length) names.push('logprobs');
+    if (req.scored?.length) names.push('logprobs', 'greedy');
     for (const pool of ['max', 'mean']) names.push(`heat.${pool}.key_max`, `heat.${pool}.key_sum`);
     for (const l of raw.layers) names.push(`raw.${l}`);
     if (req.keepPresent && B !== 1) throw new Error('engine: a probe pass keeps its KV only for one row');
@@ -286,6 +299,7 @@ export class Engine {
       T,
       ...(present !== undefined ? { present: { handle: present, validLengths: [S], length: S } } : {}),
       logprobs: req.scored?.length ? f('logprobs') : new Float32Array(0),
+      greedy: req.scored?.length ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
       votes: f('probe.votes'),
       sinkVotes: f('probe.sink_votes'),
       mass: f('probe.mass'),

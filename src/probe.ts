@@ -83,6 +83,8 @@ export interface SampleProbe {
    * first of the sample, in order, and their sum. */
   queryLogprobs?: number[];
   queryLogprob?: number;
+  /** With `logprobs`: whether each of those tokens is the model's most likely one there. */
+  queryGreedy?: boolean[];
 }
 
 export interface ProbeMean {
@@ -303,9 +305,11 @@ export class Prober {
     const perBin = (n: number) => new Float32Array(n);
     const L = this.engine.config.numLayers;
     const logprobs: number[] = [];
+    const greedy: boolean[] = [];
     const total: ProbeResult = {
       T,
       logprobs: new Float32Array(0),
+      greedy: [],
       votes: perBin(L * H * bins),
       sinkVotes: perBin(L * H),
       mass: perBin(L * H * bins),
@@ -335,26 +339,31 @@ export class Prober {
           numBins: bins,
           ...(past ? { past: { kv: past, keyBins: p.row.keyBins.slice(0, start) } } : {}),
           keepPresent: end < T,
+          heatmap: opts.heatmap,
           ...(opts.logprobs ? { scored: queryTargets(p, start, end, 0) } : {}),
         });
         logprobs.push(...out.logprobs);
+        greedy.push(...out.greedy);
         if (past) this.engine.dropPast(past);
         past = out.present;
         add(total.votes, out.votes);
         add(total.sinkVotes, out.sinkVotes);
         add(total.mass, out.mass);
         add(total.sinkMass, out.sinkMass);
-        for (const pool of ['max', 'mean'] as const) {
-          total.heat[pool].keyMax.set(out.heat[pool].keyMax, start * bins);
-          total.heat[pool].keySum.set(out.heat[pool].keySum, start * bins);
+        if (opts.heatmap) {
+          for (const pool of ['max', 'mean'] as const) {
+            total.heat[pool].keyMax.set(out.heat[pool].keyMax, start * bins);
+            total.heat[pool].keySum.set(out.heat[pool].keySum, start * bins);
+          }
+          total.keyCount.set(out.keyCount, start * bins);
         }
-        total.keyCount.set(out.keyCount, start * bins);
         start = end;
       }
     } finally {
       if (past) this.engine.dropPast(past);
     }
     total.logprobs = Float32Array.from(logprobs);
+    total.greedy = greedy;
     this.collect(prepared, [i], opts, results, total, bins, 0);
   }
 
@@ -380,6 +389,7 @@ export class Prober {
         ],
         numBins: bins,
         past: { kv, keyBins: p.row.keyBins.slice(0, r0) },
+        heatmap: false,
         ...(opts.logprobs ? { scored: queryTargets(p, r0, end, 0) } : {}),
       }),
     );
@@ -397,7 +407,7 @@ export class Prober {
     });
     const bins = C + 2;
     const scored = opts.logprobs ? batch.flatMap((i, b) => queryTargets(prepared[i]!, 0, prepared[i]!.row.tokens.length, b)) : undefined;
-    this.collect(prepared, batch, opts, results, await this.engine.probe({ rows, numBins: bins, ...(scored ? { scored } : {}) }), bins, 0);
+    this.collect(prepared, batch, opts, results, await this.engine.probe({ rows, numBins: bins, heatmap: opts.heatmap, ...(scored ? { scored } : {}) }), bins, 0);
   }
 
   /** Per-sample answers from a probe pass whose rows start at token `offset`. */
@@ -464,6 +474,7 @@ export class Prober {
         scoredAt += n;
         results[i]!.queryLogprobs = lps;
         results[i]!.queryLogprob = lps.reduce((a, v) => a + v, 0);
+        results[i]!.queryGreedy = out.greedy.slice(scoredAt - n, scoredAt);
       }
     });
   }

@@ -88,9 +88,12 @@ const SAME_AS_INPUT: Record<string, number> = {
   OneHot: 2,
 };
 
-function inferTypes(model: Model): Map<string, string> {
-  const graph = model.graph!;
-  const types = new Map<string, string>();
+type Graph = onnxProto.onnx.IGraphProto;
+
+/** Element types of a graph's values; a subgraph (an If branch) starts from its enclosing
+ * graph's. */
+function inferTypes(graph: Graph, outer = new Map<string, string>()): Map<string, string> {
+  const types = new Map(outer);
   for (const v of [...(graph.input ?? []), ...(graph.output ?? [])]) types.set(v.name!, ELEMENT[v.type!.tensorType!.elemType!]!);
   for (const t of graph.initializer ?? []) types.set(t.name!, ELEMENT[t.dataType!]!);
   for (const node of graph.node ?? []) {
@@ -105,7 +108,11 @@ function inferTypes(model: Model): Map<string, string> {
       const value = attr('value')?.t;
       out = [value ? ELEMENT[value.dataType!]! : 'float'];
     } else if (node.opType === 'LayerNormalization') out = [types.get(node.input![0]!)!, 'float', 'float'];
-    else if (node.opType! in SAME_AS_INPUT) out = outs.map(() => types.get(node.input![SAME_AS_INPUT[node.opType!]!]!)!);
+    else if (node.opType === 'If') {
+      const then = attr('then_branch')!.g!;
+      const inner = inferTypes(then, types);
+      out = then.output!.map((o) => inner.get(o.name!)!);
+    } else if (node.opType! in SAME_AS_INPUT) out = outs.map(() => types.get(node.input![SAME_AS_INPUT[node.opType!]!]!)!);
     else throw new Error(`${node.name}: no output-type rule for ${node.opType} (add it to this test)`);
     outs.forEach((name, i) => {
       const t = out[Math.min(i, out.length - 1)];
@@ -122,7 +129,7 @@ function inferTypes(model: Model): Map<string, string> {
 // ---------------------------------------------------------------------------------------
 // One node against the table: the reason it has no CUDA kernel, or undefined.
 // Lists the table writes without "..." (ONNX's variadic parameters).
-const VARIADIC = new Set(['Concat input', 'Max input', 'Split output']);
+const VARIADIC = new Set(['Concat input', 'Max input', 'Split output', 'If output']);
 function missingKernel(node: Node, opsets: Map<string, number>, rows: KernelRow[], types: Map<string, string>): string | undefined {
   const domain = node.domain || 'ai.onnx';
   const opset = opsets.get(domain)!;
@@ -162,12 +169,17 @@ function missingKernel(node: Node, opsets: Map<string, number>, rows: KernelRow[
 
 function graphFailures(model: Model, rows: KernelRow[]): string[] {
   const opsets = new Map((model.opsetImport ?? []).map((o) => [o.domain || 'ai.onnx', Number(o.version)]));
-  const types = inferTypes(model);
   const failures: string[] = [];
-  for (const node of model.graph!.node ?? []) {
-    const why = missingKernel(node, opsets, rows, types);
-    if (why) failures.push(`${node.name}: ${why}`);
-  }
+  // Every node, including those of If branches (which see their enclosing graph's values).
+  const check = (graph: Graph, outer?: Map<string, string>) => {
+    const types = inferTypes(graph, outer);
+    for (const node of graph.node ?? []) {
+      const why = missingKernel(node, opsets, rows, types);
+      if (why) failures.push(`${node.name}: ${why}`);
+      for (const a of node.attribute ?? []) if (a.g) check(a.g, types);
+    }
+  };
+  check(model.graph!);
   return failures;
 }
 
@@ -227,7 +239,12 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s graphs on CUDA', (family) => {
     ['bfloat16', 'probe'],
   ] as const)('%s %s graph: every node has a CUDA kernel for its types', (dtype, kind) => {
     const model = onnx.ModelProto.decode(buildDecoderGraph(config, ckpt, dtype, kind === 'probe' ? probeTap() : undefined).model);
-    for (const n of model.graph!.node!) EMITTED.add(`${n.domain || 'ai.onnx'} ${n.opType}`);
+    const collect = (graph: Graph) =>
+      graph.node!.forEach((n) => {
+        EMITTED.add(`${n.domain || 'ai.onnx'} ${n.opType}`);
+        for (const a of n.attribute ?? []) if (a.g) collect(a.g);
+      });
+    collect(model.graph!);
     expect(graphFailures(model, rows)).toEqual([]);
   });
 });

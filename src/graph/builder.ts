@@ -39,7 +39,7 @@ export interface NodeOptions {
 }
 
 export class GraphBuilder {
-  private readonly nodes: InstanceType<typeof onnx.NodeProto>[] = [];
+  private nodes: InstanceType<typeof onnx.NodeProto>[] = [];
   private readonly initializers: InstanceType<typeof onnx.TensorProto>[] = [];
   private readonly inputs: InstanceType<typeof onnx.ValueInfoProto>[] = [];
   private readonly outputs: InstanceType<typeof onnx.ValueInfoProto>[] = [];
@@ -80,6 +80,52 @@ export class GraphBuilder {
       }),
     );
     return outputs;
+  }
+
+  /** An `If` node: each branch is a body whose nodes form its subgraph (values of the
+   * enclosing graph are in scope; constants stay global). Returns the node's outputs.
+   *   cond ─If─┬─ then: body ─► outputs
+   *            └─ else: body ─► outputs */
+  ifNode(
+    name: string,
+    cond: string,
+    branches: { then: () => string[]; else: () => string[] },
+    outputs: { dtype: DTypeName; dims: (number | string)[] }[],
+  ): string[] {
+    const nodeName = this.qualified(name);
+    const branch = (which: 'then' | 'else', body: () => string[]) => {
+      const enclosing = this.nodes;
+      this.nodes = [];
+      try {
+        const values = this.scope(`${name}_${which}`, body);
+        if (values.length !== outputs.length) throw new Error(`${nodeName}: ${which} branch gives ${values.length} outputs, not ${outputs.length}`);
+        const names = values.map((v, i) => this.node('Identity', [v], { name: `output_${i}` }));
+        return onnx.GraphProto.create({
+          name: `${nodeName}/${which}`,
+          node: this.nodes,
+          output: names.map((n, i) => valueInfo(n, outputs[i]!.dtype, outputs[i]!.dims)),
+        });
+      } finally {
+        this.nodes = enclosing;
+      }
+    };
+    const T = onnx.AttributeProto.AttributeType;
+    const thenBranch = branch('then', branches.then);
+    const elseBranch = branch('else', branches.else);
+    const outs = outputs.map((_, i) => `${nodeName}/output_${i}`);
+    this.nodes.push(
+      onnx.NodeProto.create({
+        name: nodeName,
+        opType: 'If',
+        input: [cond],
+        output: outs,
+        attribute: [
+          { name: 'then_branch', type: T.GRAPH, g: thenBranch },
+          { name: 'else_branch', type: T.GRAPH, g: elseBranch },
+        ],
+      }),
+    );
+    return outs;
   }
 
   /** Emit one single-output node; `name` defaults to the op type. */
