@@ -9,8 +9,9 @@ import { loadPackage } from '../src/grpc/proto.js';
 import { loadModel, type LoadedModel } from '../src/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { f16ToF32 } from '../src/dtypes.js';
+import { Prober } from '../src/probe.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
-import { scrape, unary } from './helpers.js';
+import { scoringClient, scrape, unary } from './helpers.js';
 
 let model: LoadedModel;
 let chatModel: LoadedModel;
@@ -184,6 +185,98 @@ describe('Probe', () => {
     for (const [req, message] of cases) {
       const err = await unary(client, 'Probe', req).catch((e) => e);
       expect(err.code, JSON.stringify(req)).toBe(message.source.startsWith('model') ? grpc.status.NOT_FOUND : grpc.status.INVALID_ARGUMENT);
+      expect(err.details).toMatch(message);
+    }
+  });
+});
+
+describe('Score with a chunked context (scores and attention from one pass)', () => {
+  // CHARPEval's shape: the dialogue's chunks as the context, candidate responses as the
+  // continuations; the last chunk ends in a space, which _encode_pair moves to them.
+  const context = [
+    { label: 'instruction', text: 'Instruction: choose the best response.\n' },
+    { label: 'history', text: 'User: Who designed the tower?\n' },
+    { label: 'knowledge', text: 'Knowledge: Gustave Eiffel designed it.\nBot: ' },
+  ];
+  const responses = ['Eiffel did.', 'Nobody knows, sorry.'];
+  const score = (req: unknown) => {
+    const scoring = scoringClient(server.port);
+    return unary(scoring, 'Score', req).finally(() => scoring.close());
+  };
+
+  it('gives each continuation the plain Score answer and the Probe statistics of the same tokens', async () => {
+    const res = await score({
+      model: 'm',
+      items: [
+        { id: 'chunked', contextChunks: context, continuationsText: responses, excludePositions: [0] },
+        { id: 'plain', contextText: context.map((c) => c.text).join(''), continuationsText: responses },
+      ],
+    });
+    const [chunked, plain] = res.items;
+    expect([chunked.id, plain.id]).toEqual(['chunked', 'plain']);
+    expect(plain.continuations[0].attention).toBeNull();
+    for (const [j, c] of chunked.continuations.entries()) {
+      const p = plain.continuations[j];
+      // The same tokens and, within float error, the same numbers as scoring without chunks.
+      expect(c.tokenIds).toEqual(p.tokenIds);
+      expect(Math.abs(c.logprob - p.logprob)).toBeLessThan(1e-5);
+      close(c.tokenLogprobs, p.tokenLogprobs, 1e-5);
+      expect([c.isGreedy, c.tokenGreedy, c.numTokens, c.numChars, c.numBytes]).toEqual([p.isGreedy, p.tokenGreedy, p.numTokens, p.numChars, p.numBytes]);
+      expect(Math.abs(c.meanLogprob - p.meanLogprob)).toBeLessThan(1e-6);
+      // The attention: what Probe answers for the context's tokens with the continuation
+      // as the query chunk, computed here over the whole sample (heatmap on, no cache).
+      const spans = c.attention.spans;
+      expect(spans.map((s: any) => s.label)).toEqual(['instruction', 'history', 'knowledge', 'continuation']);
+      const ids = [...model.engine.tokenizer.encode(context.map((x) => x.text).join('').trimEnd()), ...c.tokenIds];
+      expect(spans.at(-1).end).toBe(ids.length);
+      expect(spans.at(-1).end - spans.at(-1).start).toBe(c.tokenIds.length);
+      const alone = await new Prober(model.engine).probe([
+        { chunkIds: spans.map((s: any) => ({ label: s.label, ids: ids.slice(s.start, s.end) })), queryLabels: ['continuation'], excludePositions: [0] },
+      ]);
+      const a = alone.samples[0]!;
+      close(c.attention.votes.values, a.votes.flat(), 1e-5);
+      close(c.attention.mass.values, a.mass.flat(), 1e-5);
+      close(c.attention.votesExcluded, a.votesExcluded, 1e-5);
+      close(c.attention.massExcluded, a.massExcluded, 1e-5);
+      expect([c.attention.votes.rows, c.attention.votes.cols]).toEqual([model.engine.config.numLayers, 4]);
+    }
+  });
+
+  it('takes token-id chunks, and the answers equal the text ones on the same tokens', async () => {
+    const tok = model.engine.tokenizer;
+    const idChunks = [{ label: 'a', ids: { ids: tok.encode('Knowledge: the tower is in Paris.') } }, { label: 'b', ids: { ids: tok.encode(' Where is it?') } }];
+    const cont = tok.encode(' In Paris.');
+    const res = await score({ model: 'm', items: [{ contextChunks: idChunks, continuationsIds: [{ ids: cont }] }] });
+    const plain = (await model.scorer.loglikelihood([{ context: idChunks.flatMap((c) => c.ids.ids), continuations: [cont] }]))[0]![0]!;
+    const c = res.items[0].continuations[0];
+    expect(Math.abs(c.logprob - plain.logprob)).toBeLessThan(1e-5);
+    expect(c.attention.spans.map((s: any) => [s.label, s.start, s.end])).toEqual([
+      ['a', 0, idChunks[0]!.ids.ids.length],
+      ['b', idChunks[0]!.ids.ids.length, idChunks[0]!.ids.ids.length + idChunks[1]!.ids.ids.length],
+      ['continuation', idChunks[0]!.ids.ids.length + idChunks[1]!.ids.ids.length, idChunks[0]!.ids.ids.length + idChunks[1]!.ids.ids.length + cont.length],
+    ]);
+    // Each row of votes and mass is a distribution over the spans.
+    for (const m of [c.attention.votes, c.attention.mass])
+      for (let l = 0; l < m.rows; l++) expect(Math.abs(m.values.slice(l * m.cols, (l + 1) * m.cols).reduce((x: number, y: number) => x + y, 0) - 1)).toBeLessThan(1e-5);
+  });
+
+  it('names what it refuses', async () => {
+    const base = { contextChunks: context, continuationsText: responses };
+    const cases: [unknown, RegExp][] = [
+      [{ ...base, topK: 2 }, /items\[0\]\.top_k: top-k is not available with context_chunks/],
+      [{ ...base, contextLogprobs: true }, /items\[0\]\.context_logprobs: /],
+      [{ ...base, unconditionalText: 'Bot:' }, /items\[0\]\.unconditional: /],
+      [{ ...base, contextText: 'x' }, /items\[0\]\.context_chunks: set context_chunks or context_text, not both/],
+      [{ ...base, contextChunks: [{ label: 'continuation', text: 'x' }] }, /items\[0\]\.context_chunks\[0\]\.label: "continuation" is the continuation's own label/],
+      [{ ...base, contextChunks: [{ label: 'a', text: 'x' }, { label: 'b', ids: { ids: [1] } }] }, /items\[0\]\.context_chunks: every chunk needs text, or every chunk ids/],
+      [{ ...base, excludePositions: [999] }, /items\[0\]\.exclude_positions\[0\]: position 999 is outside the context's/],
+      [{ contextText: 'x', continuationsText: ['y'], excludePositions: [0] }, /items\[0\]\.exclude_positions: only with context_chunks/],
+      [{ contextChunks: [{ label: 'a', ids: { ids: [1, 2] } }], continuationsText: ['y'] }, /items\[0\]\.continuations\[0\]: context chunks and continuations must both be text or both be token ids/],
+      [{ ...base, contextChunks: [{ label: 'long', text: 'word '.repeat(200) }] }, /items\[0\]\.continuations\[0\]: context \+ continuation is \d+ tokens, over the maximum length 128/],
+    ];
+    for (const [item, message] of cases) {
+      const err = await score({ model: 'm', items: [item] }).catch((e) => e);
+      expect(err.code, JSON.stringify(item)).toBe(grpc.status.INVALID_ARGUMENT);
       expect(err.details).toMatch(message);
     }
   });

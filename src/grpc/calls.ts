@@ -6,6 +6,7 @@ import type { CallContext, Service } from '../serving/service.js';
 import { codeName, toStatus } from './status.js';
 import { invalidTextField } from './strict-utf8.js';
 import { InvalidArgumentError } from '../errors.js';
+import type { Matrix } from './generated/ctxprobe/v1/Matrix.js';
 
 /** The parts of a server call that cancellation needs (unary, streaming, duplex). */
 type Cancellable = {
@@ -50,4 +51,9 @@ export function unary<Req, Res>(
         },
       );
   };
+}
+
+/** A row-major Matrix message. */
+export function matrix(rows: number[][]): Matrix {
+  return { rows: rows.length, cols: rows[0]?.length ?? 0, values: rows.flat() };
 }

@@ -10,9 +10,8 @@ import type { Effect as EffectMessage } from './generated/ctxprobe/v1/Effect.js'
 import type { SampleAttribution as SampleAttributionMessage } from './generated/ctxprobe/v1/SampleAttribution.js';
 import type { ProbingHandlers } from './generated/ctxprobe/v1/Probing.js';
 import type { ProbeSample__Output } from './generated/ctxprobe/v1/ProbeSample.js';
-import type { Matrix } from './generated/ctxprobe/v1/Matrix.js';
 import type { SampleProbe as SampleProbeMessage } from './generated/ctxprobe/v1/SampleProbe.js';
-import { callContext, checkedText, unary } from './calls.js';
+import { callContext, checkedText, matrix, unary } from './calls.js';
 import { codeName, toStatus } from './status.js';
 
 const REDUCERS: Record<string, Reducer | undefined> = {
@@ -218,10 +217,6 @@ function templateKwargs(json: string, field: string): Record<string, unknown> | 
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new InvalidArgumentError(field, 'must be a JSON object');
   return value as Record<string, unknown>;
-}
-
-function matrix(rows: number[][]): Matrix {
-  return { rows: rows.length, cols: rows[0]?.length ?? 0, values: rows.flat() };
 }
 
 function toSampleMessage(id: string, s: SampleProbe): SampleProbeMessage {

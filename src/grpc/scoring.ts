@@ -8,7 +8,7 @@ import type { ScoringHandlers } from './generated/ctxprobe/v1/Scoring.js';
 import type { ScoreItem__Output } from './generated/ctxprobe/v1/ScoreItem.js';
 import type { ContinuationScore as ContinuationScoreMessage } from './generated/ctxprobe/v1/ContinuationScore.js';
 import type { StreamScoreResponse } from './generated/ctxprobe/v1/StreamScoreResponse.js';
-import { callContext, checkedText, unary } from './calls.js';
+import { callContext, checkedText, matrix, unary } from './calls.js';
 import { codeName, toStatus } from './status.js';
 
 export function scoringService(service: Service): ScoringHandlers {
@@ -127,6 +127,8 @@ function toLoglikelihoodRequest(item: ScoreItem__Output, field: string): Loglike
   if (item.truncation !== 'TRUNCATION_LEFT' && item.truncation !== 'TRUNCATION_ERROR') {
     throw new InvalidArgumentError(`${field}.truncation`, `unknown value ${JSON.stringify(item.truncation)}`);
   }
+  if (item.contextChunks.length > 0) return withChunkedContext(item, field, texts, ids);
+  if (item.excludePositions.length > 0) throw new InvalidArgumentError(`${field}.exclude_positions`, 'only with context_chunks');
   // No context at all: the harness's empty context (scored after BOS).
   const context =
     item.context === 'contextText' ? item.contextText! : item.context === 'contextIds' ? item.contextIds!.ids : texts.length > 0 ? '' : [];
@@ -138,6 +140,27 @@ function toLoglikelihoodRequest(item: ScoreItem__Output, field: string): Loglike
   return {
     context,
     ...(unconditionalContext !== undefined ? { unconditionalContext } : {}),
+    contextLogprobs: item.contextLogprobs,
+    continuations: texts.length > 0 ? texts : ids.map((t) => t.ids),
+    addBos: item.addBos,
+    topK: item.topK,
+    truncation: item.truncation === 'TRUNCATION_ERROR' ? 'error' : 'left',
+    field,
+  };
+}
+
+/** An item whose context comes as labelled chunks (scores and attention from one pass). */
+function withChunkedContext(item: ScoreItem__Output, field: string, texts: string[], ids: { ids: number[] }[]): LoglikelihoodRequest {
+  if (item.context !== undefined) throw new InvalidArgumentError(`${field}.context_chunks`, `set context_chunks or ${item.context === 'contextText' ? 'context_text' : 'context_ids'}, not both`);
+  const kinds = new Set(item.contextChunks.map((c) => c.content));
+  if (kinds.size > 1 || kinds.has(undefined)) throw new InvalidArgumentError(`${field}.context_chunks`, 'every chunk needs text, or every chunk ids, not a mix');
+  const byText = kinds.has('text');
+  const contextChunks = item.contextChunks.map((c) => (byText ? { label: c.label, text: c.text! } : { label: c.label, ids: c.ids!.ids }));
+  return {
+    context: byText ? contextChunks.map((c) => c.text!).join('') : contextChunks.flatMap((c) => c.ids!),
+    contextChunks,
+    excludePositions: item.excludePositions,
+    ...(item.unconditionalText || item.unconditionalIds ? { unconditionalContext: item.unconditionalText || item.unconditionalIds!.ids } : {}),
     contextLogprobs: item.contextLogprobs,
     continuations: texts.length > 0 ? texts : ids.map((t) => t.ids),
     addBos: item.addBos,
@@ -161,5 +184,16 @@ function toContinuationMessage(c: ContinuationScore): ContinuationScoreMessage {
     truncatedTokens: c.truncatedTokens,
     meanLogprob: c.meanLogprob,
     unconditional: c.unconditional,
+    ...(c.attention
+      ? {
+          attention: {
+            spans: c.attention.segments.map((g) => ({ label: g.label, start: g.start, end: g.end })),
+            votes: matrix(c.attention.votes),
+            votesExcluded: c.attention.votesExcluded,
+            mass: matrix(c.attention.mass),
+            massExcluded: c.attention.massExcluded,
+          },
+        }
+      : {}),
   };
 }

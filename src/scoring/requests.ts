@@ -4,6 +4,7 @@
 // runs the model.
 import type { TextTokenizer } from '../tokenizer.js';
 import { InvalidArgumentError } from '../errors.js';
+import { segmentIds, segmentText, type Segment } from '../segments.js';
 import type { Prepared, TopK, Unit, UnitScore } from './units.js';
 
 export type TextOrTokens = string | number[];
@@ -25,6 +26,29 @@ export interface LoglikelihoodRequest {
   /** Also score each continuation after this neutral context (same kind as the context),
    * for unconditional normalisation (KIEval's cloze step). */
   unconditionalContext?: TextOrTokens;
+  /** The context as labelled chunks (their texts or ids, joined, are `context`): each
+   * continuation then also gets its attention over them, from the same forward pass. */
+  contextChunks?: ContextChunk[];
+  /** With `contextChunks`: token positions removed from the key side (e.g. 0, a BOS sink). */
+  excludePositions?: number[];
+}
+
+export interface ContextChunk {
+  label: string;
+  text?: string;
+  ids?: number[];
+}
+
+/** The label the continuation's own tokens carry among the context chunks. */
+export const CONTINUATION_LABEL = 'continuation';
+
+/** One item with a chunked context, encoded exactly as `prepareLoglikelihood` encodes it
+ * (`_encode_pair`), with each chunk's token span in the context. */
+export interface ChunkedPair {
+  field: string;
+  context: number[];
+  segments: Segment[];
+  continuations: { field: string; ids: number[]; numChars: number; numBytes: number }[];
 }
 
 /** The context's own log-likelihood: tokens 1..n−1 of its encoding, each given all before it. */
@@ -63,6 +87,19 @@ export interface ContinuationScore {
   context?: ContextScore;
   /** With `unconditionalContext`. */
   unconditional?: UnconditionalScore;
+  /** With `contextChunks`: where the continuation's tokens attend, from the same pass. */
+  attention?: ContinuationAttention;
+}
+
+/** A continuation's attention over the context chunks and itself (the last segment):
+ * the probe's per-layer votes and mass with the continuation as the query chunk. */
+export interface ContinuationAttention {
+  labels: string[];
+  segments: Segment[];
+  votes: number[][];
+  votesExcluded: number[];
+  mass: number[][];
+  massExcluded: number[];
 }
 
 export interface RollingRequest {
@@ -136,6 +173,80 @@ export interface EncoderLimits {
 }
 
 export class RequestEncoder {
+  /** Encode an item whose context comes as labelled chunks. The continuations are encoded
+   * as `prepareLoglikelihood` encodes them (the whole context, trailing whitespace moved to
+   * the continuation); the chunks' spans come from tokenising the (stripped) chunk texts as
+   * one text, which is that same context encoding. Refuses what the probe pass cannot
+   * answer: top-k, the context's own or unconditional scores, and a context cut to fit. */
+  async encodeChunked(req: LoglikelihoodRequest, field: string): Promise<ChunkedPair> {
+    const chunks = req.contextChunks!;
+    const refuse = (name: string, what: string) => {
+      throw new InvalidArgumentError(`${field}.${name}`, `${what} is not available with context_chunks (the attention pass scores the continuations only)`);
+    };
+    if ((req.topK ?? 0) > 0) refuse('top_k', 'top-k');
+    if (req.contextLogprobs) refuse('context_logprobs', "the context's own log-probs");
+    if (req.unconditionalContext !== undefined) refuse('unconditional', 'unconditional scoring');
+    if (req.continuations.length === 0) throw new InvalidArgumentError(`${field}.continuations`, 'at least one continuation is needed');
+    if (req.continuations.length > this.maxContinuations)
+      throw new InvalidArgumentError(`${field}.continuations`, `${req.continuations.length} continuations, over the limit of ${this.maxContinuations} per item`);
+    const text = chunks.every((c) => c.text !== undefined && c.ids === undefined);
+    const ids = chunks.every((c) => c.ids !== undefined && c.text === undefined);
+    if (!text && !ids) throw new InvalidArgumentError(`${field}.context_chunks`, 'chunks must all be text or all be token ids');
+    chunks.forEach((c, k) => {
+      if (c.label === CONTINUATION_LABEL)
+        throw new InvalidArgumentError(`${field}.context_chunks[${k}].label`, `${JSON.stringify(CONTINUATION_LABEL)} is the continuation's own label`);
+      if (c.ids) this.checkTokens(c.ids, `${field}.context_chunks[${k}].ids`);
+    });
+    const conts = req.continuations.map((cont, j) => {
+      const cfield = `${field}.continuations[${j}]`;
+      if (cont.length === 0) throw new InvalidArgumentError(cfield, 'continuation is empty');
+      if ((typeof cont === 'string') !== text) throw new InvalidArgumentError(cfield, 'context chunks and continuations must both be text or both be token ids');
+      if (typeof cont !== 'string') this.checkTokens(cont, cfield);
+      return { cfield, cont };
+    });
+    let context: number[];
+    let segments: Segment[];
+    let encoded: number[][];
+    const addBos = req.addBos ?? false;
+    if (text) {
+      // The whitespace _encode_pair moves to the continuation comes off the last chunks.
+      const joined = chunks.map((c) => c.text!).join('');
+      let strip = (TRAILING_WS.exec(joined)?.[0] ?? '').length;
+      const stripped = chunks.map((c) => ({ label: c.label, text: c.text! })).reverse();
+      for (const c of stripped) {
+        const cut = Math.min(strip, c.text.length);
+        c.text = c.text.slice(0, c.text.length - cut);
+        strip -= cut;
+      }
+      stripped.reverse();
+      const shared = quiet(this.tokenizer.encodeAsync(stripped.map((c) => c.text).join(''), addBos));
+      const [seg, pairs] = await Promise.all([
+        segmentText(this.tokenizer, stripped, addBos, `${field}.context_chunks`),
+        Promise.all(conts.map(({ cont }) => this.encodePair(joined, cont as string, addBos, shared))),
+      ]);
+      ({ ids: context, segments } = seg);
+      if (pairs.some((p) => p.context.length !== context.length || p.context.some((t, i) => t !== context[i])))
+        throw new InvalidArgumentError(`${field}.context_chunks`, 'the chunks do not tokenise as the context does');
+      encoded = pairs.map((p) => p.continuation);
+    } else {
+      ({ ids: context, segments } = segmentIds(chunks.map((c) => ({ label: c.label, ids: c.ids! })), `${field}.context_chunks`));
+      encoded = conts.map(({ cont }) => cont as number[]);
+    }
+    const continuations = conts.map(({ cfield, cont }, j) => {
+      const ids = encoded[j]!;
+      if (ids.length === 0) throw new InvalidArgumentError(cfield, 'continuation adds no tokens after the context');
+      const total = context.length + ids.length - 1;
+      if (total > this.maxLength)
+        throw new InvalidArgumentError(
+          cfield,
+          `context + continuation is ${total} tokens, over the maximum length ${this.maxLength}: attention statistics need the whole context, so it is not truncated`,
+        );
+      const shown = typeof cont === 'string' ? cont : this.tokenizer.decode(cont);
+      return { field: cfield, ids, numChars: [...shown].length, numBytes: Buffer.byteLength(shown, 'utf8') };
+    });
+    return { field, context, segments, continuations };
+  }
+
   readonly vocabSize: number;
   readonly maxLength: number;
   readonly maxTopK: number;

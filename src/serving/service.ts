@@ -11,11 +11,16 @@ import type { Metrics } from '../metrics.js';
 import type { EngineInfo } from '../engine.js';
 import type { LoadedModel } from '../repository.js';
 import { prepareAttribution, type AttributionOptions, type AttributionSample, type SampleAttribution } from '../attribution.js';
+import { continuationScore, prepareChunkScores } from '../chunk-scores.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring/requests.js';
 import type { Prepared } from '../scoring/units.js';
 
 const DEADLINE_SLACK_MS = 20;
+
+/** How a Score item with a chunked context is probed: its continuation's log-probs, votes
+ * and mass; no heatmap, so the context is a cached prefix. */
+const PROBE_FOR_SCORES = { pool: 'max', queryReduce: 'mean', keyReduce: 'max', perHead: false, heatmap: false, logprobs: true } as const;
 
 export interface ServedModel extends LoadedModel {
   batcher: Batcher;
@@ -265,7 +270,32 @@ export class Service {
   /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`). */
   async score(m: ServedModel, requests: LoglikelihoodRequest[], call: CallContext): Promise<ContinuationScore[][]> {
     this.checkTextBytes(requests, 'items');
-    return this.scoreUnits(m, await m.scorer.prepareLoglikelihood(requests), call);
+    if (!requests.some((r) => r.contextChunks)) return this.scoreUnits(m, await m.scorer.prepareLoglikelihood(requests), call);
+    // Items with a chunked context are answered by probe passes (scores and attention from
+    // one pass), the others as usual; everything is validated before anything is queued.
+    const named = requests.map((r, i) => ({ ...r, field: r.field ?? `items[${i}]` }));
+    const chunked = named.flatMap((r, i) => (r.contextChunks ? [i] : []));
+    const plain = named.flatMap((r, i) => (r.contextChunks ? [] : [i]));
+    const pairs = await Promise.all(chunked.map((i) => m.scorer.encoder.encodeChunked(named[i]!, named[i]!.field)));
+    const samples = await Promise.all(chunked.map((i, k) => prepareChunkScores(m.prober, named[i]!, pairs[k]!)));
+    const preparedPlain = plain.length > 0 ? await m.scorer.prepareLoglikelihood(plain.map((i) => named[i]!)) : undefined;
+    const flat = samples.flat();
+    const tokens = flat.reduce((n, p) => n + p.row.tokens.length, 0);
+    const [plainScores, probed] = await Promise.all([
+      preparedPlain ? this.scoreUnits(m, preparedPlain, call) : Promise.resolve([]),
+      this.queued(
+        m.batcher.submitTask(tokens, (shouldStop) => m.prober.run(flat, { ...PROBE_FOR_SCORES }, shouldStop)),
+        call,
+      ),
+    ]);
+    const model = m.entry.name;
+    this.metrics.itemsScored.inc({ model }, flat.length);
+    this.metrics.tokensScored.inc({ model }, pairs.reduce((n, p) => n + p.continuations.reduce((a, c) => a + c.ids.length, 0), 0));
+    const answers: ContinuationScore[][] = new Array(requests.length);
+    plain.forEach((i, k) => (answers[i] = plainScores[k]!));
+    let next = 0;
+    chunked.forEach((i, k) => (answers[i] = pairs[k]!.continuations.map((_, j) => continuationScore(pairs[k]!, j, probed.samples[next++]!))));
+    return answers;
   }
 
   /** Rolling log-likelihoods (perplexity, mean loss, Min-K% Prob). */

@@ -9,6 +9,7 @@ import type { ChatMessage as _ctxprobe_v1_ChatMessage, ChatMessage__Output as _c
 import type { Chunk as _ctxprobe_v1_Chunk, Chunk__Output as _ctxprobe_v1_Chunk__Output } from './ctxprobe/v1/Chunk.js';
 import type { ChunkEffect as _ctxprobe_v1_ChunkEffect, ChunkEffect__Output as _ctxprobe_v1_ChunkEffect__Output } from './ctxprobe/v1/ChunkEffect.js';
 import type { ContextScore as _ctxprobe_v1_ContextScore, ContextScore__Output as _ctxprobe_v1_ContextScore__Output } from './ctxprobe/v1/ContextScore.js';
+import type { ContinuationAttention as _ctxprobe_v1_ContinuationAttention, ContinuationAttention__Output as _ctxprobe_v1_ContinuationAttention__Output } from './ctxprobe/v1/ContinuationAttention.js';
 import type { ContinuationScore as _ctxprobe_v1_ContinuationScore, ContinuationScore__Output as _ctxprobe_v1_ContinuationScore__Output } from './ctxprobe/v1/ContinuationScore.js';
 import type { Effect as _ctxprobe_v1_Effect, Effect__Output as _ctxprobe_v1_Effect__Output } from './ctxprobe/v1/Effect.js';
 import type { ItemScore as _ctxprobe_v1_ItemScore, ItemScore__Output as _ctxprobe_v1_ItemScore__Output } from './ctxprobe/v1/ItemScore.js';
@@ -63,6 +64,7 @@ export interface ProtoGrpcType {
       Chunk: MessageTypeDefinition<_ctxprobe_v1_Chunk, _ctxprobe_v1_Chunk__Output>
       ChunkEffect: MessageTypeDefinition<_ctxprobe_v1_ChunkEffect, _ctxprobe_v1_ChunkEffect__Output>
       ContextScore: MessageTypeDefinition<_ctxprobe_v1_ContextScore, _ctxprobe_v1_ContextScore__Output>
+      ContinuationAttention: MessageTypeDefinition<_ctxprobe_v1_ContinuationAttention, _ctxprobe_v1_ContinuationAttention__Output>
       ContinuationScore: MessageTypeDefinition<_ctxprobe_v1_ContinuationScore, _ctxprobe_v1_ContinuationScore__Output>
       Effect: MessageTypeDefinition<_ctxprobe_v1_Effect, _ctxprobe_v1_Effect__Output>
       Intervention: EnumTypeDefinition

@@ -2,6 +2,7 @@
 
 import type { TopTokens as _ctxprobe_v1_TopTokens, TopTokens__Output as _ctxprobe_v1_TopTokens__Output } from '../../ctxprobe/v1/TopTokens.js';
 import type { UnconditionalScore as _ctxprobe_v1_UnconditionalScore, UnconditionalScore__Output as _ctxprobe_v1_UnconditionalScore__Output } from '../../ctxprobe/v1/UnconditionalScore.js';
+import type { ContinuationAttention as _ctxprobe_v1_ContinuationAttention, ContinuationAttention__Output as _ctxprobe_v1_ContinuationAttention__Output } from '../../ctxprobe/v1/ContinuationAttention.js';
 
 export interface ContinuationScore {
   /**
@@ -40,6 +41,10 @@ export interface ContinuationScore {
    * with unconditional_text / unconditional_ids
    */
   'unconditional'?: (_ctxprobe_v1_UnconditionalScore | null);
+  /**
+   * with context_chunks
+   */
+  'attention'?: (_ctxprobe_v1_ContinuationAttention | null);
 }
 
 export interface ContinuationScore__Output {
@@ -79,4 +84,8 @@ export interface ContinuationScore__Output {
    * with unconditional_text / unconditional_ids
    */
   'unconditional': (_ctxprobe_v1_UnconditionalScore__Output | null);
+  /**
+   * with context_chunks
+   */
+  'attention': (_ctxprobe_v1_ContinuationAttention__Output | null);
 }

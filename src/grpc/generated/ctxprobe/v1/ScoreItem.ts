@@ -2,6 +2,7 @@
 
 import type { Tokens as _ctxprobe_v1_Tokens, Tokens__Output as _ctxprobe_v1_Tokens__Output } from '../../ctxprobe/v1/Tokens.js';
 import type { Truncation as _ctxprobe_v1_Truncation, Truncation__Output as _ctxprobe_v1_Truncation__Output } from '../../ctxprobe/v1/Truncation.js';
+import type { Chunk as _ctxprobe_v1_Chunk, Chunk__Output as _ctxprobe_v1_Chunk__Output } from '../../ctxprobe/v1/Chunk.js';
 
 export interface ScoreItem {
   /**
@@ -36,6 +37,19 @@ export interface ScoreItem {
    */
   'unconditionalText'?: (string);
   'unconditionalIds'?: (_ctxprobe_v1_Tokens | null);
+  /**
+   * The context as labelled chunks (text, or token ids; the continuations' kind), in place
+   * of context_text / context_ids: each continuation's score then also carries where its
+   * tokens attend among the chunks (votes and mass per layer, the continuation as the
+   * query chunk), from the same forward pass. Text chunks are joined into the context and
+   * tokenised as it is, so the scores equal the item's without chunks. Not with top_k,
+   * context_logprobs or unconditional scoring; never truncated.
+   */
+  'contextChunks'?: (_ctxprobe_v1_Chunk)[];
+  /**
+   * with context_chunks: key positions left out (e.g. 0, a BOS sink)
+   */
+  'excludePositions'?: (number)[];
   /**
    * The context, as text or token ids. Empty text scores after BOS (EOS where the model
    * has none); trailing whitespace moves to the front of every continuation.
@@ -76,6 +90,19 @@ export interface ScoreItem__Output {
    */
   'unconditionalText': (string);
   'unconditionalIds': (_ctxprobe_v1_Tokens__Output | null);
+  /**
+   * The context as labelled chunks (text, or token ids; the continuations' kind), in place
+   * of context_text / context_ids: each continuation's score then also carries where its
+   * tokens attend among the chunks (votes and mass per layer, the continuation as the
+   * query chunk), from the same forward pass. Text chunks are joined into the context and
+   * tokenised as it is, so the scores equal the item's without chunks. Not with top_k,
+   * context_logprobs or unconditional scoring; never truncated.
+   */
+  'contextChunks': (_ctxprobe_v1_Chunk__Output)[];
+  /**
+   * with context_chunks: key positions left out (e.g. 0, a BOS sink)
+   */
+  'excludePositions': (number)[];
   /**
    * The context, as text or token ids. Empty text scores after BOS (EOS where the model
    * has none); trailing whitespace moves to the front of every continuation.
