@@ -4,12 +4,12 @@
 // continuation, for T = 2k, 8k, 16k, 32k — time and peak RSS above the loaded model; and
 // a 12-round dialogue of T tokens probed (votes, mass, pooled max heatmap, the last round
 // as the query). Rows longer than --max-batch-tokens (1024 on CPU) run in query blocks;
-// probes over the probe attention limit (512 MiB per layer) too.
+// probes over the probe attention limit (256 MiB per layer) too.
 //
 //   BENCH_MODES=probe      what runs beside rolling scoring (default continuation,probe);
 //   BENCH_LONG=2048,8192   sizes; BENCH_MALLOC=dynamic   glibc's default malloc;
 //   BENCH_ATTENTION_MIB=N  the scorer's attention bound per layer (default 192)
-//   BENCH_PROBE_ATTENTION_MIB=N  the prober's attention bound per block and layer (default 512)
+//   BENCH_PROBE_ATTENTION_MIB=N  the prober's attention bound per block and layer (default 256)
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';

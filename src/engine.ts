@@ -136,9 +136,10 @@ export interface EngineInfo {
   sessionSeconds: number;
 }
 
-export class Engine {
-  private probeSession?: Promise<void>;
+/** The one onnxruntime session of a model (see `Engine.load`). */
+const SESSION = 'model';
 
+export class Engine {
   private constructor(
     readonly dir: string,
     readonly config: ModelConfig,
@@ -146,7 +147,6 @@ export class Engine {
     private readonly host: SessionHost,
     readonly device: ResolvedDevice,
     readonly info: EngineInfo,
-    private readonly ckpt: SafetensorsCheckpoint,
   ) {}
 
   static async load(dir: string, options: DeviceOptions = {}): Promise<Engine> {
@@ -154,11 +154,14 @@ export class Engine {
     const ckpt = new SafetensorsCheckpoint(dir);
     const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? checkpointDtype(config.torchDtype, ckpt) });
     const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId });
-    const graph = buildDecoderGraph(config, ckpt, device.dtype);
+    // One graph and one session for scoring and probing, so the weights are prepacked
+    // once: the probe graph, whose probe nodes cost a pass that only scores next to
+    // nothing (one gathered row; the heatmap reductions behind an If).
+    const graph = buildDecoderGraph(config, ckpt, device.dtype, probeTap());
     const started = performance.now();
     const host = new SessionHost();
     try {
-      await host.create('scoring', graph.model, sessionOptions(graph.weightsDir, device));
+      await host.create(SESSION, graph.model, sessionOptions(graph.weightsDir, device));
     } catch (e) {
       await host.close();
       throw e;
@@ -180,7 +183,7 @@ export class Engine {
       graphNodes: graph.nodeCount,
       sessionSeconds,
     };
-    return new Engine(dir, config, tokenizer, host, device, info, ckpt);
+    return new Engine(dir, config, tokenizer, host, device, info);
   }
 
   async release(): Promise<void> {
@@ -206,16 +209,6 @@ export class Engine {
     this.host.dropPast(past.handle);
   }
 
-  /** The probe graph's session, built on first use (it holds its own copy of the
-   * prepacked weights, so servers that never probe never pay for it). */
-  private probeGraph(): Promise<void> {
-    this.probeSession ??= (async () => {
-      const graph = buildDecoderGraph(this.config, this.ckpt, this.device.dtype, probeTap());
-      await this.host.create('probe', graph.model, sessionOptions(graph.weightsDir, this.device));
-    })();
-    return this.probeSession;
-  }
-
   /** The empty past (P = 0) that rows starting at position 0 continue. */
   private get emptyPast(): { type: 'float32' | 'float16'; dims: number[] } {
     return { type: kvDType(this.device.dtype), dims: [1, this.config.numKvHeads, 0, this.config.headDim] };
@@ -224,7 +217,6 @@ export class Engine {
   /** One probe pass over full sequences (no past): attention statistics per sample. */
   async probe(req: ProbeRequest): Promise<ProbeResult> {
     const c = this.config;
-    await this.probeGraph();
     const B = req.rows.length;
     const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
     const past = req.past;
@@ -286,7 +278,7 @@ export class Engine {
     for (const l of raw.layers) names.push(`raw.${l}`);
     if (req.keepPresent && B !== 1) throw new Error('engine: a probe pass keeps its KV only for one row');
     const { outputs: out, present } = await this.host.run({
-      session: 'probe',
+      session: SESSION,
       feeds,
       fetches: names,
       past: past?.kv.handle,
@@ -326,6 +318,23 @@ export class Engine {
       score_rows: int64(scoreRows, [scoreRows.length]),
       target_ids: int64(targetIds, [targetIds.length]),
       top_k: int64(BigInt64Array.from([BigInt(k)]), [1]),
+    };
+  }
+
+  /** The probe inputs of a pass that only scores: one query row of weight 0, every key
+   * in bin 0, no heatmap, no raw slices — the probe nodes then work on a single row. */
+  private idleProbeFeeds(B: number, S: number): Record<string, HostTensor> {
+    // Fresh arrays each: feeds are transferred to the session worker, each buffer once.
+    const none = () => int64(new BigInt64Array(0), [0]);
+    return {
+      key_bin: int64(new BigInt64Array(B * S), [B, S]),
+      query_rows: int64(new BigInt64Array(1), [1]),
+      query_weight: { type: 'float32', data: new Float32Array(B), dims: [B, 1] },
+      num_bins: int64(BigInt64Array.of(2n), [1]),
+      raw_heads: none(),
+      raw_queries: none(),
+      probe_top_keys: int64(BigInt64Array.of(1n), [1]),
+      want_heatmap: { type: 'bool', data: Uint8Array.of(0), dims: [1] },
     };
   }
 
@@ -371,6 +380,7 @@ export class Engine {
       key_positions: int64(keyPositions, [B, P + T]),
       past_index: int64(pastIndex, [B]),
       ...this.scoreFeeds(req.scored, T, req.topK),
+      ...this.idleProbeFeeds(B, P + T),
     };
     if (c.rope?.long) {
       feeds.sequence_lengths = int64(
@@ -384,7 +394,7 @@ export class Engine {
     if (fetches.length === 0) fetches.push('logprobs');
 
     const { outputs: out, present } = await this.host.run({
-      session: 'scoring',
+      session: SESSION,
       feeds,
       fetches,
       past: past?.handle,

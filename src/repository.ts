@@ -27,7 +27,7 @@ export interface ModelEntry {
   threads?: number;
   maxLength?: number;
   maxBatchTokens?: number;
-  /** Bytes of one layer's attention a probe pass may hold (default 512 MiB). */
+  /** Bytes of one layer's attention a probe pass may hold (default 256 MiB). */
   maxProbeAttentionBytes?: number;
   /** Largest raw-attention answer (default 64 MiB). */
   maxRawAttentionBytes?: number;

@@ -15,6 +15,7 @@
 //   score_rows    [N]    int64    flat index b·T + t of each scored position
 //   target_ids    [N]    int64    the token each scored position should predict
 //   top_k         [1]    int64
+//   shape_salt    [h]    bool     unread; its length is a hash of the pass's shapes (session-host.ts)
 // Outputs: logprobs [N], greedy [N], topk_logprobs [N, k], topk_ids [N, k],
 //   present.L.key / present.L.value [B, kv_heads, S, head_dim].
 import { GraphBuilder, float, type ExternalTensor } from '../graph/builder.js';
@@ -100,6 +101,7 @@ class DecoderBuilder {
     const positionIds = g.input('position_ids', 'int64', ['batch', 'seq']);
     const keyPositions = g.input('key_positions', 'int64', ['batch', 'total']);
     const pastIndex = g.input('past_index', 'int64', ['batch']);
+    g.input('shape_salt', 'bool', ['salt']);
 
     let x = g.scope('model', () => this.embed(inputIds, positionIds));
     const mask = g.scope('model/attn_mask', () => this.attentionMask(positionIds, keyPositions));
