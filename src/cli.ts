@@ -21,8 +21,7 @@ const portOrOff = (value: string) => {
 };
 
 /** A text given on the command line: `@FILE` reads FILE (`@@…` is a literal `@…`), `-`
- * reads standard input. Long texts must come this way: onnxruntime-node crashes on
- * process arguments of ~14,000 characters (bin/ctxprobe.js refuses them). */
+ * reads standard input. */
 function textArgument(value: string, flag: string): string {
   const read = (file: string | number) => {
     try {

@@ -9,6 +9,16 @@
 // later passes name as their past, until `dropPast`.
 import { Worker } from 'node:worker_threads';
 
+// onnxruntime 1.30 starts Microsoft's telemetry client when it creates its environment (the
+// first session): it reads /proc/self/cmdline and matches it with std::regex, whose
+// recursive matcher takes ~100 bytes of stack per character. A worker thread's stack is
+// 4 MiB: a command line of ~15,000 characters in all (six 2,760-character chunks) ended
+// in SIGSEGV with nothing printed; the main thread's 8 MiB went at ~100k. The client also
+// writes /tmp/mat-debug-PID.log and ~/.cache/Microsoft/DeveloperTools/. The variable is
+// read from the process environment (which the worker shares) when the environment is
+// created, so it is set here, before any worker exists; a user cannot turn it back on.
+process.env.ORT_DISABLE_TELEMETRY = '1';
+
 /** A feed or an output: element type, dimensions, values. */
 export interface HostTensor {
   type: 'int64' | 'float32' | 'float16' | 'bool';
