@@ -25,7 +25,8 @@ import { InvalidArgumentError } from './errors.js';
 import { segmentSample, type ProbeSample } from './probe.js';
 import type { ChatMessage, Segment, Segmented } from './segments.js';
 import type { KeyRange, Prepared, Unit, UnitScore } from './scoring/units.js';
-import { rng } from './common/random.js';
+import { rng, streamSeed } from './common/random.js';
+import { messageLabels } from './common/labels.js';
 import { leastSquares } from './common/matrix.js';
 
 export type Intervention = 'remove' | 'mask';
@@ -115,6 +116,43 @@ export interface SampleAttribution {
 
 /** Most random patterns per sample. */
 export const MAX_SUBSETS = 4096;
+/** Most points of a history sweep: a dialogue has fewer turns than this, and each point is
+ * one variant per intervention of every sample. */
+export const MAX_HISTORY_SWEEP = 256;
+
+/** How many variants (scoring units) a request makes, counted from the request alone —
+ * its chunks' labels — before anything is tokenised or built, and which field brings the
+ * most of them (to name it in a refusal). A sample whose labels do not resolve counts its
+ * base only: preparing it is refused anyway. */
+export function countVariants(samples: AttributionSample[], options: AttributionOptions = {}): { total: number; field: string } {
+  const interventions = resolveAttributionOptions(options).interventions.length;
+  const by = { samples: 0, keep_only: 0, history_sweep: 0, random_subsets: 0 };
+  for (const sample of samples) {
+    by.samples++; // the unchanged sample
+    const labels = requestLabels(sample);
+    const target = sample.target === undefined || sample.target === '' ? labels.length - 1 : labels.lastIndexOf(sample.target);
+    if (target <= 0) continue;
+    const before = labels.slice(0, target);
+    const ablate = sample.ablate?.length ? before.filter((l) => sample.ablate!.includes(l)).length : before.length;
+    by.samples += ablate * interventions;
+    if (options.keepOnly) by.keep_only += interventions;
+    by.history_sweep += (options.historySweep?.length ?? 0) * interventions;
+    by.random_subsets += options.subsets ?? 0;
+  }
+  const total = by.samples + by.keep_only + by.history_sweep + by.random_subsets;
+  const field = (Object.entries(by) as [string, number][]).reduce((a, b) => (b[1] > a[1] ? b : a))[0];
+  return { total, field };
+}
+
+/** A sample's chunk labels as segmentation will give them, one per segment: its chunks,
+ * or one per message (per labelled chunk inside a message). */
+function requestLabels(sample: AttributionSample): string[] {
+  if (sample.chunks?.length) return sample.chunks.map((c) => c.label);
+  if (sample.chunkIds?.length) return sample.chunkIds.map((c) => c.label);
+  const messages = sample.messages ?? [];
+  const labels = messageLabels(messages);
+  return messages.flatMap((m, k) => (m.chunks?.length ? m.chunks.map((c) => c.label) : [labels[k]!]));
+}
 
 interface Variant {
   unit: Unit;
@@ -123,42 +161,57 @@ interface Variant {
 }
 
 /** Samples (and their options) turned into scoring units; `finish` turns the units'
- * scores into answers. Throws InvalidArgumentError naming the field. */
+ * scores into answers. Throws InvalidArgumentError naming the field. `checkStop` is called
+ * before each tokenisation and variant, and throws to abandon the work (a cancelled or
+ * expired call). */
 export async function prepareAttribution(
   engine: Engine,
   samples: AttributionSample[],
   options: AttributionOptions = {},
+  checkStop: () => void = () => {},
 ): Promise<Prepared<SampleAttribution[]>> {
-  const interventions = options.interventions?.length ? [...new Set(options.interventions)] : [...INTERVENTIONS];
-  interventions.forEach((v, k) => {
-    if (!INTERVENTIONS.includes(v)) throw new InvalidArgumentError(`interventions[${k}]`, `must be remove or mask (got ${JSON.stringify(v)})`);
-  });
-  const subsets = options.subsets ?? 0;
-  if (!Number.isInteger(subsets) || subsets < 0 || subsets > MAX_SUBSETS)
-    throw new InvalidArgumentError('subsets', `must be a whole number in [0, ${MAX_SUBSETS}]`);
-  const subsetIntervention = options.subsetIntervention ?? 'mask';
-  if (!INTERVENTIONS.includes(subsetIntervention)) throw new InvalidArgumentError('subset_intervention', 'must be remove or mask');
-  (options.historySweep ?? []).forEach((h, k) => {
-    if (!Number.isInteger(h) || h < 0) throw new InvalidArgumentError(`history_sweep[${k}]`, 'must be a whole number ≥ 0');
-  });
+  const resolved = resolveAttributionOptions(options);
   const units: Unit[] = [];
   const add = (v: Variant) => units.push(v.unit) - 1;
   const finishers: ((scores: UnitScore[]) => SampleAttribution)[] = [];
   for (const [i, sample] of samples.entries()) {
-    finishers.push(await prepareSample(engine, sample, `samples[${i}]`, { ...options, interventions, subsets, subsetIntervention }, add));
+    checkStop();
+    finishers.push(await prepareSample(engine, sample, i, resolved, add, checkStop));
   }
   return { units, finish: (scores) => finishers.map((f) => f(scores)) };
 }
 
 type Resolved = AttributionOptions & { interventions: Intervention[]; subsets: number; subsetIntervention: Intervention };
 
+/** The options checked (each field named by its proto name) and their defaults filled in:
+ * nothing here depends on a sample, so it comes before counting variants. */
+export function resolveAttributionOptions(options: AttributionOptions): Resolved {
+  const interventions = options.interventions?.length ? [...new Set(options.interventions)] : [...INTERVENTIONS];
+  interventions.forEach((v, k) => {
+    if (!INTERVENTIONS.includes(v)) throw new InvalidArgumentError(`interventions[${k}]`, `must be remove or mask (got ${JSON.stringify(v)})`);
+  });
+  const subsets = options.subsets ?? 0;
+  if (!Number.isInteger(subsets) || subsets < 0 || subsets > MAX_SUBSETS)
+    throw new InvalidArgumentError('random_subsets', `must be a whole number in [0, ${MAX_SUBSETS}]`);
+  const subsetIntervention = options.subsetIntervention ?? 'mask';
+  if (!INTERVENTIONS.includes(subsetIntervention)) throw new InvalidArgumentError('subset_intervention', 'must be remove or mask');
+  if ((options.historySweep?.length ?? 0) > MAX_HISTORY_SWEEP)
+    throw new InvalidArgumentError('history_sweep', `${options.historySweep!.length} points, over the limit of ${MAX_HISTORY_SWEEP}`);
+  (options.historySweep ?? []).forEach((h, k) => {
+    if (!Number.isInteger(h) || h < 0) throw new InvalidArgumentError(`history_sweep[${k}]`, 'must be a whole number ≥ 0');
+  });
+  return { ...options, interventions, subsets, subsetIntervention };
+}
+
 async function prepareSample(
   engine: Engine,
   sample: AttributionSample,
-  field: string,
+  index: number,
   options: Resolved,
   add: (v: Variant) => number,
+  checkStop: () => void,
 ): Promise<(scores: UnitScore[]) => SampleAttribution> {
+  const field = `samples[${index}]`;
   const seg = await segmentSample(engine, sample, field);
   if (seg.ids.length > engine.config.maxPositions)
     throw new InvalidArgumentError(field, `${seg.ids.length} tokens, over the model's ${engine.config.maxPositions} positions`);
@@ -202,6 +255,7 @@ async function prepareSample(
   const plan = async (dropped: number[], which: Intervention[] = options.interventions): Promise<Planned> => {
     const out: Planned = {};
     for (const v of which) {
+      checkStop();
       const variant = v === 'mask' ? masked(dropped) : await removed(dropped);
       out[v] = { index: add(variant), targets: variant.targets };
     }
@@ -220,7 +274,8 @@ async function prepareSample(
   const patterns: boolean[][] = [];
   const patternUnits: number[] = [];
   if (options.subsets > 0) {
-    const rand = rng(options.seed ?? 0);
+    // Each sample draws from its own stream: samples with as many chunks get other patterns.
+    const rand = rng(streamSeed(options.seed ?? 0, index));
     for (let n = 0; n < options.subsets; n++) {
       const kept = ablate.map(() => rand() < 0.5);
       patterns.push(kept);

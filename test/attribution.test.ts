@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine.js';
-import { prepareAttribution, type AttributionSample } from '../src/attribution.js';
+import { countVariants, prepareAttribution, type AttributionSample } from '../src/attribution.js';
 import { leastSquares } from '../src/common/matrix.js';
 import { rng } from '../src/common/random.js';
 import { plan } from '../src/scoring/planner.js';
@@ -114,6 +114,29 @@ describe('attribution planning and validation', () => {
     ]);
   });
 
+  it('each sample draws its own random patterns from the seed and its index; the count of variants is known beforehand', async () => {
+    const ids = (n: number, from: number) => Array.from({ length: n }, (_, i) => from + i);
+    const sample = (from: number): AttributionSample => ({
+      chunkIds: ['a', 'b', 'c', 'd', 'e', 'f'].map((label, k) => ({ label, ids: ids(2, from + 2 * k) })),
+    });
+    const patterns = async (samples: AttributionSample[], seed: number) => {
+      const options = { subsets: 24, seed, interventions: ['mask' as const] };
+      const prepared = await prepareAttribution(ctx.engine, samples, options);
+      expect(prepared.units).toHaveLength(countVariants(samples, options).total);
+      // Patterns are fixed when the variants are made; the scores do not change them.
+      return prepared.finish(prepared.units.map((u) => ({ logprobs: u.targets.map(() => -1), greedy: u.targets.map(() => false) }))).map((a) => a.subsets!.patterns);
+    };
+    const [p0, p1] = await patterns([sample(5), sample(5)], 3);
+    expect(p1).not.toEqual(p0); // same chunk count, same seed: other patterns
+    // A sample's patterns depend on the seed and its place only, not on the other samples.
+    const [, q1] = await patterns([sample(40), sample(5)], 3);
+    expect(q1).toEqual(p1);
+    const [alone] = await patterns([sample(5)], 3);
+    expect(alone).toEqual(p0);
+    const [other] = await patterns([sample(5)], 4);
+    expect(other).not.toEqual(p0);
+  });
+
   it('refuses what it cannot attribute, naming the field', async () => {
     const ids = (n: number) => Array.from({ length: n }, (_, i) => 5 + i);
     const cases: [AttributionSample[], object, RegExp][] = [
@@ -121,7 +144,7 @@ describe('attribution planning and validation', () => {
       [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }], target: 'a' }], {}, /samples\[0\]\.target: the target is the first chunk/],
       [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }], ablate: ['b'] }], {}, /samples\[0\]\.ablate\[0\]: no chunk before the target is labelled "b"/],
       [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }] }], { interventions: ['erase'] }, /interventions\[0\]: must be remove or mask/],
-      [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }] }], { subsets: -1 }, /subsets: must be a whole number/],
+      [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }] }], { subsets: -1 }, /random_subsets: must be a whole number/],
       [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }] }], { historySweep: [1.5] }, /history_sweep\[0\]: must be a whole number/],
       // Removing the only chunk before the target leaves nothing to predict its first token.
       [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }] }], { interventions: ['remove'] }, /without chunk 0: the target starts the sequence/],

@@ -344,6 +344,67 @@ describe('Attribute', () => {
     expect(after - before).toBeGreaterThan(a.numTokens);
   });
 
+  it('counts the variants from the request and refuses too many, naming the field, before tokenising anything', async () => {
+    const tok = chatModel.engine.tokenizer;
+    const original = tok.encodeAsync;
+    let encodes = 0;
+    tok.encodeAsync = (...args) => {
+      encodes++;
+      return original.apply(tok, args);
+    };
+    try {
+      const refusal = async (req: Record<string, unknown>) => {
+        const err = await unary(client, 'Attribute', { model: 'chat', ...req }).catch((e) => e);
+        expect(err.code, JSON.stringify(req).slice(0, 200)).toBe(grpc.status.INVALID_ARGUMENT);
+        return err.details as string;
+      };
+      // The sweep's length is capped on its own.
+      expect(await refusal({ samples: [{ messages }], historySweep: Array.from({ length: 300 }, (_, k) => k) })).toBe(
+        'history_sweep: 300 points, over the limit of 256',
+      );
+      // Two samples of 4,096 patterns each (within the per-sample cap): the unchanged sample,
+      // 6 chunks × 2 interventions and the patterns, per sample.
+      expect(await refusal({ samples: [{ messages }, { messages }], randomSubsets: 4096 })).toBe(
+        `random_subsets: ${2 * (1 + 6 * 2 + 4096)} variants to score, over the limit of 4096 per call (--max-items)`,
+      );
+      const sweep = Array.from({ length: 256 }, (_, k) => k);
+      expect(await refusal({ samples: Array.from({ length: 9 }, () => ({ messages })), historySweep: sweep })).toMatch(
+        new RegExp(`^history_sweep: ${9 * (1 + 12 + 2 * 256)} variants to score, over the limit of 4096`),
+      );
+      const wide = { chunks: Array.from({ length: 700 }, (_, k) => ({ label: `p${k}`, text: `p${k} ` })) };
+      expect(await refusal({ samples: [wide, wide, wide] })).toMatch(new RegExp(`^samples: ${3 * (1 + 699 * 2)} variants to score`));
+      expect(encodes).toBe(0);
+    } finally {
+      tok.encodeAsync = original;
+    }
+  });
+
+  it('a cancelled call stops preparing its variants', async () => {
+    const tok = chatModel.engine.tokenizer;
+    const original = tok.encodeAsync;
+    let encodes = 0;
+    tok.encodeAsync = (...args) => {
+      encodes++;
+      return original.apply(tok, args);
+    };
+    try {
+      // 8 samples × 40 chunks, each removed on its own: 320 re-tokenisations of 39 chunks.
+      const sample = { chunks: Array.from({ length: 40 }, (_, k) => ({ label: `p${k}`, text: `p${k}. ` })) };
+      const all = 8 * 40 + 8 * 40 * 39;
+      const call = client.Attribute({ model: 'chat', samples: Array.from({ length: 8 }, () => sample), interventions: ['INTERVENTION_REMOVE'] }, () => {});
+      while (encodes < 100) await new Promise((r) => setTimeout(r, 2));
+      call.cancel();
+      let settled = -1;
+      while (settled !== encodes) {
+        settled = encodes;
+        await new Promise((r) => setTimeout(r, 300));
+      }
+      expect(settled).toBeLessThan(all / 4);
+    } finally {
+      tok.encodeAsync = original;
+    }
+  });
+
   it('names bad fields', async () => {
     const sample = { messages };
     const cases: [unknown, RegExp][] = [
@@ -351,7 +412,7 @@ describe('Attribute', () => {
       [{ model: 'chat', samples: [sample], interventions: ['INTERVENTION_UNSPECIFIED'] }, /interventions\[0\]: must be INTERVENTION_REMOVE or INTERVENTION_MASK/],
       [{ model: 'chat', samples: [{ ...sample, targetLabel: 'nope' }] }, /samples\[0\]\.target: no chunk is labelled "nope"/],
       [{ model: 'chat', samples: [{ ...sample, ablateLabels: ['assistant#2'] }] }, /samples\[0\]\.ablate\[0\]: no chunk before the target/],
-      [{ model: 'chat', samples: [sample], randomSubsets: 5000 }, /subsets: must be a whole number in \[0, 4096\]/],
+      [{ model: 'chat', samples: [sample], randomSubsets: 5000 }, /^random_subsets: must be a whole number in \[0, 4096\]/],
       [{ model: 'm', samples: [sample] }, /samples\[0\]\.messages: the model has no chat template/],
     ];
     for (const [req, message] of cases) {

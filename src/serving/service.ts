@@ -10,7 +10,7 @@ import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundEr
 import type { Metrics } from '../metrics.js';
 import type { EngineInfo } from '../engine.js';
 import type { LoadedModel } from '../repository.js';
-import { prepareAttribution, type AttributionOptions, type AttributionSample, type SampleAttribution } from '../attribution.js';
+import { countVariants, prepareAttribution, resolveAttributionOptions, type AttributionOptions, type AttributionSample, type SampleAttribution } from '../attribution.js';
 import { continuationScore, prepareChunkScores } from '../chunk-scores.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring/requests.js';
@@ -357,9 +357,12 @@ export class Service {
   async attribute(m: ServedModel, samples: AttributionSample[], options: AttributionOptions, call: CallContext): Promise<SampleAttribution[]> {
     this.checkItems(samples.length, 'samples');
     this.checkTextBytes(samples, 'samples');
-    const prepared = await prepareAttribution(m.engine, samples, options);
-    if (prepared.units.length > this.maxItemsPerRequest)
-      throw new InvalidArgumentError('samples', `${prepared.units.length} variants to score, over the limit of ${this.maxItemsPerRequest} per call (--max-items)`);
+    // Counted from the request, before a single variant is tokenised or built.
+    resolveAttributionOptions(options);
+    const { total, field } = countVariants(samples, options);
+    if (total > this.maxItemsPerRequest)
+      throw new InvalidArgumentError(field, `${total} variants to score, over the limit of ${this.maxItemsPerRequest} per call (--max-items)`);
+    const prepared = await prepareAttribution(m.engine, samples, options, () => checkCall(call));
     return this.scoreUnits(m, prepared, call, { items: samples.length, tokens: prepared.units.reduce((n, u) => n + u.targets.length, 0) });
   }
 
@@ -400,6 +403,12 @@ export class Service {
       call.signal?.removeEventListener('abort', cancel);
     }
   }
+}
+
+/** Throw if the call has gone away or run out of time: work being prepared stops there. */
+function checkCall(call: CallContext): void {
+  if (call.signal?.aborted) throw new CancelledError();
+  if (call.deadline !== undefined && Date.now() >= call.deadline) throw new DeadlineExceededError();
 }
 
 /** Which tokens of `ids` (an encoding with special tokens) the plain encoding lacks: it
