@@ -15,7 +15,7 @@ export interface AttributeRequest {
    */
   'keepOnly'?: (boolean);
   /**
-   * also: only the last h history turns kept, for each h
+   * also: only the last h history turns kept, for each h (at most 256 points)
    */
   'historySweep'?: (number)[];
   /**
@@ -24,9 +24,12 @@ export interface AttributeRequest {
    */
   'historyLabels'?: (string)[];
   /**
-   * random keep/drop patterns over the ablated chunks (each kept with p = ½)
+   * random keep/drop patterns over the ablated chunks (each kept with p = ½), ≤ 4096 per sample
    */
   'randomSubsets'?: (number);
+  /**
+   * sample i draws its patterns from a stream of (seed, i)
+   */
   'seed'?: (number);
   'subsetIntervention'?: (_ctxprobe_v1_Intervention);
 }
@@ -43,7 +46,7 @@ export interface AttributeRequest__Output {
    */
   'keepOnly': (boolean);
   /**
-   * also: only the last h history turns kept, for each h
+   * also: only the last h history turns kept, for each h (at most 256 points)
    */
   'historySweep': (number)[];
   /**
@@ -52,9 +55,12 @@ export interface AttributeRequest__Output {
    */
   'historyLabels': (string)[];
   /**
-   * random keep/drop patterns over the ablated chunks (each kept with p = ½)
+   * random keep/drop patterns over the ablated chunks (each kept with p = ½), ≤ 4096 per sample
    */
   'randomSubsets': (number);
+  /**
+   * sample i draws its patterns from a stream of (seed, i)
+   */
   'seed': (number);
   'subsetIntervention': (_ctxprobe_v1_Intervention__Output);
 }
