@@ -227,6 +227,19 @@ describe('limits set the way users set them', () => {
       expect(three!.details).toMatch(/^items\[0\]\.continuations: 3 continuations, over the limit of 2 per item/);
       const long = await score({ contextText: 'Hi', continuationsText: [' and a story that goes on for a good many tokens'] });
       expect(long!.details).toMatch(/scored tokens, over the limit of 6 per answer \(--max-scored-tokens\)/);
+      // Every kind of item: a chunked context, and chunked and plain items counted together.
+      const chunks = [{ label: 'history', text: 'User: Hi\n' }, { label: 'knowledge', text: 'Bot:' }];
+      const chunked = await score({ contextChunks: chunks, continuationsText: [' and a story that goes on for a good many tokens'] });
+      expect(chunked?.code).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(chunked!.details).toMatch(/^items: \d+ scored tokens, over the limit of 6 per answer \(--max-scored-tokens\)/);
+      const both = await new Promise<grpc.ServiceError | null>((resolve) =>
+        client.Score(
+          { items: [{ contextText: 'Hi', continuationsText: [' a b c d'] }, { contextChunks: chunks, continuationsText: [' e f g h'] }] },
+          (err) => resolve(err),
+        ),
+      );
+      expect(both!.details).toMatch(/^items: \d+ scored tokens, over the limit of 6/);
+      expect(await score({ contextChunks: chunks, continuationsText: [' a', ' b'] })).toBeNull();
       // Within the limits it scores (tokenising on the event loop, with the arena on).
       expect(await score({ contextText: 'Hi', continuationsText: [' a', ' b'] })).toBeNull();
       client.close();

@@ -267,6 +267,12 @@ export class Service {
     }
   }
 
+  /** The per-answer token limit (--max-scored-tokens), for every kind of item. */
+  private checkScoredTokens(scored: number): void {
+    if (scored > this.maxScoredTokens)
+      throw new InvalidArgumentError('items', `${scored} scored tokens, over the limit of ${this.maxScoredTokens} per answer (--max-scored-tokens)`);
+  }
+
   /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`). */
   async score(m: ServedModel, requests: LoglikelihoodRequest[], call: CallContext): Promise<ContinuationScore[][]> {
     this.checkTextBytes(requests, 'items');
@@ -279,6 +285,9 @@ export class Service {
     const pairs = await Promise.all(chunked.map((i) => m.scorer.encoder.encodeChunked(named[i]!, named[i]!.field)));
     const samples = await Promise.all(chunked.map((i, k) => prepareChunkScores(m.prober, named[i]!, pairs[k]!)));
     const preparedPlain = plain.length > 0 ? await m.scorer.prepareLoglikelihood(plain.map((i) => named[i]!)) : undefined;
+    // One answer, one limit: the chunked items' continuation tokens count with the plain ones.
+    const chunkedTokens = pairs.reduce((n, p) => n + p.continuations.reduce((a, c) => a + c.ids.length, 0), 0);
+    this.checkScoredTokens(chunkedTokens + (preparedPlain?.units.reduce((n, u) => n + u.targets.length, 0) ?? 0));
     const flat = samples.flat();
     const tokens = flat.reduce((n, p) => n + p.row.tokens.length, 0);
     const [plainScores, probed] = await Promise.all([
@@ -290,7 +299,7 @@ export class Service {
     ]);
     const model = m.entry.name;
     this.metrics.itemsScored.inc({ model }, flat.length);
-    this.metrics.tokensScored.inc({ model }, pairs.reduce((n, p) => n + p.continuations.reduce((a, c) => a + c.ids.length, 0), 0));
+    this.metrics.tokensScored.inc({ model }, chunkedTokens);
     const answers: ContinuationScore[][] = new Array(requests.length);
     plain.forEach((i, k) => (answers[i] = plainScores[k]!));
     let next = 0;
@@ -324,12 +333,7 @@ export class Service {
     counted?: { items: number; tokens: number },
   ): Promise<T> {
     const scored = prepared.units.reduce((n, u) => n + u.targets.length, 0);
-    if (scored > this.maxScoredTokens) {
-      throw new InvalidArgumentError(
-        'items',
-        `${scored} scored tokens, over the limit of ${this.maxScoredTokens} per answer (--max-scored-tokens)`,
-      );
-    }
+    this.checkScoredTokens(scored);
     const scores = await this.queued(m.batcher.submit(prepared.units), call);
     const model = m.entry.name;
     this.metrics.itemsScored.inc({ model }, counted?.items ?? prepared.units.length);
