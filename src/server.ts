@@ -157,12 +157,19 @@ export class CtxprobeServer {
     return this.healthPortServer?.port;
   }
 
-  /** Stop taking work, finish what is queued and in flight, then close every port. */
+  /** Stop taking work, finish what is queued and in flight, then close every port. The
+   * drain waits for calls, not for connections: once every call has been answered, the
+   * transports get CLOSE_GRACE_MS to flush the answers and let clients go, then whatever
+   * connection is left is cut. A stream the server has answered but the client never
+   * half-closes, or a request whose message never finishes arriving, is no call: it used to
+   * hold grpc-js's graceful shutdown, and so the drain, until its deadline (30 s). */
   async drain(): Promise<void> {
     this.setHealth('NOT_SERVING');
     await this.service.drain();
-    await new Promise<void>((resolve) => this.grpcServer.tryShutdown(() => resolve()));
-    await this.httpApp?.close();
+    await Promise.all([
+      withGrace(new Promise<void>((resolve) => this.grpcServer.tryShutdown(() => resolve())), () => this.grpcServer.forceShutdown()),
+      this.httpApp && withGrace(this.httpApp.close(), () => this.httpApp?.server.closeAllConnections()),
+    ]);
     await this.metricsServer?.close();
     await this.healthPortServer?.close();
   }
@@ -190,4 +197,17 @@ export class CtxprobeServer {
     void this.metricsServer?.close();
     void this.healthPortServer?.close();
   }
+}
+
+/** How long answered calls' connections may take to flush and close once no call is left:
+ * a 64 MiB answer (the message limit) goes out over loopback in ~0.1 s. */
+const CLOSE_GRACE_MS = 1000;
+
+/** `closing`, or, if it has not settled within CLOSE_GRACE_MS, `force()` and on. */
+async function withGrace(closing: Promise<unknown>, force: () => void): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), CLOSE_GRACE_MS)));
+  const how = await Promise.race([closing.then(() => 'closed' as const), late]);
+  clearTimeout(timer);
+  if (how === 'late') force();
 }

@@ -2,6 +2,7 @@
 // with connections that never close and streams that never half-close; cancelled
 // streams and expired deadlines as the metrics record them.
 import { execFile } from 'node:child_process';
+import http2 from 'node:http2';
 import net from 'node:net';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -57,6 +58,40 @@ describe('SIGTERM', () => {
     socket.destroy();
     client.close();
   });
+
+  it('with no call in flight it ends without waiting out its deadline, whatever a client left open', async () => {
+    const s = await serveCli(modelDir, ['--drain-timeout-ms', '20000']);
+    // One raw HTTP/2 connection, as a misbehaving client holds it: a call with 1 MiB of
+    // metadata, one whose message the server answered but whose stream the client never
+    // half-closes, and one whose 10 MiB message never finishes arriving.
+    const session = http2.connect(`http://127.0.0.1:${s.grpcPort}`, { settings: { maxHeaderListSize: 16 * 2 ** 20 } });
+    session.on('error', () => {});
+    const call = (extra: Record<string, string>, claimed: number, sent: number) => {
+      const stream = session.request(
+        { ':method': 'POST', ':path': '/ctxprobe.v1.Scoring/Score', 'content-type': 'application/grpc', te: 'trailers', ...extra },
+        { endStream: false },
+      );
+      const status = new Promise<string | undefined>((resolve) => {
+        stream.on('trailers', (t) => resolve(String(t['grpc-status'])));
+        stream.on('response', (h) => h['grpc-status'] !== undefined && resolve(String(h['grpc-status'])));
+        stream.on('close', () => resolve(undefined));
+      });
+      stream.on('error', () => {});
+      stream.on('data', () => {});
+      const head = Buffer.alloc(5);
+      head.writeUInt32BE(claimed, 1);
+      stream.write(Buffer.concat([head, Buffer.alloc(sent, 0xff)]));
+      return status;
+    };
+    void call({ 'x-padding': 'x'.repeat(2 ** 20) }, 2 ** 20, 2 ** 20);
+    const answered = call({}, 1024, 1024);
+    void call({}, 10 * 2 ** 20, 2 ** 20);
+    expect(await answered).toBe(String(grpc.status.INTERNAL)); // not a message: answered, yet left open
+    const code = await s.stop();
+    expect(code).toBe(0);
+    expect(s.lines.find((l) => l.event === 'stopped')!.how).toBe('drained');
+    session.destroy();
+  }, 60_000);
 
   it('a second SIGTERM exits at once', async () => {
     const s = await serveCli(modelDir, ['--drain-timeout-ms', '60000']);
