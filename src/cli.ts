@@ -240,7 +240,18 @@ withModelFlags(program.command('serve').description('serve the models of a repos
       tokenizerWorkers: flags.tokenizerWorkers,
       batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
       log: serverLog,
+      onModelLost: (model, err) => {
+        // Every later call would fail: health is NOT_SERVING, and the orchestrator restarts us.
+        log({ level: 'error', event: 'session_host_lost', model, message: err.message, exitCode: 70 });
+        server?.forceClose();
+        process.exitCode = 70;
+        setTimeout(() => process.exit(70), 100).unref();
+      },
     });
+    if (process.env.CTXPROBE_TEST_HOOKS === '1')
+      process.on('SIGUSR2', () => {
+        for (const m of server.models.values()) m.engine.exitHostForTest();
+      });
     const malloc = mallocAdvice();
     if (malloc) log({ level: 'warn', event: 'malloc', message: malloc });
     log({

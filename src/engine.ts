@@ -186,6 +186,16 @@ export class Engine {
     return new Engine(dir, config, tokenizer, host, device, info);
   }
 
+  /** `listener` is called once if the thread that runs this model's sessions dies. */
+  onHostLost(listener: (err: Error) => void): void {
+    this.host.onLost(listener);
+  }
+
+  /** Test hook (CTXPROBE_TEST_HOOKS): make the session thread die. */
+  exitHostForTest(): void {
+    this.host.exitForTest();
+  }
+
   async release(): Promise<void> {
     await this.tokenizer.close();
     await this.host.close();

@@ -51,6 +51,10 @@ export interface ServerOptions extends ServiceOptions {
   tls?: TlsFiles;
   /** When non-empty, every call but health checks needs `authorization: Bearer <token>`. */
   authTokens?: string[];
+  /** Called once when a model's session thread dies (health is NOT_SERVING by then): the
+   * process cannot answer any more, so `ctxprobe serve` logs an error and exits non-zero
+   * for its orchestrator to restart it. */
+  onModelLost?: (model: string, err: Error) => void;
 }
 
 export class CtxprobeServer {
@@ -138,6 +142,11 @@ export class CtxprobeServer {
 
   addModel(loaded: LoadedModel): void {
     this.service.addModel(loaded);
+    loaded.engine.onHostLost((err) => {
+      this.service.markBroken(`model ${loaded.entry.name} cannot run: ${err.message}`);
+      this.setHealth('NOT_SERVING');
+      this.options.onModelLost?.(loaded.entry.name, err);
+    });
   }
 
   /** What both health services (main port, health port) report, for every service. */
@@ -150,7 +159,7 @@ export class CtxprobeServer {
 
   setServing(): void {
     this.service.setServing();
-    this.setHealth('SERVING');
+    this.setHealth(this.service.health());
   }
 
   get healthPort(): number | undefined {

@@ -8,6 +8,7 @@
 // The KV of a prefix pass never crosses threads: the worker keeps it under a handle that
 // later passes name as their past, until `dropPast`.
 import { Worker } from 'node:worker_threads';
+import { UnavailableError } from './errors.js';
 
 // onnxruntime 1.30 starts Microsoft's telemetry client when it creates its environment (the
 // first session): it reads /proc/self/cmdline and matches it with std::regex, whose
@@ -138,6 +139,9 @@ async function handle(msg) {
     case 'dropPast':
       pasts.delete(msg.handle);
       return {};
+    case 'exitForTest':
+      // Only CTXPROBE_TEST_HOOKS sends this: the thread ends as a crash would end it.
+      process.exit(3);
     case 'release':
       for (const s of sessions.values()) await s.release();
       sessions.clear();
@@ -164,6 +168,8 @@ export class SessionHost {
   private nextId = 0;
   /** Set when the worker has gone: later calls fail at once instead of waiting forever. */
   private gone?: Error;
+  private closing = false;
+  private readonly lostListeners: ((err: Error) => void)[] = [];
 
   constructor() {
     const source = WORKER_SOURCE(import.meta.resolve('onnxruntime-node'));
@@ -175,12 +181,14 @@ export class SessionHost {
       else p?.resolve(msg.result);
     });
     const fail = (err: Error) => {
+      const first = this.gone === undefined;
       this.gone ??= err;
-      for (const p of this.pending.values()) p.reject(err);
+      for (const p of this.pending.values()) p.reject(this.gone);
       this.pending.clear();
+      if (first && !this.closing) for (const listener of this.lostListeners) listener(this.gone);
     };
-    this.worker.on('error', fail);
-    this.worker.on('exit', (code) => fail(new Error(`session host stopped (exit code ${code})`)));
+    this.worker.on('error', (e) => fail(new UnavailableError(`the session host stopped (${e.message}); retry on another replica`)));
+    this.worker.on('exit', (code) => fail(new UnavailableError(`the session host stopped (exit code ${code}); retry on another replica`)));
     // An idle host must not keep the process alive; pending calls hold it through their promises.
     this.worker.unref();
   }
@@ -213,11 +221,23 @@ export class SessionHost {
     return (await this.call<{ handle: number }>({ op: 'gather', rows, length })).handle;
   }
 
+  /** Call `listener` once if the worker ends without `close` (a crash, an out-of-memory
+   * kill of the thread): every later call fails, so the process is of no use any more. */
+  onLost(listener: (err: Error) => void): void {
+    this.lostListeners.push(listener);
+  }
+
+  /** Test hook: end the worker as a crash would. */
+  exitForTest(): void {
+    void this.call({ op: 'exitForTest' }).catch(() => {});
+  }
+
   dropPast(handle: number): void {
     void this.call({ op: 'dropPast', handle }).catch(() => {});
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     await this.call({ op: 'release' }).catch(() => {});
     await this.worker.terminate();
   }

@@ -108,6 +108,16 @@ describe('SIGTERM', () => {
   });
 });
 
+describe('a session thread that dies under ctxprobe serve', () => {
+  it('logs an error naming the model and exits non-zero, so the orchestrator restarts the process', async () => {
+    const s = await serveCli(modelDir, ['--health-port', '0'], { CTXPROBE_TEST_HOOKS: '1' });
+    s.child.kill('SIGUSR2'); // the test hook: the session thread exits as a crash would
+    expect(await s.exited).toBe(70);
+    const line = s.lines.find((l) => l.event === 'session_host_lost');
+    expect(line).toMatchObject({ level: 'error', model: expect.any(String), message: expect.stringMatching(/session host stopped/) });
+  }, 60_000);
+});
+
 describe('counters that stay true', () => {
   let model: LoadedModel;
   let server: CtxprobeServer;

@@ -94,3 +94,28 @@ describe('dropping work', () => {
     expect(queued()).toBe(0);
   });
 });
+
+describe('a session thread that dies', () => {
+  it('turns health NOT_SERVING on both health services and refuses work with UNAVAILABLE, and the server is told', async () => {
+    const own = await loadModel({ name: 'lost', path: makeFixture(FAMILY_FIXTURES.llama!).dir, threads: 1 });
+    let lost: [string, string] | undefined;
+    const server = await CtxprobeServer.start({ port: 0, metricsPort: -1, healthPort: 0, onModelLost: (m, err) => (lost = [m, err.message]) });
+    server.addModel(own);
+    server.setServing();
+    const client = scoringClient(server.port);
+    const status = async (port: number) => (await unary(healthClient(port), 'Check', { service: 'ctxprobe.v1.Scoring' })).status;
+    expect((await unary(client, 'Score', { items: [item('before')] })).items[0].continuations).toHaveLength(1);
+    expect([await status(server.port), await status(server.healthPort!)]).toEqual(['SERVING', 'SERVING']);
+    own.engine.exitHostForTest();
+    while (!lost) await sleep(10);
+    expect(lost).toEqual(['lost', expect.stringMatching(/session host stopped \(exit code 3\)/)]);
+    // The health port hears of it through a message to its thread.
+    for (let i = 0; i < 500 && (await status(server.healthPort!)) !== 'NOT_SERVING'; i++) await sleep(10);
+    expect([await status(server.port), await status(server.healthPort!)]).toEqual(['NOT_SERVING', 'NOT_SERVING']);
+    const after = await unary(client, 'Score', { items: [item('after')] }).catch((e) => e);
+    expect(after.code).toBe(grpc.status.UNAVAILABLE);
+    expect(after.details).toMatch(/model lost cannot run: the session host stopped/);
+    client.close();
+    server.forceClose();
+  });
+});

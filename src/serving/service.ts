@@ -64,6 +64,8 @@ export class Service {
   private readonly order: string[] = [];
   private loading = true;
   private draining = false;
+  /** Set when a model's session thread died: this process can no longer answer. */
+  private broken?: string;
   private inFlight = 0;
   private readonly log: (line: Record<string, unknown>) => void;
 
@@ -111,9 +113,15 @@ export class Service {
     for (const m of this.models.values()) m.batcher.abortAll(reason);
   }
 
-  /** What health checks report: SERVING once loaded, until draining starts. */
+  /** A model can no longer run (its session thread died): NOT_SERVING, and new work is
+   * refused with UNAVAILABLE, for good. */
+  markBroken(reason: string): void {
+    this.broken ??= reason;
+  }
+
+  /** What health checks report: SERVING once loaded, until draining starts or a model breaks. */
   health(): 'SERVING' | 'NOT_SERVING' {
-    return this.loading || this.draining ? 'NOT_SERVING' : 'SERVING';
+    return this.loading || this.draining || this.broken ? 'NOT_SERVING' : 'SERVING';
   }
 
   get callsInFlight(): number {
@@ -154,6 +162,7 @@ export class Service {
    * draining, so callers go to another replica. */
   model(name: string | undefined, forWork = true): ServedModel {
     if (forWork && this.draining) throw new UnavailableError('server is draining: send to another replica');
+    if (forWork && this.broken) throw new UnavailableError(`${this.broken}: send to another replica`);
     const m = name ? this.models.get(name) : this.models.get(this.order[0] ?? '');
     if (m) return m;
     if (this.loading) throw new UnavailableError('models are still loading: wait for health SERVING');
