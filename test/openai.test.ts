@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModel, type LoadedModel } from '../src/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
-import { referenceTokenLogprobs } from './reference.js';
+import { referenceForward, referenceTokenLogprobs } from './reference.js';
 import { scoringClient, scrape, unary } from './helpers.js';
 
 let model: LoadedModel;
@@ -235,6 +235,33 @@ describe('the rest of the HTTP surface', () => {
       for (let k = 1; k < entries.length; k++) expect(entries[k]![1]).toBeLessThanOrEqual(entries[k - 1]![1]);
     }
     expect(objects.some((entries) => entries.some(([k]) => /^\d+$/.test(k.trim())))).toBe(true);
+  });
+
+  it('return_tokens_as_token_ids: N distinct token_id keys at every position, where text keys collide', async () => {
+    const tok = model.engine.tokenizer;
+    const prompt = tok.encode('Café crème, naïve façade — 1889: “Eiffel” ✓ 東京 ok.');
+    const N = 12;
+    const ask = (extra: object) => post('/v1/completions', { prompt, echo: true, max_tokens: 0, logprobs: N, ...extra });
+    const byText = (await ask({})).body.choices[0].logprobs;
+    const { status, body } = await ask({ return_tokens_as_token_ids: true });
+    expect(status).toBe(200);
+    const lp = body.choices[0].logprobs;
+    expect(lp.tokens).toEqual(prompt.map((id) => `token_id:${id}`));
+    expect(lp.token_logprobs).toEqual(byText.token_logprobs);
+    // Against the float64 reference: each entry's log-prob, and nothing likelier left out.
+    const ref = referenceForward(fxTensors, prompt.slice(0, -1)).logprobs;
+    lp.top_logprobs.slice(1).forEach((top: Record<string, number>, t: number) => {
+      const entries = Object.entries(top);
+      expect(entries).toHaveLength(N);
+      const ids = entries.map(([k]) => Number(/^token_id:(\d+)$/.exec(k)![1]));
+      expect(new Set(ids).size).toBe(N);
+      entries.forEach(([, v], k) => expect(Math.abs(v - ref[t]![ids[k]!]!)).toBeLessThan(1e-4));
+      const last = entries.at(-1)![1];
+      ref[t]!.forEach((v, id) => v > last + 1e-4 && expect(ids).toContain(id));
+    });
+    // Keyed by text, byte tokens of one character share a key: some positions fall short.
+    const short = byText.top_logprobs.slice(1).filter((top: Record<string, number>) => Object.keys(top).length < N);
+    expect(short.length).toBeGreaterThan(0);
   });
 
   it('honours add_special_tokens for text prompts and offsets text by the text, not by an added BOS', async () => {

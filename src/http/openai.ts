@@ -29,7 +29,9 @@ export interface HttpOptions {
 }
 
 // Extra candidates fetched per position so that `top_logprobs` still has N entries when
-// several tokens decode to the same text (the keys are texts).
+// several tokens decode to the same text (the keys are texts). Eight are not always enough:
+// on a byte-level vocabulary every byte token of a multi-byte character decodes to U+FFFD
+// (seen: 8 of 286 positions short at logprobs 12). `return_tokens_as_token_ids` keys by id.
 const TOP_SPARE = 8;
 
 /** An object whose keys keep their order in the JSON (a plain object would move
@@ -119,6 +121,7 @@ interface CompletionsBody {
   n?: number;
   stream?: boolean;
   add_special_tokens?: boolean;
+  return_tokens_as_token_ids?: boolean;
 }
 
 async function completions(service: Service, m: ServedModel, body: CompletionsBody, reply: FastifyReply) {
@@ -140,13 +143,17 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
   const gone = new AbortController();
   reply.raw.once('close', () => reply.raw.writableFinished || gone.abort());
   const want = logprobs ?? 0;
+  // As vLLM: tokens and top_logprobs keys as `token_id:N`, so tokens that decode to the
+  // same text (byte tokens of one UTF-8 character all decode to U+FFFD) stay apart.
+  const asIds = body.return_tokens_as_token_ids === true;
   const scores = await service.echo(
     m,
     prompts.map((p) => p.ids),
     want,
     { signal: gone.signal },
-    TOP_SPARE,
+    asIds ? 0 : TOP_SPARE,
   );
+  const idKey = (id: number) => `token_id:${id}`;
   const choices = scores.map((s, i) => {
     const prompt = prompts[i]!;
     const ids = [...(echo ? prompt.ids : []), ...(maxTokens === 1 ? [s.nextToken] : [])];
@@ -171,10 +178,11 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
         logprobs === null
           ? null
           : {
-              tokens: texts,
+              tokens: asIds ? ids.map(idKey) : texts,
               token_logprobs: lps,
               top_logprobs: tops.map((t) => {
                 if (!t) return null;
+                if (asIds) return new OrderedObject(t.ids.slice(0, Math.max(1, want)).map((id, k) => [idKey(id), t.logprobs[k]!]));
                 // The N most likely distinct texts, most likely first.
                 const entries: [string, number][] = [];
                 const seen = new Set<string>();
@@ -244,6 +252,7 @@ function completionsSchema(maxPrompts: number) {
       n: { type: 'integer', minimum: 1 },
       stream: { type: 'boolean' },
       add_special_tokens: { type: 'boolean' },
+      return_tokens_as_token_ids: { type: 'boolean' },
       // What lm-evaluation-harness sends besides; none changes a score or a greedy token.
       temperature: { type: 'number', minimum: 0 },
       seed: { type: 'integer' },
