@@ -68,7 +68,9 @@ export interface ForwardRequest {
 export interface ForwardResult {
   logprobs: Float32Array;
   greedy: boolean[];
-  topkLogprobs?: Float32Array; // [scored, k]
+  /** Alternatives per scored position, as run: the k asked, at most the vocabulary. */
+  topK: number;
+  topkLogprobs?: Float32Array; // [scored, topK]
   topkIds?: BigInt64Array;
   present?: PastKV;
 }
@@ -415,8 +417,10 @@ export class Engine {
     const result: ForwardResult = {
       logprobs: N > 0 ? (out.logprobs!.data as Float32Array) : new Float32Array(0),
       greedy: N > 0 ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
+      topK: 0,
     };
     if (N > 0 && req.topK > 0) {
+      result.topK = out.topk_ids!.dims[1]!;
       result.topkLogprobs = out.topk_logprobs!.data as Float32Array;
       result.topkIds = out.topk_ids!.data as BigInt64Array;
     }

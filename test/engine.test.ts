@@ -30,6 +30,24 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
     });
   });
 
+  it('top-k wider than the vocabulary: every position gets the whole distribution, in order', async () => {
+    const vocab = ctx.engine.config.vocabSize;
+    const scorer = new Scorer(ctx.engine, { maxTopK: vocab + 50, prefixCacheBytes: 0 });
+    const context = randomTokens(3, 6, vocab);
+    const continuation = randomTokens(4, 3, vocab);
+    const score = (await scorer.loglikelihood([{ context, continuations: [continuation], topK: vocab + 50 }]))[0]![0];
+    const tokens = [...context, ...continuation];
+    const ref = referenceForward(ctx.fx, tokens);
+    expect(score!.topK).toHaveLength(continuation.length);
+    score!.topK!.forEach((top, j) => {
+      const row = ref.logprobs[context.length - 1 + j]!;
+      expect(top.ids).toHaveLength(vocab);
+      expect(new Set(top.ids).size).toBe(vocab);
+      top.ids.forEach((id, k) => expect(Math.abs(top.logprobs[k]! - row[id]!)).toBeLessThan(1e-4));
+      for (let k = 1; k < vocab; k++) expect(top.logprobs[k]!).toBeLessThanOrEqual(top.logprobs[k - 1]!);
+    });
+  });
+
   it('padded batches and a shared prefix give the reference answers', async () => {
     const vocab = ctx.engine.config.vocabSize;
     const context = randomTokens(2, 17, vocab);

@@ -148,10 +148,12 @@ async function runScorePass(
     keepPresent: (pass.keep ?? false) || toCache,
   });
   const entries: { position: number; target: number; entry: ScoreEntry; topK?: TopK }[][] = pass.rows.map(() => []);
+  // Rows of the top-k outputs are as wide as the engine ran them: k, at most the vocabulary.
+  const width = out.topK;
   dest.forEach((d, n) => {
     const top =
-      topK > 0
-        ? { ids: Array.from(out.topkIds!.subarray(n * topK, (n + 1) * topK), Number), logprobs: Array.from(out.topkLogprobs!.subarray(n * topK, (n + 1) * topK)) }
+      width > 0
+        ? { ids: Array.from(out.topkIds!.subarray(n * width, (n + 1) * width), Number), logprobs: Array.from(out.topkLogprobs!.subarray(n * width, (n + 1) * width)) }
         : undefined;
     const entry = { logprob: out.logprobs[n]!, greedy: out.greedy[n]! };
     if (d.unit !== undefined) {
