@@ -193,6 +193,12 @@ export class Engine {
     this.host.onLost(listener);
   }
 
+  /** How many KVs the session thread keeps (passes kept for a next block, the prefix
+   * cache's segments): a count that must return to the cache's own after every call. */
+  keptPasts(): Promise<number> {
+    return this.host.keptPasts();
+  }
+
   /** Test hook (CTXPROBE_TEST_HOOKS): make the session thread die. */
   exitHostForTest(): void {
     this.host.exitForTest();

@@ -139,6 +139,8 @@ async function handle(msg) {
     case 'dropPast':
       pasts.delete(msg.handle);
       return {};
+    case 'keptPasts':
+      return { count: pasts.size };
     case 'exitForTest':
       // Only CTXPROBE_TEST_HOOKS sends this: the thread ends as a crash would end it.
       process.exit(3);
@@ -225,6 +227,11 @@ export class SessionHost {
    * kill of the thread): every later call fails, so the process is of no use any more. */
   onLost(listener: (err: Error) => void): void {
     this.lostListeners.push(listener);
+  }
+
+  /** How many KVs the worker keeps under handles (what leaks show as). */
+  async keptPasts(): Promise<number> {
+    return (await this.call<{ count: number }>({ op: 'keptPasts' })).count;
   }
 
   /** Test hook: end the worker as a crash would. */

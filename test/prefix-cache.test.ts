@@ -142,6 +142,30 @@ describe('a model whose rotary values depend on the sequence length', () => {
   });
 });
 
+describe('a failure while filling the cache', () => {
+  const ctx = familyEngine('llama');
+
+  it("frees the pass's KV: the session thread keeps no more KV than before", async () => {
+    const vocab = ctx.engine.config.vocabSize;
+    const r = rng(13);
+    const scorer = new Scorer(ctx.engine);
+    expect(scorer.cache).toBeDefined();
+    const before = await ctx.engine.keptPasts();
+    const gather = ctx.engine.gatherPast;
+    ctx.engine.gatherPast = async () => {
+      throw new Error('gather failed');
+    };
+    try {
+      await expect(scorer.loglikelihood([{ context: randomTokens(r, 12, vocab), continuations: [randomTokens(r, 3, vocab)] }])).rejects.toThrow(
+        /gather failed/,
+      );
+    } finally {
+      ctx.engine.gatherPast = gather;
+    }
+    expect(await ctx.engine.keptPasts()).toBe(before);
+  });
+});
+
 describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) => {
   const ctx = familyEngine(family);
 

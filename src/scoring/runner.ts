@@ -169,13 +169,19 @@ async function runScorePass(
   if (toCache && out.present) {
     const present = out.present;
     const P = past?.length ?? 0;
-    for (const [b, r] of pass.rows.entries()) {
-      if (!r.path || r.tokens.length === 0) continue;
-      const segment = await engine.gatherPast([[{ handle: present.handle, row: b, offset: P, count: r.tokens.length }]]);
-      const match = sink!.cache.insert(r.path, r.startPosition, r.tokens.length, segment.handle, 0, entries[b]!);
-      // A trunk's KV stays pinned for the rest of the round: its members continue it.
-      if (match && r.unit === undefined) sink!.pinned.push(match);
-      else if (match) sink!.cache.release(match);
+    try {
+      for (const [b, r] of pass.rows.entries()) {
+        if (!r.path || r.tokens.length === 0) continue;
+        const segment = await engine.gatherPast([[{ handle: present.handle, row: b, offset: P, count: r.tokens.length }]]);
+        const match = sink!.cache.insert(r.path, r.startPosition, r.tokens.length, segment.handle, 0, entries[b]!);
+        // A trunk's KV stays pinned for the rest of the round: its members continue it.
+        if (match && r.unit === undefined) sink!.pinned.push(match);
+        else if (match) sink!.cache.release(match);
+      }
+    } catch (e) {
+      // Nobody else holds the pass's KV yet: it would stay in the session thread for good.
+      engine.dropPast(present);
+      throw e;
     }
     sink!.cache.evict();
     if (!pass.keep) {
