@@ -385,13 +385,13 @@ withModelFlags(
       keyReduce: flags.keyReduce,
       perHead: flags.perHead,
     });
-    if (flags.html) fs.writeFileSync(flags.html, probeReportHtml(answer, 'ctxprobe attention report', entry!.name));
+    if (flags.html) writeFile(flags.html, probeReportHtml(answer, 'ctxprobe attention report', entry!.name));
     if (flags.svg) {
       const first = answer.mean ?? { ...answer.samples[0]!, labels: answer.samples[0]!.labels };
-      fs.writeFileSync(`${flags.svg}-votes.svg`, distributionSvg(first.votes, first.labels, 'Argmax votes per layer'));
-      fs.writeFileSync(`${flags.svg}-mass.svg`, distributionSvg(first.mass, first.labels, 'Attention mass per layer'));
+      writeFile(`${flags.svg}-votes.svg`, distributionSvg(first.votes, first.labels, 'Argmax votes per layer'));
+      writeFile(`${flags.svg}-mass.svg`, distributionSvg(first.mass, first.labels, 'Attention mass per layer'));
       answer.samples.forEach((s, i) =>
-        fs.writeFileSync(`${flags.svg}-heatmap-${i}.svg`, heatmapSvg(s.heatmap, s.labels, `Sample ${i} heatmap`)),
+        writeFile(`${flags.svg}-heatmap-${i}.svg`, heatmapSvg(s.heatmap, s.labels, `Sample ${i} heatmap`)),
       );
     }
     console.log(JSON.stringify({ model: entry!.name, ...answer }, null, 2));
@@ -462,7 +462,7 @@ withModelFlags(
     const answers = prepared.finish(scores);
     if (flags.svg) {
       answers.forEach((a, i) =>
-        fs.writeFileSync(
+        writeFile(
           `${flags.svg}-${i}.svg`,
           attributionSvg(
             a.chunks.map((c) => ({ label: `${c.index} ${c.label}`, values: { remove: c.remove?.delta, mask: c.mask?.delta } })),
@@ -495,6 +495,12 @@ async function connect(flags: any) {
   const { EvalClient } = await import('./eval/client.js');
   const token = flags.tokenFile ? fs.readFileSync(flags.tokenFile, 'utf8').split('\n')[0]!.trim() : undefined;
   return EvalClient.connect({ server: flags.server, model: flags.model, threads: flags.threads, token, tlsCa: flags.tlsCa });
+}
+
+/** Write a figure or report where the user asked, making its folder (`--svg out/attr`). */
+function writeFile(file: string, content: string): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, content);
 }
 
 async function writeOutputs(dir: string, files: Record<string, string>) {

@@ -75,6 +75,7 @@ const SYNTHETIC_SCHEMA = {
     slidingWindow: positive,
     headDim: positive,
     extraConfig: { type: 'object' },
+    chatTemplate: { enum: ['chatml'] },
   },
 };
 
@@ -146,13 +147,19 @@ export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {
  * temporary folder beside its place and renamed into it when complete, so a process
  * killed halfway leaves nothing that a later start would take for a checkpoint. */
 export function ensureCheckpoint(entry: ModelEntry): void {
-  if (fs.existsSync(path.join(entry.path, 'config.json'))) return;
-  if (!entry.synthetic) throw new ConfigError(`model ${entry.name}: ${entry.path} has no config.json`);
+  const configFile = path.join(entry.path, 'config.json');
+  if (fs.existsSync(configFile)) {
+    // A generated checkpoint is made again when its spec changed (an older release's
+    // default model had no chat template): config.json records the spec it came from.
+    if (!entry.synthetic || generatedFrom(configFile) === JSON.stringify(entry.synthetic)) return;
+  } else if (!entry.synthetic) throw new ConfigError(`model ${entry.name}: ${entry.path} has no config.json`);
   const parent = path.dirname(entry.path);
   fs.mkdirSync(parent, { recursive: true });
   const temp = fs.mkdtempSync(path.join(parent, `.${path.basename(entry.path)}.partial-`));
   try {
     writeSyntheticCheckpoint(temp, entry.synthetic);
+    const config = JSON.parse(fs.readFileSync(path.join(temp, 'config.json'), 'utf8'));
+    fs.writeFileSync(path.join(temp, 'config.json'), JSON.stringify({ ...config, [GENERATED_FROM]: entry.synthetic }, null, 2));
     // A folder without config.json here is not a checkpoint (an earlier, interrupted
     // writer's): ours replaces it.
     fs.rmSync(entry.path, { recursive: true, force: true });
@@ -161,6 +168,18 @@ export function ensureCheckpoint(entry: ModelEntry): void {
     fs.rmSync(temp, { recursive: true, force: true });
     // Another process may have completed the same checkpoint first.
     if (!fs.existsSync(path.join(entry.path, 'config.json'))) throw e;
+  }
+}
+
+/** The config.json key of a generated checkpoint that holds its synthetic spec. */
+const GENERATED_FROM = 'ctxprobe_generated_from';
+
+function generatedFrom(configFile: string): string | undefined {
+  try {
+    const spec = JSON.parse(fs.readFileSync(configFile, 'utf8'))[GENERATED_FROM];
+    return spec === undefined ? undefined : JSON.stringify(spec);
+  } catch {
+    return undefined;
   }
 }
 

@@ -29,6 +29,26 @@ describe('the default model', () => {
   });
 });
 
+describe('the default model chats', () => {
+  it('has a ChatML template whose turn markers are single special tokens, and an older generated copy is made again', async () => {
+    const [entry] = readRepository();
+    expect(entry!.synthetic?.chatTemplate).toBe('chatml');
+    const dir = path.join(tempDir('default-chat'), 'm');
+    // What an older release generated: the same spec without a chat template.
+    const { chatTemplate: _chat, ...older } = entry!.synthetic!;
+    ensureCheckpoint({ ...entry!, path: dir, synthetic: older });
+    expect(JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8')).chat_template).toBeUndefined();
+    ensureCheckpoint({ ...entry!, path: dir });
+    const m = await loadModel({ ...entry!, path: dir, threads: 1 });
+    const tok = m.engine.tokenizer;
+    expect(tok.chatTemplate).toMatch(/<\|im_start\|>/);
+    const ids = tok.encode('<|im_start|>user\nHi<|im_end|>\n');
+    expect(tok.tokenString(ids[0]!)).toBe('<|im_start|>');
+    expect(ids.filter((id) => tok.tokenString(id) === '<|im_end|>')).toEqual([tok.eosId]);
+    await m.engine.release();
+  });
+});
+
 describe('ctxprobe score', () => {
   it('prints the library answer as JSON', async () => {
     const fx = makeFixture(FAMILY_FIXTURES.qwen2!);

@@ -7,7 +7,7 @@ A secured server (TLS, mutual TLS, bearer token):
 
     python3 examples/python/ctxprobe_client.py --address host:50051 --tls-ca ca.pem \
         [--tls-cert client.pem --tls-key client.key] [--server-name NAME] --token-file token ...
-    (or CTXPROBE_TOKEN_FILE / CTXPROBE_TLS_CA / … in the environment)
+    (or CTXPROBE_ADDRESS / CTXPROBE_TOKEN_FILE / CTXPROBE_TLS_CA / … in the environment)
 
 As a library:
 
@@ -147,13 +147,13 @@ def select(scores):
 
 def main():
     parser = argparse.ArgumentParser(description="Score continuations with a ctxprobe server")
-    parser.add_argument("--address", default="127.0.0.1:50051")
+    env = os.environ.get
+    parser.add_argument("--address", default=env("CTXPROBE_ADDRESS", "127.0.0.1:50051"), help="host:port of the server (or CTXPROBE_ADDRESS)")
     parser.add_argument("--model", default="")
     parser.add_argument("--context", default="")
     parser.add_argument("--continuation", nargs="+")
     parser.add_argument("--attribute", nargs="+", metavar="LABEL=TEXT", help="chunks, in order: print each one's Δ of the last chunk's log-likelihood")
     parser.add_argument("--stream", action="store_true", help="send through ScoreStream, one item per continuation")
-    env = os.environ.get
     parser.add_argument("--tls-ca", default=env("CTXPROBE_TLS_CA"), help="PEM CA of the server: connect over TLS")
     parser.add_argument("--tls-cert", default=env("CTXPROBE_TLS_CERT"), help="PEM client certificate (mutual TLS)")
     parser.add_argument("--tls-key", default=env("CTXPROBE_TLS_KEY"), help="PEM key of --tls-cert")

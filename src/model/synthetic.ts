@@ -33,6 +33,10 @@ export interface SyntheticSpec {
   headDim?: number;
   /** More config.json keys as given (e.g. `attention_bias: true`). */
   extraConfig?: Record<string, unknown>;
+  /** A chat template for the tokenizer: `chatml` adds `<|im_start|>` and `<|im_end|>` as
+   * special tokens after the merges (as Qwen's tokenizers do), ends turns and the sequence
+   * with `<|im_end|>` (its EOS, as Qwen instruct models), and writes ChatML's template. */
+  chatTemplate?: 'chatml';
 }
 
 export interface WriteOptions {
@@ -140,7 +144,7 @@ export function hfConfig(s: SyntheticSpec, vocabSize: number, ids: { bos?: numbe
 /** Write a complete checkpoint directory: config, weights, tokenizer. Returns its tensors. */
 export function writeSyntheticCheckpoint(dir: string, s: SyntheticSpec, options: WriteOptions = {}): Map<string, TensorData> {
   fs.mkdirSync(dir, { recursive: true });
-  const tok = byteLevelBpe(s.vocab, !NO_BOS.has(s.family));
+  const tok = byteLevelBpe(s.vocab, !NO_BOS.has(s.family), s.chatTemplate);
   // Real checkpoints often pad the embedding rows above the tokenizer's vocabulary.
   const vocabSize = Math.max(s.vocabSize ?? 0, Math.ceil(tok.size / 8) * 8);
   const config = hfConfig(s, vocabSize, tok.ids);
@@ -156,6 +160,13 @@ export function writeSyntheticCheckpoint(dir: string, s: SyntheticSpec, options:
 
 // ---- a byte-level BPE tokenizer, learned from the corpus -------------------------------
 
+const CHATML_TOKENS = ['<|im_start|>', '<|im_end|>'];
+/** ChatML, as Qwen2.5's instruct tokenizers write it (without their default system prompt
+ * and tools): each message `<|im_start|>role\ncontent<|im_end|>\n`. */
+const CHATML_TEMPLATE =
+  "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}" +
+  "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
 /** GPT-2's map from bytes to printable characters. */
 export function bytesToUnicode(): string[] {
   const printable: number[] = [];
@@ -170,7 +181,7 @@ export function bytesToUnicode(): string[] {
 
 const GPT2_SPLIT = /'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+/gu;
 
-function byteLevelBpe(vocabTarget: number, withBos: boolean) {
+function byteLevelBpe(vocabTarget: number, withBos: boolean, chatTemplate?: 'chatml') {
   const byteChars = bytesToUnicode();
   const specials = withBos ? ['<s>', '</s>'] : ['<|endoftext|>'];
   const vocab = new Map<string, number>();
@@ -220,7 +231,15 @@ function byteLevelBpe(vocabTarget: number, withBos: boolean) {
     special: true,
   });
   const bos = withBos ? 0 : undefined;
-  const eos = withBos ? 1 : 0;
+  let eos = withBos ? 1 : 0;
+  const added = specials.map((t, i) => special(t, i));
+  if (chatTemplate === 'chatml') {
+    for (const t of CHATML_TOKENS) {
+      added.push(special(t, vocab.size));
+      vocab.set(t, vocab.size);
+    }
+    eos = vocab.get('<|im_end|>')!;
+  }
   const postProcessor = withBos
     ? {
         type: 'TemplateProcessing',
@@ -238,7 +257,7 @@ function byteLevelBpe(vocabTarget: number, withBos: boolean) {
     version: '1.0',
     truncation: null,
     padding: null,
-    added_tokens: specials.map((t, i) => special(t, i)),
+    added_tokens: added,
     normalizer: null,
     pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
     post_processor: postProcessor,
@@ -256,8 +275,9 @@ function byteLevelBpe(vocabTarget: number, withBos: boolean) {
       merges,
     },
   };
-  const config = withBos
+  const config: Record<string, unknown> = withBos
     ? { tokenizer_class: 'PreTrainedTokenizerFast', bos_token: '<s>', eos_token: '</s>', add_bos_token: true, model_max_length: 2048 }
     : { tokenizer_class: 'GPT2TokenizerFast', bos_token: '<|endoftext|>', eos_token: '<|endoftext|>', model_max_length: 1024 };
+  if (chatTemplate === 'chatml') Object.assign(config, { eos_token: '<|im_end|>', chat_template: CHATML_TEMPLATE });
   return { json, config, size: vocab.size, ids: { bos, eos } };
 }
