@@ -28,11 +28,19 @@ try {
   const rssAfter = await rssLevel(s.child.pid!);
   const growth = (rssAfter - rssBefore) / rssBefore;
   const ok = (pass: boolean) => (pass ? 'within' : 'OVER');
-  console.log(`ctxprobe soak benchmark — ${measured.good + measured.goodHttp} good calls of ${200 * 5} in the measured round (${measured.seconds.toFixed(1)} s; warm-up round ${warmup.seconds.toFixed(1)} s)`);
+  console.log(
+    `ctxprobe soak benchmark — ${measured.good + measured.goodHttp} good calls of ${200 * 5} in the measured round (${measured.seconds.toFixed(1)} s; warm-up round ${warmup.seconds.toFixed(1)} s)`,
+  );
   if (measured.wrong.length) console.log(`  WRONG answers or statuses: ${measured.wrong.join('; ')}`);
-  console.log(`  RSS level before ${rssBefore.toFixed(0)} MiB, after ${rssAfter.toFixed(0)} MiB: ${(growth * 100).toFixed(1)}% (${ok(growth < BOUNDS.rssGrowth)} the ${BOUNDS.rssGrowth * 100}% bound)`);
-  console.log(`  health port: ${h.checks} checks, ${h.failed} not SERVING, slowest ${h.worst.toFixed(0)} ms (${ok(h.worst < BOUNDS.healthPortMs)} ${BOUNDS.healthPortMs} ms)`);
-  console.log(`  main port:   ${mh.checks} checks, ${mh.failed} not SERVING, slowest ${mh.worst.toFixed(0)} ms (${ok(mh.worst < BOUNDS.mainPortMs)} ${BOUNDS.mainPortMs} ms)`);
+  console.log(
+    `  RSS level before ${rssBefore.toFixed(0)} MiB, after ${rssAfter.toFixed(0)} MiB: ${(growth * 100).toFixed(1)}% (${ok(growth < BOUNDS.rssGrowth)} the ${BOUNDS.rssGrowth * 100}% bound)`,
+  );
+  console.log(
+    `  health port: ${h.checks} checks, ${h.failed} not SERVING, slowest ${h.worst.toFixed(0)} ms (${ok(h.worst < BOUNDS.healthPortMs)} ${BOUNDS.healthPortMs} ms)`,
+  );
+  console.log(
+    `  main port:   ${mh.checks} checks, ${mh.failed} not SERVING, slowest ${mh.worst.toFixed(0)} ms (${ok(mh.worst < BOUNDS.mainPortMs)} ${BOUNDS.mainPortMs} ms)`,
+  );
 } finally {
   await s.stop();
 }

@@ -65,28 +65,42 @@ describe('Probe', () => {
       },
       { role: 'assistant', content: 'In 1889.' },
     ];
-    const probe = async (sample: Record<string, unknown>) => (await unary(client, 'Probe', { model: 'chat', samples: [sample] })).samples[0];
+    const probe = async (sample: Record<string, unknown>) =>
+      (await unary(client, 'Probe', { model: 'chat', samples: [sample] })).samples[0];
     const plain = await probe({ messages: messages() });
     expect(plain.spans.map((s: any) => s.label)).toEqual(['system', 'passage#1', 'passage#2', 'question', 'assistant#1']);
     const width = (p: any, k: number) => p.spans[k].end - p.spans[k].start;
     // The generation prompt lengthens the last span; a longer date_string the first.
     const prompted = await probe({ messages: messages(), addGenerationPrompt: true });
     expect(width(prompted, 4)).toBeGreaterThan(width(plain, 4));
-    const dated = await probe({ messages: messages(), chatTemplateKwargsJson: JSON.stringify({ date_string: 'the twenty-second day of November, 2026' }) });
+    const dated = await probe({
+      messages: messages(),
+      chatTemplateKwargsJson: JSON.stringify({ date_string: 'the twenty-second day of November, 2026' }),
+    });
     expect(width(dated, 0)).toBeGreaterThan(width(plain, 0));
     expect(width(dated, 1)).toBe(width(plain, 1));
-    const err = await unary(client, 'Probe', { model: 'chat', samples: [{ messages: messages(), chatTemplateKwargsJson: '[1]' }] }).catch((e) => e);
+    const err = await unary(client, 'Probe', { model: 'chat', samples: [{ messages: messages(), chatTemplateKwargsJson: '[1]' }] }).catch(
+      (e) => e,
+    );
     expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(err.details).toMatch(/^samples\[0\]\.chat_template_kwargs_json: must be a JSON object/);
   });
 
-  it('skip_heatmap: a dialogue extended round by round computes only what its cache lacks, with the full probe\'s votes and mass', async () => {
+  it("skip_heatmap: a dialogue extended round by round computes only what its cache lacks, with the full probe's votes and mass", async () => {
     const rounds = Array.from({ length: 5 }, (_, r) => ({
       label: `round#${r + 1}`,
       text: `U: q${r + 1}?\nB: 188${r}.\n`,
     }));
     const tokensBefore = async (k: number) =>
-      (await model.engine.tokenizer.encodeAsync(rounds.slice(0, k).map((c) => c.text).join(''), false)).length;
+      (
+        await model.engine.tokenizer.encodeAsync(
+          rounds
+            .slice(0, k)
+            .map((c) => c.text)
+            .join(''),
+          false,
+        )
+      ).length;
     let previous = 0;
     for (const k of [3, 4, 5]) {
       const sample = { id: `k${k}`, chunks: rounds.slice(0, k) };
@@ -221,17 +235,35 @@ describe('Score with a chunked context (scores and attention from one pass)', ()
       expect(c.tokenIds).toEqual(p.tokenIds);
       expect(Math.abs(c.logprob - p.logprob)).toBeLessThan(1e-5);
       close(c.tokenLogprobs, p.tokenLogprobs, 1e-5);
-      expect([c.isGreedy, c.tokenGreedy, c.numTokens, c.numChars, c.numBytes]).toEqual([p.isGreedy, p.tokenGreedy, p.numTokens, p.numChars, p.numBytes]);
+      expect([c.isGreedy, c.tokenGreedy, c.numTokens, c.numChars, c.numBytes]).toEqual([
+        p.isGreedy,
+        p.tokenGreedy,
+        p.numTokens,
+        p.numChars,
+        p.numBytes,
+      ]);
       expect(Math.abs(c.meanLogprob - p.meanLogprob)).toBeLessThan(1e-6);
       // The attention: what Probe answers for the context's tokens with the continuation
       // as the query chunk, computed here over the whole sample (heatmap on, no cache).
       const spans = c.attention.spans;
       expect(spans.map((s: any) => s.label)).toEqual(['instruction', 'history', 'knowledge', 'continuation']);
-      const ids = [...model.engine.tokenizer.encode(context.map((x) => x.text).join('').trimEnd()), ...c.tokenIds];
+      const ids = [
+        ...model.engine.tokenizer.encode(
+          context
+            .map((x) => x.text)
+            .join('')
+            .trimEnd(),
+        ),
+        ...c.tokenIds,
+      ];
       expect(spans.at(-1).end).toBe(ids.length);
       expect(spans.at(-1).end - spans.at(-1).start).toBe(c.tokenIds.length);
       const alone = await new Prober(model.engine).probe([
-        { chunkIds: spans.map((s: any) => ({ label: s.label, ids: ids.slice(s.start, s.end) })), queryLabels: ['continuation'], excludePositions: [0] },
+        {
+          chunkIds: spans.map((s: any) => ({ label: s.label, ids: ids.slice(s.start, s.end) })),
+          queryLabels: ['continuation'],
+          excludePositions: [0],
+        },
       ]);
       const a = alone.samples[0]!;
       close(c.attention.votes.values, a.votes.flat(), 1e-5);
@@ -244,7 +276,10 @@ describe('Score with a chunked context (scores and attention from one pass)', ()
 
   it('takes token-id chunks, and the answers equal the text ones on the same tokens', async () => {
     const tok = model.engine.tokenizer;
-    const idChunks = [{ label: 'a', ids: { ids: tok.encode('Knowledge: the tower is in Paris.') } }, { label: 'b', ids: { ids: tok.encode(' Where is it?') } }];
+    const idChunks = [
+      { label: 'a', ids: { ids: tok.encode('Knowledge: the tower is in Paris.') } },
+      { label: 'b', ids: { ids: tok.encode(' Where is it?') } },
+    ];
     const cont = tok.encode(' In Paris.');
     const res = await score({ model: 'm', items: [{ contextChunks: idChunks, continuationsIds: [{ ids: cont }] }] });
     const plain = (await model.scorer.loglikelihood([{ context: idChunks.flatMap((c) => c.ids.ids), continuations: [cont] }]))[0]![0]!;
@@ -253,11 +288,16 @@ describe('Score with a chunked context (scores and attention from one pass)', ()
     expect(c.attention.spans.map((s: any) => [s.label, s.start, s.end])).toEqual([
       ['a', 0, idChunks[0]!.ids.ids.length],
       ['b', idChunks[0]!.ids.ids.length, idChunks[0]!.ids.ids.length + idChunks[1]!.ids.ids.length],
-      ['continuation', idChunks[0]!.ids.ids.length + idChunks[1]!.ids.ids.length, idChunks[0]!.ids.ids.length + idChunks[1]!.ids.ids.length + cont.length],
+      [
+        'continuation',
+        idChunks[0]!.ids.ids.length + idChunks[1]!.ids.ids.length,
+        idChunks[0]!.ids.ids.length + idChunks[1]!.ids.ids.length + cont.length,
+      ],
     ]);
     // Each row of votes and mass is a distribution over the spans.
     for (const m of [c.attention.votes, c.attention.mass])
-      for (let l = 0; l < m.rows; l++) expect(Math.abs(m.values.slice(l * m.cols, (l + 1) * m.cols).reduce((x: number, y: number) => x + y, 0) - 1)).toBeLessThan(1e-5);
+      for (let l = 0; l < m.rows; l++)
+        expect(Math.abs(m.values.slice(l * m.cols, (l + 1) * m.cols).reduce((x: number, y: number) => x + y, 0) - 1)).toBeLessThan(1e-5);
   });
 
   it('names what it refuses', async () => {
@@ -267,12 +307,30 @@ describe('Score with a chunked context (scores and attention from one pass)', ()
       [{ ...base, contextLogprobs: true }, /items\[0\]\.context_logprobs: /],
       [{ ...base, unconditionalText: 'Bot:' }, /items\[0\]\.unconditional: /],
       [{ ...base, contextText: 'x' }, /items\[0\]\.context_chunks: set context_chunks or context_text, not both/],
-      [{ ...base, contextChunks: [{ label: 'continuation', text: 'x' }] }, /items\[0\]\.context_chunks\[0\]\.label: "continuation" is the continuation's own label/],
-      [{ ...base, contextChunks: [{ label: 'a', text: 'x' }, { label: 'b', ids: { ids: [1] } }] }, /items\[0\]\.context_chunks: every chunk needs text, or every chunk ids/],
+      [
+        { ...base, contextChunks: [{ label: 'continuation', text: 'x' }] },
+        /items\[0\]\.context_chunks\[0\]\.label: "continuation" is the continuation's own label/,
+      ],
+      [
+        {
+          ...base,
+          contextChunks: [
+            { label: 'a', text: 'x' },
+            { label: 'b', ids: { ids: [1] } },
+          ],
+        },
+        /items\[0\]\.context_chunks: every chunk needs text, or every chunk ids/,
+      ],
       [{ ...base, excludePositions: [999] }, /items\[0\]\.exclude_positions\[0\]: position 999 is outside the context's/],
       [{ contextText: 'x', continuationsText: ['y'], excludePositions: [0] }, /items\[0\]\.exclude_positions: only with context_chunks/],
-      [{ contextChunks: [{ label: 'a', ids: { ids: [1, 2] } }], continuationsText: ['y'] }, /items\[0\]\.continuations\[0\]: context chunks and continuations must both be text or both be token ids/],
-      [{ ...base, contextChunks: [{ label: 'long', text: 'word '.repeat(200) }] }, /items\[0\]\.continuations\[0\]: context \+ continuation is \d+ tokens, over the maximum length 128/],
+      [
+        { contextChunks: [{ label: 'a', ids: { ids: [1, 2] } }], continuationsText: ['y'] },
+        /items\[0\]\.continuations\[0\]: context chunks and continuations must both be text or both be token ids/,
+      ],
+      [
+        { ...base, contextChunks: [{ label: 'long', text: 'word '.repeat(200) }] },
+        /items\[0\]\.continuations\[0\]: context \+ continuation is \d+ tokens, over the maximum length 128/,
+      ],
     ];
     for (const [item, message] of cases) {
       const err = await score({ model: 'm', items: [item] }).catch((e) => e);
@@ -311,14 +369,27 @@ describe('Attribute', () => {
     });
     const a = res.samples[0];
     expect(a.id).toBe('s1');
-    expect(a.spans.map((s: any) => s.label)).toEqual(['system', 'user#1', 'assistant#1', 'passage#1', 'passage#2', 'question', 'assistant#2']);
+    expect(a.spans.map((s: any) => s.label)).toEqual([
+      'system',
+      'user#1',
+      'assistant#1',
+      'passage#1',
+      'passage#2',
+      'question',
+      'assistant#2',
+    ]);
     expect(a.target).toBe(6);
     expect(a.chunks.map((c: any) => c.index)).toEqual([0, 1, 2, 3, 4, 5]);
     // The same variants, prepared in process and each scored alone without any sharing.
     const { prepareAttribution } = await import('../src/attribution.js');
     const { Scorer } = await import('../src/scoring/scorer.js');
     const alone = new Scorer(chatModel.engine, { prefixSharing: false });
-    const prepared = await prepareAttribution(chatModel.engine, [{ messages }], { keepOnly: true, historySweep: [0, 2], subsets: 4, seed: 7 });
+    const prepared = await prepareAttribution(chatModel.engine, [{ messages }], {
+      keepOnly: true,
+      historySweep: [0, 2],
+      subsets: 4,
+      seed: 7,
+    });
     const scores = [];
     for (const u of prepared.units) scores.push((await alone.scoreUnits([u])).scores[0]!);
     const [want] = prepared.finish(scores);
@@ -344,7 +415,8 @@ describe('Attribute', () => {
     expect(after - before).toBeGreaterThan(a.numTokens);
   });
 
-  it('counts the variants from the request and refuses too many, naming the field, before tokenising anything', async () => {
+  /** Run `body` while counting the chat model's tokeniser calls. */
+  async function countingEncodes(body: (encodes: () => number) => Promise<void>): Promise<void> {
     const tok = chatModel.engine.tokenizer;
     const original = tok.encodeAsync;
     let encodes = 0;
@@ -353,6 +425,14 @@ describe('Attribute', () => {
       return original.apply(tok, args);
     };
     try {
+      await body(() => encodes);
+    } finally {
+      tok.encodeAsync = original;
+    }
+  }
+
+  it('counts the variants from the request and refuses too many, naming the field, before tokenising anything', async () => {
+    await countingEncodes(async (encodes) => {
       const refusal = async (req: Record<string, unknown>) => {
         const err = await unary(client, 'Attribute', { model: 'chat', ...req }).catch((e) => e);
         expect(err.code, JSON.stringify(req).slice(0, 200)).toBe(grpc.status.INVALID_ARGUMENT);
@@ -373,43 +453,38 @@ describe('Attribute', () => {
       );
       const wide = { chunks: Array.from({ length: 700 }, (_, k) => ({ label: `p${k}`, text: `p${k} ` })) };
       expect(await refusal({ samples: [wide, wide, wide] })).toMatch(new RegExp(`^samples: ${3 * (1 + 699 * 2)} variants to score`));
-      expect(encodes).toBe(0);
-    } finally {
-      tok.encodeAsync = original;
-    }
+      expect(encodes()).toBe(0);
+    });
   });
 
   it('a cancelled call stops preparing its variants', async () => {
-    const tok = chatModel.engine.tokenizer;
-    const original = tok.encodeAsync;
-    let encodes = 0;
-    tok.encodeAsync = (...args) => {
-      encodes++;
-      return original.apply(tok, args);
-    };
-    try {
+    await countingEncodes(async (encodes) => {
       // 8 samples × 40 chunks, each removed on its own: 320 re-tokenisations of 39 chunks.
       const sample = { chunks: Array.from({ length: 40 }, (_, k) => ({ label: `p${k}`, text: `p${k}. ` })) };
       const all = 8 * 40 + 8 * 40 * 39;
-      const call = client.Attribute({ model: 'chat', samples: Array.from({ length: 8 }, () => sample), interventions: ['INTERVENTION_REMOVE'] }, () => {});
-      while (encodes < 100) await new Promise((r) => setTimeout(r, 2));
+      const call = client.Attribute(
+        { model: 'chat', samples: Array.from({ length: 8 }, () => sample), interventions: ['INTERVENTION_REMOVE'] },
+        () => {},
+      );
+      while (encodes() < 100) await new Promise((r) => setTimeout(r, 2));
       call.cancel();
       let settled = -1;
-      while (settled !== encodes) {
-        settled = encodes;
+      while (settled !== encodes()) {
+        settled = encodes();
         await new Promise((r) => setTimeout(r, 300));
       }
       expect(settled).toBeLessThan(all / 4);
-    } finally {
-      tok.encodeAsync = original;
-    }
+    });
   });
 
   it('names bad fields', async () => {
     const sample = { messages };
     const cases: [unknown, RegExp][] = [
       [{ model: 'chat', samples: [] }, /^samples: at least one sample/],
-      [{ model: 'chat', samples: [sample], interventions: ['INTERVENTION_UNSPECIFIED'] }, /interventions\[0\]: must be INTERVENTION_REMOVE or INTERVENTION_MASK/],
+      [
+        { model: 'chat', samples: [sample], interventions: ['INTERVENTION_UNSPECIFIED'] },
+        /interventions\[0\]: must be INTERVENTION_REMOVE or INTERVENTION_MASK/,
+      ],
       [{ model: 'chat', samples: [{ ...sample, targetLabel: 'nope' }] }, /samples\[0\]\.target: no chunk is labelled "nope"/],
       [{ model: 'chat', samples: [{ ...sample, ablateLabels: ['assistant#2'] }] }, /samples\[0\]\.ablate\[0\]: no chunk before the target/],
       [{ model: 'chat', samples: [sample], randomSubsets: 5000 }, /^random_subsets: must be a whole number in \[0, 4096\]/],

@@ -30,7 +30,10 @@ const COMMANDS = readmeCommands();
 const LEFT_OUT: [RegExp, string][] = [
   [/^npm ci && npm test$/, 'this is the run it starts'],
   [/^\(cd node_modules\/onnxruntime-node && ONNXRUNTIME_NODE_INSTALL=cuda12/, "downloads onnxruntime's CUDA binaries: GPU hosts only"],
-  [/^lm_eval /, "lm-evaluation-harness comes from PyPI, which this machine cannot reach; test/harness.test.ts replays the requests its local-completions model sends"],
+  [
+    /^lm_eval /,
+    'lm-evaluation-harness comes from PyPI, which this machine cannot reach; test/harness.test.ts replays the requests its local-completions model sends',
+  ],
 ];
 
 const python = process.env.CTXPROBE_PYTHON ?? '/usr/bin/python3';
@@ -117,57 +120,68 @@ describe('every README command, on the default model', () => {
 
   let server: Started | undefined;
   const commandCases = COMMANDS.map((c, i) => [i, c] as const);
-  it.each(commandCases)('%i: %s', async (_i, command) => {
-    const out = LEFT_OUT.find(([pattern]) => pattern.test(command));
-    if (out) {
-      console.log(`left out: ${command}: ${out[1]}`);
-      return;
-    }
-    // Serving: start it as written, see it serve, stop it with SIGTERM (a clean drain).
-    const start = /^(?:npm ci && )?npm start(?: -- (.*))?$/.exec(command);
-    if (start) {
-      const args = onDefaultModel(` ${start[1] ?? ''}`).trim();
-      if (/--device cuda/.test(args)) {
-        // No GPU here: the CUDA choice is refused with what to install, never a silent CPU run.
-        const err = await npmStart(args).then(
-          (s) => (started.push(s), undefined),
-          (e) => e,
-        );
-        expect(err?.message).toMatch(/CUDA build of onnxruntime-node is not installed/);
+  it.each(commandCases)(
+    '%i: %s',
+    async (_i, command) => {
+      const out = LEFT_OUT.find(([pattern]) => pattern.test(command));
+      if (out) {
+        console.log(`left out: ${command}: ${out[1]}`);
         return;
       }
-      const s = await npmStart(args);
-      expect(s.lines.find((l) => l.event === 'serving')!.models.length).toBeGreaterThan(0);
-      if (!server && args === '') {
-        server = s; // the default server stays up for the Python client below
-        started.push(s);
-      } else expect(await s.stop()).toBe('drained');
-      return;
-    }
-    if (/^(examples\/python\/|python3 )/.test(command)) {
-      if (!hasGrpcPython) {
-        console.warn(`skipping ${command}: ${python} lacks grpcio / grpc_tools (apt-get install python3-grpcio python3-grpc-tools)`);
+      // Serving: start it as written, see it serve, stop it with SIGTERM (a clean drain).
+      const start = /^(?:npm ci && )?npm start(?: -- (.*))?$/.exec(command);
+      if (start) {
+        const args = onDefaultModel(` ${start[1] ?? ''}`).trim();
+        if (/--device cuda/.test(args)) {
+          // No GPU here: the CUDA choice is refused with what to install, never a silent CPU run.
+          const err = await npmStart(args).then(
+            (s) => (started.push(s), undefined),
+            (e) => e,
+          );
+          expect(err?.message).toMatch(/CUDA build of onnxruntime-node is not installed/);
+          return;
+        }
+        const s = await npmStart(args);
+        expect(s.lines.find((l) => l.event === 'serving')!.models.length).toBeGreaterThan(0);
+        if (!server && args === '') {
+          server = s; // the default server stays up for the Python client below
+          started.push(s);
+        } else expect(await s.stop()).toBe('drained');
         return;
       }
-      expect(server, 'npm start serves the default model first').toBeDefined();
-      const run = spawnSync('sh', ['-c', command.replace(/^python3 /, `${python} `)], {
-        cwd: ROOT,
+      if (/^(examples\/python\/|python3 )/.test(command)) {
+        if (!hasGrpcPython) {
+          console.warn(`skipping ${command}: ${python} lacks grpcio / grpc_tools (apt-get install python3-grpcio python3-grpc-tools)`);
+          return;
+        }
+        expect(server, 'npm start serves the default model first').toBeDefined();
+        const run = spawnSync('sh', ['-c', command.replace(/^python3 /, `${python} `)], {
+          cwd: ROOT,
+          encoding: 'utf8',
+          env: { ...process.env, PYTHON: python, CTXPROBE_ADDRESS: `127.0.0.1:${server!.grpcPort}` },
+        });
+        expect(run.status, run.stderr).toBe(0);
+        return;
+      }
+      expect(command, 'a README command this test does not know how to run').toMatch(/^npx ctxprobe /);
+      const run = spawnSync('sh', ['-c', onDefaultModel(command)], {
+        cwd,
         encoding: 'utf8',
-        env: { ...process.env, PYTHON: python, CTXPROBE_ADDRESS: `127.0.0.1:${server!.grpcPort}` },
+        env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '1048576' },
       });
+      expect(run.signal, run.stderr).toBeNull();
       expect(run.status, run.stderr).toBe(0);
-      return;
-    }
-    expect(command, 'a README command this test does not know how to run').toMatch(/^npx ctxprobe /);
-    const run = spawnSync('sh', ['-c', onDefaultModel(command)], { cwd, encoding: 'utf8', env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '1048576' } });
-    expect(run.signal, run.stderr).toBeNull();
-    expect(run.status, run.stderr).toBe(0);
-    // What it says it writes is there.
-    for (const [, dir] of command.matchAll(/--out (\S+)/g)) expect(fs.existsSync(path.join(cwd, dir!, 'results.json')), dir).toBe(true);
-    for (const [, file] of command.matchAll(/--html (\S+)/g)) expect(fs.existsSync(path.join(cwd, file!)), file).toBe(true);
-    for (const [, prefix] of command.matchAll(/--svg (\S+)/g)) {
-      const dir = path.join(cwd, path.dirname(prefix!));
-      expect(fs.readdirSync(dir).some((f) => f.startsWith(path.basename(prefix!)) && f.endsWith('.svg')), prefix).toBe(true);
-    }
-  }, 120_000);
+      // What it says it writes is there.
+      for (const [, dir] of command.matchAll(/--out (\S+)/g)) expect(fs.existsSync(path.join(cwd, dir!, 'results.json')), dir).toBe(true);
+      for (const [, file] of command.matchAll(/--html (\S+)/g)) expect(fs.existsSync(path.join(cwd, file!)), file).toBe(true);
+      for (const [, prefix] of command.matchAll(/--svg (\S+)/g)) {
+        const dir = path.join(cwd, path.dirname(prefix!));
+        expect(
+          fs.readdirSync(dir).some((f) => f.startsWith(path.basename(prefix!)) && f.endsWith('.svg')),
+          prefix,
+        ).toBe(true);
+      }
+    },
+    120_000,
+  );
 });

@@ -39,7 +39,8 @@ export async function soakLoad(s: Served) {
   // A connection of its own per client, as 200 client processes would have. (On one
   // shared connection, Node's HTTP/2 rapid-reset protection closes the session when the
   // cancelling clients' RST_STREAMs pile up, failing everyone's calls on it.)
-  const client = () => new v1.Scoring(`127.0.0.1:${s.grpcPort}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+  const client = () =>
+    new v1.Scoring(`127.0.0.1:${s.grpcPort}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
   const score = (c: ReturnType<typeof client>, req: object, options: grpc.CallOptions = {}) =>
     new Promise<any>((resolve) => c.Score(req, options, (err: grpc.ServiceError | null, res: any) => resolve({ err, res })));
   const items = Array.from({ length: 12 }, (_, i) => ({
@@ -71,7 +72,8 @@ export async function soakLoad(s: Served) {
     const { body } = await http({ prompt: httpPrompt(i), echo: true, max_tokens: 0, logprobs: 1 });
     aloneHttp.set(i, body.choices[0].logprobs.token_logprobs);
   }
-  const near = (a: number | null, b: number | null | undefined) => (a === null || b === null || b === undefined ? a === b : Math.abs(a - b) < 1e-5);
+  const near = (a: number | null, b: number | null | undefined) =>
+    a === null || b === null || b === undefined ? a === b : Math.abs(a - b) < 1e-5;
 
   const round = async (): Promise<RoundResult> => {
     const result: RoundResult = { good: 0, goodHttp: 0, bad: 0, cancelled: 0, deadline: 0, wrong: [], seconds: 0 };
@@ -83,17 +85,23 @@ export async function soakLoad(s: Served) {
       if (kind < 0.4) {
         const { err, res } = await score(c, { items: [item] });
         if (err) return wrong(`good ${item.id}: ${err.code} ${err.details}`);
-        res.items[0].continuations.forEach((x: any, k: number) => near(x.logprob, alone.get(item.id)![k]!) || wrong(`good ${item.id}[${k}]: ${x.logprob}`));
+        res.items[0].continuations.forEach(
+          (x: any, k: number) => near(x.logprob, alone.get(item.id)![k]!) || wrong(`good ${item.id}[${k}]: ${x.logprob}`),
+        );
         result.good++;
       } else if (kind < 0.55) {
         const i = Math.floor(r() * 4);
         const { status, body } = await http({ prompt: httpPrompt(i), echo: true, max_tokens: 0, logprobs: 1 });
         if (status !== 200) return wrong(`http ${i}: ${status}`);
-        body.choices[0].logprobs.token_logprobs.forEach((lp: number | null, k: number) => near(lp, aloneHttp.get(i)![k]) || wrong(`http ${i}[${k}]: ${lp}`));
+        body.choices[0].logprobs.token_logprobs.forEach(
+          (lp: number | null, k: number) => near(lp, aloneHttp.get(i)![k]) || wrong(`http ${i}[${k}]: ${lp}`),
+        );
         result.goodHttp++;
       } else if (kind < 0.7) {
         const bad =
-          r() < 0.5 ? { items: [{ contextIds: { ids: [1, 2] }, continuationsIds: [{ ids: [10 ** 7] }] }] } : { items: [{ ...item, continuationsText: [] }] };
+          r() < 0.5
+            ? { items: [{ contextIds: { ids: [1, 2] }, continuationsIds: [{ ids: [10 ** 7] }] }] }
+            : { items: [{ ...item, continuationsText: [] }] };
         const { err } = await score(c, bad);
         if (err?.code !== grpc.status.INVALID_ARGUMENT) wrong(`bad: ${err?.code}`);
         result.bad++;
@@ -117,7 +125,9 @@ export async function soakLoad(s: Served) {
     const big = 'Once upon a time the knight answered the refutation in round 3. '.repeat(15_000);
     const bigClient = client();
     const large = new Promise<any>((resolve) =>
-      bigClient.Tokenize({ texts: [big.slice(0, 150 * 1024)] }, (err: grpc.ServiceError | null, res: any) => resolve({ err, n: res?.results[0]?.ids.length })),
+      bigClient.Tokenize({ texts: [big.slice(0, 150 * 1024)] }, (err: grpc.ServiceError | null, res: any) =>
+        resolve({ err, n: res?.results[0]?.ids.length }),
+      ),
     );
     const over = score(bigClient, { items: [{ contextText: big + big, continuationsText: [' x'] }] });
     await Promise.all(
@@ -131,7 +141,8 @@ export async function soakLoad(s: Served) {
     const largeResult = await large;
     if (largeResult.err || !(largeResult.n > 80_000)) wrong(`large: ${largeResult.err?.details ?? largeResult.n} tokens`);
     const overResult = await over;
-    if (!/over the limit of 1048576 per call \(--max-text-bytes\)/.test(overResult.err?.details ?? '')) wrong(`over: ${overResult.err?.details}`);
+    if (!/over the limit of 1048576 per call \(--max-text-bytes\)/.test(overResult.err?.details ?? ''))
+      wrong(`over: ${overResult.err?.details}`);
     bigClient.close();
     result.seconds = (Date.now() - started) / 1000;
     return result;
@@ -140,7 +151,9 @@ export async function soakLoad(s: Served) {
   /** The gauges once the load has gone: polled until they return to 0 (or 5 s). */
   const settledMetrics = async () => {
     let metrics = await scrape(s.metricsPort);
-    const busy = () => metrics.get('ctxprobe_calls_in_flight') !== 0 || [...metrics].some(([k, v]) => /^ctxprobe_(queued|in_flight)_items/.test(k) && v !== 0);
+    const busy = () =>
+      metrics.get('ctxprobe_calls_in_flight') !== 0 ||
+      [...metrics].some(([k, v]) => /^ctxprobe_(queued|in_flight)_items/.test(k) && v !== 0);
     for (let t = 0; t < 50 && busy(); t++) {
       await new Promise((r) => setTimeout(r, 100));
       metrics = await scrape(s.metricsPort);
@@ -177,7 +190,9 @@ export function pollHealth(port: number) {
   const child = spawn(process.execPath, ['--input-type=module', '-e', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   child.stdout!.on('data', (d) => (out += d));
-  const done = new Promise<{ worst: number; checks: number; failed: number }>((resolve) => child.on('exit', () => resolve(JSON.parse(out))));
+  const done = new Promise<{ worst: number; checks: number; failed: number }>((resolve) =>
+    child.on('exit', () => resolve(JSON.parse(out))),
+  );
   return { stop: () => (child.kill('SIGTERM'), done) };
 }
 
