@@ -273,7 +273,7 @@ export class Prober {
     // A sample whose whole attention would exceed the limit runs alone, in query blocks.
     const long = (i: number) => this.attentionBytes(1, prepared[i]!.row.tokens.length) > this.maxAttentionBytes;
     // Without a heatmap, a sample whose queries start late runs alone after its cached prefix.
-    const cached = (i: number) => !long(i) && !opts.heatmap && this.scorer?.cache !== undefined && firstQuery(prepared[i]!) > 0;
+    const cached = (i: number) => !long(i) && !opts.heatmap && this.scorer?.cache !== undefined && passStart(prepared[i]!, opts.logprobs) > 0;
     for (const i of order.filter(long)) await this.runInBlocks(prepared, i, opts, results, shouldStop);
     for (const i of order.filter(cached)) {
       if (shouldStop?.()) throw new CancelledError();
@@ -375,8 +375,7 @@ export class Prober {
    * only (up to the last query token; later rows matter to no query). */
   private async runAfterPrefix(prepared: PreparedSample[], i: number, opts: ProbeAnswer['options'], results: SampleProbe[]): Promise<void> {
     const p = prepared[i]!;
-    // With log-probs, the row before the first query token predicts it: run from there.
-    const r0 = Math.max(0, firstQuery(p) - (opts.logprobs ? 1 : 0));
+    const r0 = passStart(p, opts.logprobs);
     // Rows after the last query token are not needed (causal): stop there.
     const end = 1 + lastQueryToken(p);
     const bins = p.seg.segments.length + 2;
@@ -562,6 +561,16 @@ function meanOf(results: SampleProbe[]): ProbeMean | undefined {
 /** Index of a sample's first query token. */
 function firstQuery(p: PreparedSample): number {
   return p.row.queryWeights.findIndex((w) => w > 0);
+}
+
+/** Where a pass over a sample's query rows starts after a cached prefix: its first query
+ * row, or, with log-probs, the row before the query chunks' first token, which predicts
+ * that token — also when the token is excluded from the keys and so is no query row. */
+function passStart(p: PreparedSample, logprobs: boolean): number {
+  const first = firstQuery(p);
+  if (!logprobs) return first;
+  const firstToken = Math.min(...p.seg.segments.filter((s) => p.queryLabels.includes(s.label)).map((s) => s.start));
+  return Math.max(0, Math.min(first, firstToken - 1));
 }
 
 /** Index of a sample's last query-chunk token (excluded positions count: their log-probs

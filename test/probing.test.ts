@@ -204,6 +204,30 @@ describe('Probe', () => {
   });
 });
 
+describe('Probe with log-probs, the first token of the query chunk excluded from the keys', () => {
+  it('skip_heatmap gives every query log-prob the heatmap path gives, the first one included', async () => {
+    const tok = model.engine.tokenizer;
+    const a = tok.encode('Knowledge: the tower is in Paris.');
+    const b = tok.encode(' In Paris, since 1889.');
+    const probe = async (skipHeatmap: boolean) =>
+      (
+        await unary(client, 'Probe', {
+          model: 'm',
+          samples: [{ chunks: [{ label: 'a', ids: { ids: a } }, { label: 'b', ids: { ids: b } }], queryLabels: ['b'], excludePositions: [a.length] }],
+          withLogprobs: true,
+          skipHeatmap,
+        })
+      ).samples[0];
+    const [whole, skipped] = [await probe(false), await probe(true)];
+    const plain = (await model.scorer.loglikelihood([{ context: a, continuations: [b] }]))[0]![0]!;
+    expect(whole.queryLogprobs).toHaveLength(b.length);
+    expect(skipped.queryLogprobs).toHaveLength(b.length);
+    close(skipped.queryLogprobs, whole.queryLogprobs, 1e-5);
+    close(skipped.queryLogprobs, plain.tokenLogprobs, 1e-5);
+    expect(Math.abs(skipped.queryLogprob - plain.logprob)).toBeLessThan(1e-4);
+  });
+});
+
 describe('Score with a chunked context (scores and attention from one pass)', () => {
   // CHARPEval's shape: the dialogue's chunks as the context, candidate responses as the
   // continuations; the last chunk ends in a space, which _encode_pair moves to them.
@@ -272,6 +296,17 @@ describe('Score with a chunked context (scores and attention from one pass)', ()
       close(c.attention.massExcluded, a.massExcluded, 1e-5);
       expect([c.attention.votes.rows, c.attention.votes.cols]).toEqual([model.engine.config.numLayers, 4]);
     }
+  });
+
+  it('a one-token context answers as a plain Score (it used to fail INTERNAL)', async () => {
+    const tok = model.engine.tokenizer;
+    const one = tok.encode('A');
+    expect(one).toHaveLength(1);
+    const cont = tok.encode(' In Paris.');
+    const res = await score({ model: 'm', items: [{ contextChunks: [{ label: 'a', ids: { ids: one } }], continuationsIds: [{ ids: cont }] }] });
+    const plain = (await model.scorer.loglikelihood([{ context: one, continuations: [cont] }]))[0]![0]!;
+    close(res.items[0].continuations[0].tokenLogprobs, plain.tokenLogprobs, 1e-5);
+    expect(res.items[0].continuations[0].attention.spans.map((s: any) => s.label)).toEqual(['a', 'continuation']);
   });
 
   it('takes token-id chunks, and the answers equal the text ones on the same tokens', async () => {
