@@ -65,6 +65,14 @@ export interface ForwardRequest {
   keepPresent: boolean;
 }
 
+/** One forward pass as run: a scoring pass or a probe pass, its rows and padded tokens. */
+export interface PassRecord {
+  kind: 'score' | 'probe';
+  rows: number;
+  tokens: number;
+  seconds: number;
+}
+
 export interface ForwardResult {
   logprobs: Float32Array;
   greedy: boolean[];
@@ -188,6 +196,18 @@ export class Engine {
     return new Engine(dir, config, tokenizer, host, device, info);
   }
 
+  private readonly passListeners: ((pass: PassRecord) => void)[] = [];
+
+  /** `listener` hears of every forward pass this engine runs (what metrics count). */
+  onPass(listener: (pass: PassRecord) => void): void {
+    this.passListeners.push(listener);
+  }
+
+  private passed(kind: PassRecord['kind'], rows: number, tokens: number, started: number): void {
+    const pass = { kind, rows, tokens, seconds: (performance.now() - started) / 1000 };
+    for (const listener of this.passListeners) listener(pass);
+  }
+
   /** `listener` is called once if the thread that runs this model's sessions dies. */
   onHostLost(listener: (err: Error) => void): void {
     this.host.onLost(listener);
@@ -295,6 +315,7 @@ export class Engine {
     for (const pool of ['max', 'mean']) names.push(`heat.${pool}.key_max`, `heat.${pool}.key_sum`);
     for (const l of raw.layers) names.push(`raw.${l}`);
     if (req.keepPresent && B !== 1) throw new Error('engine: a probe pass keeps its KV only for one row');
+    const started = performance.now();
     const { outputs: out, present } = await this.host.run({
       session: SESSION,
       feeds,
@@ -304,6 +325,7 @@ export class Engine {
       keepPresent: req.keepPresent ?? false,
       emptyPast: this.emptyPast,
     });
+    this.passed('probe', B, B * T, started);
     const f = (name: string) => out[name]!.data as Float32Array;
     return {
       T,
@@ -411,6 +433,7 @@ export class Engine {
     if (N > 0 && req.topK > 0) fetches.push('topk_logprobs', 'topk_ids');
     if (fetches.length === 0) fetches.push('logprobs');
 
+    const started = performance.now();
     const { outputs: out, present } = await this.host.run({
       session: SESSION,
       feeds,
@@ -420,6 +443,7 @@ export class Engine {
       keepPresent: req.keepPresent,
       emptyPast: this.emptyPast,
     });
+    this.passed('score', B, B * T, started);
     const result: ForwardResult = {
       logprobs: N > 0 ? (out.logprobs!.data as Float32Array) : new Float32Array(0),
       greedy: N > 0 ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],

@@ -21,6 +21,8 @@ export class Metrics {
   readonly batchTokens: client.Histogram<'model'>;
   readonly queueWaitSeconds: client.Histogram<'model'>;
   readonly forwardSeconds: client.Histogram<'model'>;
+  readonly forwardPasses: client.Counter<'model' | 'kind'>;
+  readonly forwardPassTokens: client.Counter<'model' | 'kind'>;
   readonly unitsQueued: client.Gauge<'model'>;
   readonly unitsInFlight: client.Gauge<'model'>;
   readonly modelLoadSeconds: client.Gauge<'model'>;
@@ -122,6 +124,18 @@ export class Metrics {
       help: 'Engine time of one scheduling round',
       labelNames: ['model'],
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    this.forwardPasses = new client.Counter({
+      name: 'ctxprobe_forward_passes_total',
+      help: 'Forward passes run by the engine (kind: score or probe), whatever request they served',
+      labelNames: ['model', 'kind'],
+      registers,
+    });
+    this.forwardPassTokens = new client.Counter({
+      name: 'ctxprobe_forward_pass_tokens_total',
+      help: 'Tokens of the forward passes as run: rows × padded length (kind: score or probe)',
+      labelNames: ['model', 'kind'],
       registers,
     });
     this.unitsQueued = new client.Gauge({

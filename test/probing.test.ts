@@ -52,6 +52,19 @@ afterAll(async () => {
 const close = (a: number[], b: number[], tol = 1e-6) => a.forEach((v, i) => expect(Math.abs(v - b[i]!)).toBeLessThan(tol));
 
 describe('Probe', () => {
+  it('counts its forward passes in /metrics, by kind, with their tokens', async () => {
+    const key = (name: string, kind: string) => `ctxprobe_${name}{model="m",kind="${kind}"}`;
+    const before = await scrape(server.metricsPort!);
+    const res = await unary(client, 'Probe', { model: 'm', samples: [{ chunks }] });
+    const after = await scrape(server.metricsPort!);
+    const delta = (k: string) => (after.get(k) ?? 0) - (before.get(k) ?? 0);
+    // One short sample with a heatmap: one probe pass over its tokens, no scoring pass.
+    const tokens = res.samples[0].spans.at(-1).end;
+    expect(delta(key('forward_passes_total', 'probe'))).toBe(1);
+    expect(delta(key('forward_pass_tokens_total', 'probe'))).toBe(tokens);
+    expect(delta(key('forward_passes_total', 'score'))).toBe(0);
+  });
+
   it('chat messages over gRPC: chunks inside a message, a generation prompt, template arguments as JSON', async () => {
     const messages = (extra = '') => [
       { role: 'system', content: 'Answer from the passages.' },

@@ -89,6 +89,10 @@ export class Service {
     const name = loaded.entry.name;
     const served = { ...loaded, batcher: new Batcher(name, loaded.scorer, this.options.batcher, this.metrics) };
     loaded.engine.tokenizer.useWorkers(this.options.tokenizerWorkers ?? 1);
+    loaded.engine.onPass((pass) => {
+      this.metrics.forwardPasses.inc({ model: name, kind: pass.kind });
+      this.metrics.forwardPassTokens.inc({ model: name, kind: pass.kind }, pass.tokens);
+    });
     this.models.set(name, served);
     this.order.push(name);
     this.metrics.modelLoadSeconds.set({ model: name }, loaded.loadSeconds);
