@@ -1,10 +1,11 @@
 // A drain that always ends, and counters that stay true: SIGTERM against the real CLI
 // with connections that never close and streams that never half-close; cancelled
 // streams and expired deadlines as the metrics record them.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import http2 from 'node:http2';
 import net from 'node:net';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
@@ -237,14 +238,34 @@ describe('the health port', () => {
     await new Promise((r) => setTimeout(r, 100));
     expect(await check()).toBe('SERVING');
     // Freeze this (the main) thread for 3.5 s; a check from another process 2.8 s in
-    // must see NOT_SERVING: the health port does not vouch for a frozen server.
-    const during = new Promise<string>((resolve) =>
-      execFile(
-        'sh',
-        ['-c', `sleep 2.8; "${process.execPath}" "${path.join(ROOT, 'bin/ctxprobe.js')}" health --address 127.0.0.1:${server.healthPort}`],
-        (_e, out) => resolve(out.trim()),
-      ),
+    // must see NOT_SERVING: the health port does not vouch for a frozen server. The
+    // checking process is started and warm before the freeze, so a busy machine's slow
+    // process start cannot move its check past the freeze.
+    const checker = spawn(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `const { healthClientConstructor } = await import(${JSON.stringify(pathToFileURL(path.join(ROOT, 'dist/src/health.js')).href)});
+        const grpc = await import('@grpc/grpc-js');
+        const c = new (healthClientConstructor())('127.0.0.1:${server.healthPort}', grpc.credentials.createInsecure());
+        const check = () => new Promise((resolve) => c.Check({ service: '' }, (err, res) => resolve(err ? 'UNREACHABLE' : res.status)));
+        await check();
+        process.stdout.write('ready\\n');
+        process.stdin.once('data', () => setTimeout(async () => { process.stdout.write((await check()) + '\\n'); process.exit(0); }, 2800));`,
+      ],
+      { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] },
     );
+    let said = '';
+    const ready = new Promise<void>((resolve) =>
+      checker.stdout!.on('data', (d: Buffer) => {
+        said += d;
+        if (said.startsWith('ready\n')) resolve();
+      }),
+    );
+    const during = new Promise<string>((resolve) => checker.stdout!.on('end', () => resolve(said.replace('ready\n', '').trim())));
+    await ready;
+    checker.stdin!.write('go\n');
     const until = Date.now() + 3500;
     while (Date.now() < until) {
       /* a frozen event loop */

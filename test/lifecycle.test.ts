@@ -14,6 +14,10 @@ afterAll(async () => model?.engine.release());
 
 const item = (id: string) => ({ id, contextText: 'User: Who designed it? Bot:', continuationsText: [' Gustave Eiffel.'] });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Wait until `cond` holds (polled; at most 10 s, so a busy machine only slows it down). */
+async function until(cond: () => boolean): Promise<void> {
+  for (let t = 0; t < 1000 && !cond(); t++) await sleep(10);
+}
 
 describe('health', () => {
   it('goes NOT_SERVING → SERVING → NOT_SERVING across loading and draining, finishing queued work', async () => {
@@ -32,7 +36,7 @@ describe('health', () => {
     expect(await status()).toBe('SERVING');
 
     const queued = unary(client, 'Score', { items: [item('queued')] });
-    await sleep(50);
+    await until(() => server.models.get('m')!.batcher.queuedItems === 1);
     expect(server.models.get('m')!.batcher.queuedItems).toBe(1);
     const draining = server.drain();
     expect(await status()).toBe('NOT_SERVING');
@@ -69,18 +73,19 @@ describe('dropping work', () => {
   it('an expired deadline answers DEADLINE_EXCEEDED and leaves the queue', async () => {
     const err = await unary(client, 'Score', { items: [item('slow')] }, { deadline: Date.now() + 50 }).catch((e) => e);
     expect(err.code).toBe(grpc.status.DEADLINE_EXCEEDED);
-    await sleep(20);
+    await until(() => queued() === 0);
     expect(queued()).toBe(0);
+    // (Never set if the call expired before it reached the queue.)
     const metrics = await scrape(server.metricsPort!);
-    expect(metrics.get('ctxprobe_queued_items{model="m"}')).toBe(0);
+    expect(metrics.get('ctxprobe_queued_items{model="m"}') ?? 0).toBe(0);
   });
 
   it('a cancelled call leaves the queue before its round', async () => {
     const call = client.Score({ items: [item('cancel-me')] }, () => {});
-    await sleep(50);
+    await until(() => queued() === 1);
     expect(queued()).toBe(1);
     call.cancel();
-    await sleep(50);
+    await until(() => queued() === 0);
     expect(queued()).toBe(0);
     const ok = await unary(client, 'Score', { items: [item('after')] });
     expect(ok.items[0].id).toBe('after');
