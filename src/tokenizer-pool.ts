@@ -2,23 +2,9 @@
 // @huggingface/tokenizers is pure JavaScript and takes ~0.55 s per MiB of text here
 // (measured: 1 MiB → 0.57 s, 2 MiB → 1.16 s), so on the main thread one large request
 // would hold health checks and every other call for seconds.
-import { Worker } from 'node:worker_threads';
-
-// The worker imports the same tokenizer package by its resolved URL, so it runs alike
-// from src/ (tests) and from dist/ (the shipped JavaScript).
-const WORKER_SOURCE = (tokenizers: string) => `
-import { parentPort, workerData } from 'node:worker_threads';
-import { Tokenizer } from ${JSON.stringify(tokenizers)};
-const tok = new Tokenizer(workerData.json, workerData.config);
-parentPort.on('message', ({ id, text, addSpecialTokens }) => {
-  try {
-    const ids = Int32Array.from(tok.encode(text, { add_special_tokens: addSpecialTokens }).ids);
-    parentPort.postMessage({ id, ids }, [ids.buffer]);
-  } catch (e) {
-    parentPort.postMessage({ id, error: String(e && e.message || e) });
-  }
-});
-`;
+import type { Worker } from 'node:worker_threads';
+import { startWorker } from './workers/start.js';
+import type { EncodeMessage, EncodeReply } from './workers/tokenizer.js';
 
 interface Pending {
   resolve(ids: number[]): void;
@@ -30,15 +16,14 @@ export class TokenizerPool {
   private nextId = 0;
 
   constructor(json: unknown, config: unknown, size: number) {
-    const source = WORKER_SOURCE(import.meta.resolve('@huggingface/tokenizers'));
     for (let i = 0; i < size; i++) {
-      const worker = new Worker(new URL(`data:text/javascript,${encodeURIComponent(source)}`), { workerData: { json, config } });
+      const worker = startWorker('tokenizer', { workerData: { json, config } });
       const pending = new Map<number, Pending>();
-      worker.on('message', (msg: { id: number; ids?: Int32Array; error?: string }) => {
+      worker.on('message', (msg: EncodeReply) => {
         const p = pending.get(msg.id);
         pending.delete(msg.id);
-        if (msg.error !== undefined) p?.reject(new Error(`tokenizer: ${msg.error}`));
-        else p?.resolve(Array.from(msg.ids!));
+        if ('error' in msg) p?.reject(new Error(`tokenizer: ${msg.error}`));
+        else p?.resolve(Array.from(msg.ids));
       });
       // A worker that dies fails what it had and leaves the pool; with none left,
       // encode fails at once rather than waiting forever.
@@ -63,7 +48,7 @@ export class TokenizerPool {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       w.pending.set(id, { resolve, reject });
-      w.worker.postMessage({ id, text, addSpecialTokens });
+      w.worker.postMessage({ id, text, addSpecialTokens } satisfies EncodeMessage);
     });
   }
 

@@ -1,0 +1,169 @@
+// The session worker (session-host.ts): owns the model's onnxruntime sessions and the KV
+// kept between passes, and runs passes off the main thread (onnxruntime-node's `run()`
+// runs the whole pass on the calling thread).
+import { parentPort } from 'node:worker_threads';
+import ort from 'onnxruntime-node';
+
+/** A feed or an output: element type, dimensions, values. */
+export interface HostTensor {
+  type: 'int64' | 'float32' | 'float16' | 'bool';
+  dims: number[];
+  data: BigInt64Array | Float32Array | Uint16Array | Uint8Array;
+}
+
+export interface RunRequest {
+  session: string;
+  feeds: Record<string, HostTensor>;
+  fetches: string[];
+  /** Feed the KV kept under this handle as `past.L.key/value` (default: an empty past). */
+  past?: number;
+  numLayers: number;
+  /** Keep this pass's `present.L.key/value` under a new handle. */
+  keepPresent?: boolean;
+  /** The empty past's shape: [1, kv_heads, 0, head_dim], in the KV dtype. */
+  emptyPast: { type: 'float32' | 'float16'; dims: number[] };
+}
+
+export interface RunResult {
+  outputs: Record<string, HostTensor>;
+  present?: number;
+}
+
+/** A piece of kept KV: `count` positions of row `row` of the KV under `handle`, from `offset`. */
+export interface KvPieceRef {
+  handle: number;
+  row: number;
+  offset: number;
+  count: number;
+}
+
+/** What the host asks, and what each answers. */
+export type SessionMessage =
+  | { op: 'create'; name: string; model: Uint8Array; options: ort.InferenceSession.SessionOptions }
+  | { op: 'run'; run: RunRequest }
+  | { op: 'gather'; rows: KvPieceRef[][]; length: number }
+  | { op: 'dropPast'; handle: number }
+  | { op: 'keptPasts' }
+  | { op: 'release' }
+  | { op: 'exitForTest' };
+
+export type SessionReply = { id: number; result: unknown } | { id: number; error: string };
+
+type KvTensor = ort.Tensor & { data: Float32Array | Uint16Array };
+
+const sessions = new Map<string, ort.InferenceSession>();
+const pasts = new Map<number, KvTensor[]>();
+let nextHandle = 1;
+let empty: ort.Tensor | undefined;
+const tensor = (t: HostTensor) => new ort.Tensor(t.type, t.data, t.dims);
+const plain = (t: ort.Tensor): HostTensor => ({ type: t.type as HostTensor['type'], dims: [...t.dims], data: (t.data as HostTensor['data']).slice() });
+
+// onnxruntime caches a memory pattern per set of input shapes, keyed by an XOR of every
+// input dim, so unrelated passes collide (a 1024-token pass after 1024 cached has the key of
+// a 4 × 2048-token probe pass; a probe input of [B, S] cancels key_positions' S) and then
+// reuse a pattern that does not fit: every tensor falls back to its own allocation
+// (measured: 1100 ms instead of 700 for that pass, every time). The graphs take one more
+// input, unread, whose length is a hash of all the other shapes: it moves the XOR key.
+function shapeSalt(feeds: Record<string, ort.Tensor>): ort.Tensor {
+  let h = 2166136261;
+  for (const name of Object.keys(feeds).sort()) {
+    for (const c of name) h = Math.imul(h ^ c.charCodeAt(0), 16777619);
+    for (const d of feeds[name]!.dims) h = Math.imul(h ^ (d + 0x9e37), 16777619);
+  }
+  const length = 1 + ((h >>> 0) % 65521);
+  return new ort.Tensor('bool', new Uint8Array(length), [length]);
+}
+
+function kept(handle: number): KvTensor[] {
+  const kv = pasts.get(handle);
+  if (!kv) throw new Error(`past KV handle ${handle} is gone`);
+  return kv;
+}
+
+async function run(r: RunRequest): Promise<RunResult> {
+  const session = sessions.get(r.session);
+  if (!session) throw new Error(`no session ${r.session}`);
+  const feeds: Record<string, ort.Tensor> = {};
+  for (const [k, v] of Object.entries(r.feeds)) feeds[k] = tensor(v);
+  const past = r.past !== undefined ? kept(r.past) : undefined;
+  if (!past) empty ??= new ort.Tensor(r.emptyPast.type, r.emptyPast.type === 'float16' ? new Uint16Array(0) : new Float32Array(0), r.emptyPast.dims);
+  for (let i = 0; i < r.numLayers; i++) {
+    feeds[`past.${i}.key`] = past ? past[2 * i]! : empty!;
+    feeds[`past.${i}.value`] = past ? past[2 * i + 1]! : empty!;
+  }
+  feeds.shape_salt = shapeSalt(feeds);
+  const fetches = [...r.fetches];
+  if (r.keepPresent) for (let i = 0; i < r.numLayers; i++) fetches.push(`present.${i}.key`, `present.${i}.value`);
+  const out = await session.run(feeds, fetches);
+  const outputs: Record<string, HostTensor> = {};
+  for (const name of r.fetches) outputs[name] = plain(out[name]!);
+  if (!r.keepPresent) return { outputs };
+  const present = nextHandle++;
+  const kv: KvTensor[] = [];
+  for (let i = 0; i < r.numLayers; i++) kv.push(out[`present.${i}.key`] as KvTensor, out[`present.${i}.value`] as KvTensor);
+  pasts.set(present, kv);
+  return { outputs, present };
+}
+
+/** rows[b]: pieces laid end to end, right-padded to `length`, kept under a new handle. */
+function gather(rows: KvPieceRef[][], length: number): { handle: number } {
+  const B = rows.length;
+  const proto = kept(rows.flat()[0]!.handle);
+  const out: KvTensor[] = [];
+  for (let i = 0; i < proto.length; i++) {
+    const [, H, , D] = proto[i]!.dims as [number, number, number, number];
+    const data = proto[i]!.data instanceof Uint16Array ? new Uint16Array(B * H * length * D) : new Float32Array(B * H * length * D);
+    rows.forEach((pieces, b) => {
+      let at = 0;
+      for (const p of pieces) {
+        const src = kept(p.handle)[i]!;
+        const Ps = src.dims[2]!;
+        for (let h = 0; h < H; h++) {
+          const from = ((p.row * H + h) * Ps + p.offset) * D;
+          data.set(src.data.subarray(from, from + p.count * D), ((b * H + h) * length + at) * D);
+        }
+        at += p.count;
+      }
+    });
+    out.push(new ort.Tensor(proto[i]!.type, data, [B, H, length, D]) as KvTensor);
+  }
+  const handle = nextHandle++;
+  pasts.set(handle, out);
+  return { handle };
+}
+
+async function handle(msg: SessionMessage): Promise<unknown> {
+  switch (msg.op) {
+    case 'create':
+      sessions.set(msg.name, await ort.InferenceSession.create(msg.model, msg.options));
+      return {};
+    case 'run':
+      return run(msg.run);
+    case 'gather':
+      return gather(msg.rows, msg.length);
+    case 'dropPast':
+      pasts.delete(msg.handle);
+      return {};
+    case 'keptPasts':
+      return { count: pasts.size };
+    case 'release':
+      for (const s of sessions.values()) await s.release();
+      sessions.clear();
+      pasts.clear();
+      return {};
+    case 'exitForTest':
+      // Only CTXPROBE_TEST_HOOKS sends this: the thread ends as a crash would end it.
+      process.exit(3);
+  }
+}
+
+const port = parentPort!;
+port.on('message', (msg: SessionMessage & { id: number }) => {
+  handle(msg).then(
+    (result) => {
+      const transfer = Object.values((result as Partial<RunResult>).outputs ?? {}).map((t) => t.data.buffer as ArrayBuffer);
+      port.postMessage({ id: msg.id, result } satisfies SessionReply, transfer);
+    },
+    (e) => port.postMessage({ id: msg.id, error: String((e as Error)?.message ?? e) } satisfies SessionReply),
+  );
+});
