@@ -22,7 +22,8 @@
 //          └► n random keep/drop patterns ────────────┘                  └─► least-squares fit
 import type { Engine } from './engine.js';
 import { InvalidArgumentError } from './errors.js';
-import { segmentSample, type ProbeSample } from './probe.js';
+import type { ProbeSample } from './probe.js';
+import { segmentSample } from './segments.js';
 import type { ChatMessage, Segment, Segmented } from './segments.js';
 import type { KeyRange, Prepared, Unit, UnitScore } from './scoring/units.js';
 import { rng, streamSeed } from './common/random.js';

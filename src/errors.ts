@@ -114,3 +114,10 @@ export function errorMessage(err: unknown): string {
   if (err instanceof CtxprobeError) return err.message;
   return `internal error: ${(err as Error)?.message ?? String(err)}`;
 }
+
+/** Refuse a token id outside [0, vocab), naming it as `field[i]`. */
+export function checkTokenIds(ids: readonly number[], vocab: number, field: string): void {
+  ids.forEach((id, i) => {
+    if (!Number.isInteger(id) || id < 0 || id >= vocab) throw new InvalidArgumentError(`${field}[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
+  });
+}

@@ -7,30 +7,12 @@ import type { Engine, PastKV, ProbeResult, ProbeRow } from './engine.js';
 import type { Scorer } from './scoring/scorer.js';
 import { CancelledError, InvalidArgumentError } from './errors.js';
 import { meanMatrix, meanVector } from './common/matrix.js';
-import {
-  renderChat,
-  segmentIds,
-  segmentText,
-  type ChatMessage,
-  type IdChunk,
-  type Segment,
-  type Segmented,
-  type TextChunk,
-} from './segments.js';
+import { segmentSample, type SampleContent, type Segment, type Segmented } from './segments.js';
+
 
 export type Reducer = 'mean' | 'max' | 'sum';
 
-export interface ProbeSample {
-  /** One of: labelled text chunks, labelled token-id chunks, or chat messages. */
-  chunks?: TextChunk[];
-  chunkIds?: IdChunk[];
-  messages?: ChatMessage[];
-  /** Text chunks only: run the tokenizer's special tokens (BOS) on the whole text. */
-  addSpecialTokens?: boolean;
-  /** Chat messages: render the next assistant turn's prompt too (default false). */
-  addGenerationPrompt?: boolean;
-  /** Chat messages: further template arguments (enable_thinking, date_string, tools, …). */
-  templateKwargs?: Record<string, unknown>;
+export interface ProbeSample extends SampleContent {
   /** Labels whose tokens are the queries of the chunk distribution; default: the last chunk's. */
   queryLabels?: string[];
   /** Token positions removed from the key side (attention sinks), their share reported apart. */
@@ -141,34 +123,6 @@ export interface PreparedSample {
   row: ProbeRow;
   queryLabels: string[];
   excluded: Set<number>;
-}
-
-/** A sample's tokens and labelled spans: its chunks tokenised as one text, its token-id
- * chunks concatenated, or its messages rendered with the chat template (throws
- * InvalidArgumentError naming the field). */
-export async function segmentSample(engine: Engine, sample: ProbeSample, field: string): Promise<Segmented> {
-  const tok = engine.tokenizer;
-  const given = [sample.chunks, sample.chunkIds, sample.messages].filter((x) => x !== undefined && x.length > 0).length;
-  if (given !== 1) throw new InvalidArgumentError(field, 'give exactly one of chunks, chunk_ids or messages');
-  if (sample.messages?.length)
-    return segmentText(
-      tok,
-      renderChat(tok, sample.messages, `${field}.messages`, tok.chatTemplate, {
-        addGenerationPrompt: sample.addGenerationPrompt,
-        kwargs: sample.templateKwargs,
-      }),
-      false,
-      `${field}.messages`,
-    );
-  if (sample.chunks?.length) return segmentText(tok, sample.chunks, sample.addSpecialTokens ?? false, `${field}.chunks`);
-  const vocab = engine.config.vocabSize;
-  sample.chunkIds!.forEach((c, k) =>
-    c.ids.forEach((id, i) => {
-      if (!Number.isInteger(id) || id < 0 || id >= vocab)
-        throw new InvalidArgumentError(`${field}.chunk_ids[${k}].ids[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
-    }),
-  );
-  return segmentIds(sample.chunkIds!, `${field}.chunk_ids`);
 }
 
 export class Prober {

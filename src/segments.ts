@@ -6,7 +6,8 @@
 // with the whole's. A token that straddles a chunk boundary therefore belongs to the
 // later chunk.
 import { Template } from '@huggingface/jinja';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, checkTokenIds } from './errors.js';
+import type { Engine } from './engine.js';
 import { commonPrefixLength } from './common/sequences.js';
 import { messageLabels, type ChatMessage } from './common/labels.js';
 
@@ -199,3 +200,40 @@ function locate(text: string, content: string, from: number): { start: number; e
   }
   return undefined;
 }
+
+/** What a sample's tokens come from: one of labelled text chunks, labelled token-id chunks,
+ * or chat messages (probes and attribution take it). */
+export interface SampleContent {
+  chunks?: TextChunk[];
+  chunkIds?: IdChunk[];
+  messages?: ChatMessage[];
+  /** Text chunks only: run the tokenizer's special tokens (BOS) on the whole text. */
+  addSpecialTokens?: boolean;
+  /** Chat messages: render the next assistant turn's prompt too (default false). */
+  addGenerationPrompt?: boolean;
+  /** Chat messages: further template arguments (enable_thinking, date_string, tools, …). */
+  templateKwargs?: Record<string, unknown>;
+}
+
+/** A sample's tokens and labelled spans: its chunks tokenised as one text, its token-id
+ * chunks concatenated, or its messages rendered with the chat template (throws
+ * InvalidArgumentError naming the field). */
+export async function segmentSample(engine: Pick<Engine, 'tokenizer' | 'config'>, sample: SampleContent, field: string): Promise<Segmented> {
+  const tok = engine.tokenizer;
+  const given = [sample.chunks, sample.chunkIds, sample.messages].filter((x) => x !== undefined && x.length > 0).length;
+  if (given !== 1) throw new InvalidArgumentError(field, 'give exactly one of chunks, chunk_ids or messages');
+  if (sample.messages?.length)
+    return segmentText(
+      tok,
+      renderChat(tok, sample.messages, `${field}.messages`, tok.chatTemplate, {
+        addGenerationPrompt: sample.addGenerationPrompt,
+        kwargs: sample.templateKwargs,
+      }),
+      false,
+      `${field}.messages`,
+    );
+  if (sample.chunks?.length) return segmentText(tok, sample.chunks, sample.addSpecialTokens ?? false, `${field}.chunks`);
+  sample.chunkIds!.forEach((c, k) => checkTokenIds(c.ids, engine.config.vocabSize, `${field}.chunk_ids[${k}].ids`));
+  return segmentIds(sample.chunkIds!, `${field}.chunk_ids`);
+}
+

@@ -3,7 +3,7 @@
 // it validates (throwing InvalidArgumentError naming the field) and encodes; it never
 // runs the model.
 import type { TextTokenizer } from '../tokenizer.js';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, checkTokenIds } from '../errors.js';
 import { segmentIds, segmentText, type Segment } from '../segments.js';
 import type { Prepared, TopK, Unit, UnitScore } from './units.js';
 
@@ -293,12 +293,7 @@ export class RequestEncoder {
   }
 
   private checkTokens(ids: number[], field: string): void {
-    const vocab = this.vocabSize;
-    ids.forEach((id, i) => {
-      if (!Number.isInteger(id) || id < 0 || id >= vocab) {
-        throw new InvalidArgumentError(`${field}[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
-      }
-    });
+    checkTokenIds(ids, this.vocabSize, field);
   }
 
   /** Turn (context, continuation) tokens into a unit, as `_loglikelihood_tokens` slices:

@@ -6,7 +6,7 @@
 // touch an engine, and neither imports the other. Errors are the ones of src/errors.ts;
 // each transport maps them to its statuses.
 import { Batcher, type BatcherOptions, type Submitted } from '../batcher.js';
-import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundError, UnavailableError, errorMessage } from '../errors.js';
+import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundError, UnavailableError, checkTokenIds, errorMessage } from '../errors.js';
 import type { Metrics } from '../metrics.js';
 import type { EngineInfo } from '../engine.js';
 import type { LoadedModel } from '../repository.js';
@@ -201,11 +201,7 @@ export class Service {
 
   detokenize(model: string | undefined, ids: number[]): string {
     const { engine } = this.model(model, false);
-    const vocab = engine.config.vocabSize;
-    ids.forEach((id, i) => {
-      if (!Number.isInteger(id) || id < 0 || id >= vocab)
-        throw new InvalidArgumentError(`tokens[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
-    });
+    checkTokenIds(ids, engine.config.vocabSize, 'tokens');
     return engine.tokenizer.decode(ids);
   }
 
