@@ -273,7 +273,7 @@ describe('the README settings table', () => {
       /\s+/g,
       ' ',
     );
-    const cli = fs.readFileSync(path.join(root, 'src/cli.ts'), 'utf8');
+    const cli = fs.readFileSync(path.join(root, 'src/cli/serve.ts'), 'utf8');
     for (const row of rows) {
       const [flags, envs] = row.split('|').slice(1, 3) as [string, string];
       for (const [, flag] of flags.matchAll(/`(--[a-z-]+)/g)) expect(help, row).toMatch(new RegExp(` ${flag}[ ,]`));

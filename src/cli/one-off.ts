@@ -1,0 +1,185 @@
+// One-off commands in this process: `score`, `probe`, `attribute` (JSON out, figures).
+import fs from 'node:fs';
+import { Command, Option, InvalidArgumentError } from 'commander';
+import { loadModel } from '../repository.js';
+import type { ProbeSample } from '../probe.js';
+import { entriesFrom, int, interventionList, sweepList, textArgument, withModelFlags, writeFile } from './common.js';
+
+export function addOneOffCommands(program: Command): void {
+  withModelFlags(program.command('score').description('score continuations of a context (or --rolling texts) and print JSON'))
+    .option('--context <text>', 'the context (@FILE: read from FILE; -: standard input)', '')
+    .option('--continuation <text...>', 'one or more continuations (each may be @FILE)')
+    .option('--rolling <text...>', 'texts to score with rolling log-likelihood instead (each may be @FILE, or -)')
+    .option('--min-k <percent>', 'Min-K% Prob k for --rolling', parseFloat, 20)
+    .option('--add-bos', 'add the tokenizer special tokens (BOS) to the text', false)
+    .option('--top-k <k>', 'also print the k most likely tokens per position', int('top-k'), 0)
+    .action(async (flags) => {
+      if (!flags.rolling && !flags.continuation) throw new InvalidArgumentError('give --continuation TEXT… or --rolling TEXT…');
+      flags.context = textArgument(flags.context, '--context');
+      flags.continuation = (flags.continuation as string[] | undefined)?.map((t) => textArgument(t, '--continuation'));
+      flags.rolling = (flags.rolling as string[] | undefined)?.map((t) => textArgument(t, '--rolling'));
+      const [entry] = entriesFrom(flags);
+      const m = await loadModel(entry!);
+      const tok = m.engine.tokenizer;
+      if (flags.rolling) {
+        const results = await m.scorer.rolling((flags.rolling as string[]).map((text) => ({ text, minKPercent: flags.minK })));
+        console.log(JSON.stringify({ model: entry!.name, rolling: results }, null, 2));
+      } else {
+        const [results] = await m.scorer.loglikelihood([
+          { context: flags.context, continuations: flags.continuation, addBos: flags.addBos, topK: flags.topK },
+        ]);
+        const pretty = results!.map((r, i) => ({
+          continuation: flags.continuation[i],
+          ...r,
+          tokens: r.tokenIds.map((id) => tok.tokenString(id)),
+          topK: r.topK?.map((t) => t.ids.map((id, k) => ({ id, token: tok.tokenString(id), logprob: t.logprobs[k] }))),
+        }));
+        console.log(JSON.stringify({ model: entry!.name, context: flags.context, results: pretty }, null, 2));
+      }
+      await m.engine.release();
+    });
+
+  withModelFlags(
+    program.command('probe').description('attention statistics over labelled chunks or chat messages; JSON, HTML or SVG figures'),
+  )
+    .option(
+      '--samples <file>',
+      'JSON: an array of samples ({chunks: [{label, text}]} or {messages: [{role, content}]}, queryLabels, excludePositions)',
+    )
+    .option('--chunk <label=text...>', 'one sample from inline chunks, in order (label=@FILE reads the text from FILE)')
+    .option('--messages <file>', 'one sample from a JSON array of chat messages (rendered with the model chat template)')
+    .option('--query <label...>', 'query chunk labels (default: the last chunk)')
+    .option('--exclude <position...>', 'token positions to remove from the key side (e.g. 0 for a BOS sink)')
+    .option('--add-special-tokens', "run the tokenizer's special tokens (BOS) on text chunks", false)
+    .addOption(new Option('--pool <pool>', 'heatmap pool over layers and heads').choices(['max', 'mean']).default('max'))
+    .addOption(new Option('--query-reduce <r>', 'heatmap query-side reducer').choices(['mean', 'max', 'sum']).default('mean'))
+    .addOption(new Option('--key-reduce <r>', 'heatmap key-side reducer').choices(['mean', 'max', 'sum']).default('max'))
+    .option('--per-head', 'include [layers × heads × chunks]', false)
+    .option('--html <file>', 'write an HTML report with the figures')
+    .option('--svg <prefix>', 'write PREFIX-votes.svg, PREFIX-mass.svg and PREFIX-heatmap-N.svg')
+    .action(async (flags) => {
+      const { Prober } = await import('../probe.js');
+      const { probeReportHtml, distributionSvg, heatmapSvg } = await import('../figures.js');
+      let samples: ProbeSample[];
+      if (flags.samples) {
+        const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
+        samples = Array.isArray(raw) ? raw : raw.samples;
+      } else if (flags.messages) {
+        samples = [{ messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')) }];
+      } else if (flags.chunk) {
+        samples = [{ chunks: chunkArguments(flags.chunk) }];
+      } else {
+        throw new InvalidArgumentError('give --samples FILE, --messages FILE or --chunk label=text…');
+      }
+      samples = samples.map((s) => ({
+        ...s,
+        addSpecialTokens: s.addSpecialTokens ?? flags.addSpecialTokens,
+        queryLabels: s.queryLabels ?? flags.query,
+        excludePositions: s.excludePositions ?? (flags.exclude as string[] | undefined)?.map(Number),
+      }));
+      const [entry] = entriesFrom(flags);
+      const m = await loadModel(entry!);
+      const answer = await new Prober(m.engine).probe(samples, {
+        pool: flags.pool,
+        queryReduce: flags.queryReduce,
+        keyReduce: flags.keyReduce,
+        perHead: flags.perHead,
+      });
+      if (flags.html) writeFile(flags.html, probeReportHtml(answer, 'ctxprobe attention report', entry!.name));
+      if (flags.svg) {
+        const first = answer.mean ?? { ...answer.samples[0]!, labels: answer.samples[0]!.labels };
+        writeFile(`${flags.svg}-votes.svg`, distributionSvg(first.votes, first.labels, 'Argmax votes per layer'));
+        writeFile(`${flags.svg}-mass.svg`, distributionSvg(first.mass, first.labels, 'Attention mass per layer'));
+        answer.samples.forEach((s, i) =>
+          writeFile(`${flags.svg}-heatmap-${i}.svg`, heatmapSvg(s.heatmap, s.labels, `Sample ${i} heatmap`)),
+        );
+      }
+      console.log(JSON.stringify({ model: entry!.name, ...answer }, null, 2));
+      await m.engine.release();
+    });
+
+  /** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
+  function chunkArguments(values: string[]): { label: string; text: string }[] {
+    return values.map((c) => {
+      const eq = c.indexOf('=');
+      if (eq <= 0) throw new InvalidArgumentError(`--chunk ${JSON.stringify(c)}: write label=text`);
+      return { label: c.slice(0, eq), text: textArgument(c.slice(eq + 1), `--chunk ${c.slice(0, eq)}`) };
+    });
+  }
+
+  withModelFlags(
+    program
+      .command('attribute')
+      .description("what each chunk contributes to a target chunk's log-likelihood (remove / mask), as JSON; SVG bars"),
+  )
+    .option('--samples <file>', 'JSON: an array of samples ({chunks} or {messages}, target, ablate)')
+    .option('--chunk <label=text...>', 'one sample from inline chunks, in order (label=@FILE reads the text from FILE)')
+    .option('--messages <file>', 'one sample from a JSON array of chat messages')
+    .option('--target <label>', 'the target chunk (default: the last)')
+    .option('--ablate <label...>', 'chunks to ablate (default: every chunk before the target)')
+    .option('--add-special-tokens', "run the tokenizer's special tokens (BOS) on text chunks", false)
+    .option('--interventions <list>', 'remove,mask (default both)', interventionList)
+    .option('--keep-only', 'also: everything before the target but the ablated chunks dropped', false)
+    .option('--sweep <list>', 'also: only the last h history turns kept, e.g. 0,1,2,3,all', sweepList)
+    .option('--history-label <label...>', 'labels of history turns (default: history; chat: user and assistant messages)')
+    .option('--subsets <n>', 'random keep/drop patterns with a least-squares fit', int('subsets'), 0)
+    .option('--seed <n>', 'seed of the patterns', int('seed'), 0)
+    .option('--svg <prefix>', 'write PREFIX-N.svg: Δ log-likelihood per chunk of sample N')
+    .action(async (flags) => {
+      const { prepareAttribution } = await import('../attribution.js');
+      const { attributionSvg } = await import('../figures.js');
+      let samples: import('../attribution.js').AttributionSample[];
+      if (flags.samples) {
+        const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
+        samples = Array.isArray(raw) ? raw : raw.samples;
+      } else if (flags.messages) samples = [{ messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')) }];
+      else if (flags.chunk) samples = [{ chunks: chunkArguments(flags.chunk) }];
+      else throw new InvalidArgumentError('give --samples FILE, --messages FILE or --chunk label=text…');
+      samples = samples.map((s) => ({
+        ...s,
+        addSpecialTokens: s.addSpecialTokens ?? flags.addSpecialTokens,
+        target: s.target ?? flags.target,
+        ablate: s.ablate ?? flags.ablate,
+      }));
+      const [entry] = entriesFrom(flags);
+      const m = await loadModel(entry!);
+      const prepared = await prepareAttribution(m.engine, samples, {
+        interventions: flags.interventions,
+        keepOnly: flags.keepOnly,
+        historySweep: flags.sweep,
+        historyLabels: flags.historyLabel,
+        subsets: flags.subsets,
+        seed: flags.seed,
+      });
+      const { scores, work } = await m.scorer.scoreUnits(prepared.units);
+      const answers = prepared.finish(scores);
+      if (flags.svg) {
+        answers.forEach((a, i) =>
+          writeFile(
+            `${flags.svg}-${i}.svg`,
+            attributionSvg(
+              a.chunks.map((c) => ({ label: `${c.index} ${c.label}`, values: { remove: c.remove?.delta, mask: c.mask?.delta } })),
+              `Sample ${i}: Δ log-likelihood of ${a.spans[a.target]!.label} per chunk`,
+              'Δ log-likelihood (nats)',
+            ),
+          ),
+        );
+      }
+      console.log(
+        JSON.stringify(
+          {
+            model: entry!.name,
+            variants: prepared.units.length,
+            tokensComputed: work.tokensComputed,
+            tokensRequested: work.tokensRequested,
+            samples: answers,
+          },
+          null,
+          2,
+        ),
+      );
+      await m.engine.release();
+    });
+
+  // ---- research workflows: clients of a server (given, or started here on --model) ----
+}

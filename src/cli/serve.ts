@@ -1,0 +1,240 @@
+// `ctxprobe serve` (the server, its flags and signals) and `ctxprobe health`.
+import { Command, Option } from 'commander';
+import { DEFAULT_REPOSITORY, loadModel } from '../repository.js';
+import { CtxprobeServer } from '../server.js';
+import { resolveSecurity } from '../security.js';
+import { entriesFrom, int, log, mallocAdvice, portOrOff, withModelFlags } from './common.js';
+
+export function addServeCommands(program: Command): void {
+  withModelFlags(program.command('serve').description('serve the models of a repository (or one --model) over gRPC'))
+    .addOption(
+      new Option('--models <dir>', 'model repository: one JSON config per model').default(DEFAULT_REPOSITORY).env('CTXPROBE_MODELS'),
+    )
+    .addOption(new Option('--name <name>', 'name to serve --model under').env('CTXPROBE_MODEL_NAME'))
+    .addOption(new Option('--host <host>', 'address to bind').default('127.0.0.1').env('CTXPROBE_HOST'))
+    .addOption(new Option('--port <port>', 'gRPC port').default(50051).argParser(int('port')).env('CTXPROBE_PORT'))
+    .addOption(
+      new Option('--health-port <port>', 'plaintext port with only grpc.health.v1, answered off the main thread (-1: none)')
+        .default(-1)
+        .argParser(portOrOff)
+        .env('CTXPROBE_HEALTH_PORT'),
+    )
+    .addOption(
+      new Option('--http-port <port>', 'OpenAI-compatible HTTP port (/v1/completions; -1: none)')
+        .default(8000)
+        .argParser(portOrOff)
+        .env('CTXPROBE_HTTP_PORT'),
+    )
+    .addOption(
+      new Option('--metrics-host <host>', 'address of the Prometheus endpoint (its own; not --host)')
+        .default('127.0.0.1')
+        .env('CTXPROBE_METRICS_HOST'),
+    )
+    .addOption(new Option('--metrics-tls', 'serve /metrics over the TLS identity of --tls-cert, too').env('CTXPROBE_METRICS_TLS'))
+    .addOption(new Option('--metrics-auth', 'require the bearer tokens on /metrics, too').env('CTXPROBE_METRICS_AUTH'))
+    .addOption(new Option('--tls-cert <file>', 'PEM certificate chain: serve gRPC and HTTP over TLS').env('CTXPROBE_TLS_CERT'))
+    .addOption(new Option('--tls-key <file>', 'PEM private key of --tls-cert').env('CTXPROBE_TLS_KEY'))
+    .addOption(
+      new Option('--tls-client-ca <file>', 'PEM CA bundle: both ports require client certificates it signed (mutual TLS)').env(
+        'CTXPROBE_TLS_CLIENT_CA',
+      ),
+    )
+    .addOption(
+      new Option('--auth-token-file <file>', 'bearer tokens, one per line: every call but health checks needs one').env(
+        'CTXPROBE_AUTH_TOKEN_FILE',
+      ),
+    )
+    .addOption(
+      new Option('--metrics-port <port>', 'Prometheus /metrics port (-1: none)')
+        .default(9464)
+        .argParser(portOrOff)
+        .env('CTXPROBE_METRICS_PORT'),
+    )
+    .addOption(
+      new Option('--max-queue-delay-ms <ms>', 'how long a request may wait for others to batch with')
+        .default(5)
+        .argParser(int('max-queue-delay-ms'))
+        .env('CTXPROBE_MAX_QUEUE_DELAY_MS'),
+    )
+    .addOption(
+      new Option('--max-round-tokens <n>', 'tokens gathered per scheduling round (default: 4 × max batch tokens)')
+        .argParser(int('max-round-tokens'))
+        .env('CTXPROBE_MAX_ROUND_TOKENS'),
+    )
+    .addOption(
+      new Option('--max-queued-tokens <n>', 'queued tokens per model before RESOURCE_EXHAUSTED')
+        .default(1 << 20)
+        .argParser(int('max-queued-tokens'))
+        .env('CTXPROBE_MAX_QUEUED_TOKENS'),
+    )
+    .addOption(
+      new Option('--max-items <n>', 'items per Score / ScoreRolling call')
+        .default(4096)
+        .argParser(int('max-items'))
+        .env('CTXPROBE_MAX_ITEMS'),
+    )
+    .addOption(
+      new Option('--max-text-bytes <n>', 'UTF-8 bytes of text (contexts, continuations, chunks, prompts) per request')
+        .default(8 * 2 ** 20)
+        .argParser(int('max-text-bytes'))
+        .env('CTXPROBE_MAX_TEXT_BYTES'),
+    )
+    .addOption(
+      new Option('--max-scored-tokens <n>', 'tokens in one answer: scored tokens of a request, tokens of a Tokenize')
+        .default(2 ** 17)
+        .argParser(int('max-scored-tokens'))
+        .env('CTXPROBE_MAX_SCORED_TOKENS'),
+    )
+    .addOption(
+      new Option('--max-continuations <n>', 'continuations per Score item')
+        .default(256)
+        .argParser(int('max-continuations'))
+        .env('CTXPROBE_MAX_CONTINUATIONS'),
+    )
+    .addOption(
+      new Option('--tokenizer-workers <n>', 'worker threads that tokenise for each model (0: on the event loop)')
+        .default(1)
+        .argParser(int('tokenizer-workers'))
+        .env('CTXPROBE_TOKENIZER_WORKERS'),
+    )
+    .addOption(
+      new Option('--max-message-bytes <n>', 'largest gRPC message, each way')
+        .default(64 * 1024 * 1024)
+        .argParser(int('max-message-bytes'))
+        .env('CTXPROBE_MAX_MESSAGE_BYTES'),
+    )
+    .addOption(
+      new Option('--drain-timeout-ms <ms>', 'on SIGTERM, how long queued and running calls may take before they are refused')
+        .default(30_000)
+        .argParser(int('drain-timeout-ms'))
+        .env('CTXPROBE_DRAIN_TIMEOUT_MS'),
+    )
+    .addOption(
+      new Option('--log-level <level>', 'debug logs one line per call')
+        .choices(['debug', 'info'])
+        .default('info')
+        .env('CTXPROBE_LOG_LEVEL'),
+    )
+    .action(async (flags) => {
+      const serverLog = (l: Record<string, unknown>) => (l.level !== 'debug' || flags.logLevel === 'debug') && log(l);
+      // The token may also come as a value in CTXPROBE_AUTH_TOKEN (e.g. from a Kubernetes
+      // secret); there is no flag for it, as process arguments are visible to every user.
+      const { tls, tokens: authTokens } = resolveSecurity({
+        tlsCert: flags.tlsCert,
+        tlsKey: flags.tlsKey,
+        tlsClientCa: flags.tlsClientCa,
+        authTokenFile: flags.authTokenFile,
+        authToken: process.env.CTXPROBE_AUTH_TOKEN,
+      });
+      const server = await CtxprobeServer.start({
+        tls,
+        authTokens,
+        metricsTls: flags.metricsTls,
+        metricsAuth: flags.metricsAuth,
+        host: flags.host,
+        port: flags.port,
+        metricsHost: flags.metricsHost,
+        metricsPort: flags.metricsPort,
+        healthPort: flags.healthPort,
+        httpPort: flags.httpPort,
+        maxMessageBytes: flags.maxMessageBytes,
+        maxItemsPerRequest: flags.maxItems,
+        maxTextBytes: flags.maxTextBytes,
+        maxScoredTokens: flags.maxScoredTokens,
+        tokenizerWorkers: flags.tokenizerWorkers,
+        batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
+        log: serverLog,
+        onModelLost: (model, err) => {
+          // Every later call would fail: health is NOT_SERVING, and the orchestrator restarts us.
+          log({ level: 'error', event: 'session_host_lost', model, message: err.message, exitCode: 70 });
+          server?.forceClose();
+          process.exitCode = 70;
+          setTimeout(() => process.exit(70), 100).unref();
+        },
+      });
+      if (process.env.CTXPROBE_TEST_HOOKS === '1')
+        process.on('SIGUSR2', () => {
+          for (const m of server.models.values()) m.engine.exitHostForTest();
+        });
+      const malloc = mallocAdvice();
+      if (malloc) log({ level: 'warn', event: 'malloc', message: malloc });
+      log({
+        level: 'info',
+        event: 'listening',
+        address: server.address,
+        metricsPort: server.metricsPort,
+        httpPort: server.httpPort,
+        healthPort: server.healthPort,
+        metricsHost: flags.metricsHost,
+        tls: tls ? (tls.clientCa ? 'mutual' : 'server') : 'off',
+        auth: authTokens.length > 0 ? 'bearer' : 'off',
+        health: 'NOT_SERVING',
+      });
+      // SIGTERM drains: health NOT_SERVING, new calls UNAVAILABLE, queued and running calls
+      // finish — for at most --drain-timeout-ms, after which what is left is refused and
+      // every connection closed. A second signal exits at once.
+      let stopping = false;
+      const stop = async (signal: string) => {
+        if (stopping) {
+          log({ level: 'warn', event: 'stopped', signal, how: 'second signal: exiting at once' });
+          process.exit(0);
+        }
+        stopping = true;
+        log({ level: 'info', event: 'draining', signal, deadlineMs: flags.drainTimeoutMs });
+        const how = await server.close(flags.drainTimeoutMs);
+        log({ level: how === 'drained' ? 'info' : 'warn', event: 'stopped', how });
+        process.exit(0);
+      };
+      for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void stop(signal));
+      for (const entry of entriesFrom(flags)) {
+        const m = await loadModel({ ...entry, maxContinuations: entry.maxContinuations ?? flags.maxContinuations });
+        log({
+          level: 'info',
+          event: 'model_loaded',
+          model: entry.name,
+          path: entry.path,
+          seconds: +m.loadSeconds.toFixed(3),
+          ...m.engine.info,
+          prefixCacheBytes: m.scorer.cache?.budget ?? 0,
+        });
+        if (entry.synthetic)
+          log({
+            level: 'warn',
+            event: 'random_weights',
+            model: entry.name,
+            message: 'this model has random weights; pass --model DIR for a real checkpoint',
+          });
+        server.addModel(m);
+      }
+      server.setServing();
+      log({ level: 'info', event: 'serving', address: server.address, models: [...server.models.keys()] });
+    });
+
+  program
+    .command('health')
+    .description('exit 0 if the server reports SERVING (grpc.health.v1), 1 otherwise: for container health checks')
+    .addOption(new Option('--address <host:port>', 'server address').default('127.0.0.1:50051').env('CTXPROBE_HEALTH_ADDRESS'))
+    .option('--service <name>', 'service to check (empty: the whole server)', '')
+    .addOption(new Option('--tls-ca <file>', 'PEM CA to verify a TLS server with').env('CTXPROBE_HEALTH_TLS_CA'))
+    .addOption(new Option('--tls-cert <file>', 'PEM client certificate, for a server with mutual TLS').env('CTXPROBE_HEALTH_TLS_CERT'))
+    .addOption(new Option('--tls-key <file>', 'PEM key of --tls-cert').env('CTXPROBE_HEALTH_TLS_KEY'))
+    .addOption(
+      new Option('--server-name <name>', "the name in the server's certificate, when --address is not it (e.g. 127.0.0.1 in a pod)").env(
+        'CTXPROBE_HEALTH_SERVER_NAME',
+      ),
+    )
+    .option('--timeout-ms <ms>', 'give up after', int('timeout-ms'), 3000)
+    .action(async (flags) => {
+      const { checkHealth } = await import('../health.js');
+      const status = await checkHealth(flags.address, {
+        service: flags.service,
+        tlsCa: flags.tlsCa,
+        tlsCert: flags.tlsCert,
+        tlsKey: flags.tlsKey,
+        serverName: flags.serverName,
+        timeoutMs: flags.timeoutMs,
+      });
+      console.log(status);
+      process.exit(status === 'SERVING' ? 0 : 1);
+    });
+}
