@@ -4,7 +4,8 @@
 // requests or clients.
 import { SessionHost, type HostTensor } from './session-host.js';
 import { SafetensorsCheckpoint } from './checkpoint/safetensors.js';
-import { readModelConfig, type ModelConfig } from './model/families.js';
+import { readModelConfig } from './model/config.js';
+import type { ModelConfig } from './model/families.js';
 import { buildDecoderGraph } from './model/decoder.js';
 import { kvDType, type ComputeDType } from './dtypes.js';
 import { probeTap } from '../kernels/probe-tap.js';

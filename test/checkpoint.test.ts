@@ -7,7 +7,7 @@ import { Engine } from '../src/engine.js';
 import { Scorer } from '../src/scoring/scorer.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/dtypes.js';
-import { readModelConfig } from '../src/model/families.js';
+import { readModelConfig } from '../src/model/config.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
 import { chooseDtype, resolveDevice } from '../src/device.js';
 import { DeviceError } from '../src/errors.js';

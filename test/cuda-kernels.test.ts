@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import onnxProto from 'onnx-proto';
 import { describe, expect, it } from 'vitest';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
-import { readModelConfig } from '../src/model/families.js';
+import { readModelConfig } from '../src/model/config.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
 import { probeTap } from '../kernels/probe-tap.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';

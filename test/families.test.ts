@@ -3,7 +3,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { FAMILIES, parseModelConfig } from '../src/model/families.js';
+import { FAMILIES } from '../src/model/families.js';
+import { parseModelConfig } from '../src/model/config.js';
 import { CheckpointError } from '../src/errors.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 

@@ -4,7 +4,7 @@
 import onnxProto from 'onnx-proto';
 import { describe, expect, it } from 'vitest';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
-import { readModelConfig } from '../src/model/families.js';
+import { readModelConfig } from '../src/model/config.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
 import { requiredTensors } from '../src/model/synthetic.js';
 import { probeTap } from '../kernels/probe-tap.js';

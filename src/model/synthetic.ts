@@ -4,7 +4,8 @@
 // learned from a small corpus, written as tokenizer.json.
 import fs from 'node:fs';
 import path from 'node:path';
-import { familySpec, parseModelConfig } from './families.js';
+import { familySpec } from './families.js';
+import { parseModelConfig } from './config.js';
 import { buildDecoderGraph, type WeightSource } from './decoder.js';
 import { writeSafetensors, writeShardedSafetensors, type TensorData } from '../checkpoint/safetensors.js';
 import type { ExternalTensor } from '../graph/builder.js';

@@ -1,0 +1,90 @@
+// config.json of a checkpoint, read through its family's spec: the dimensions, rotary
+// frequencies and per-family settings the graph builder uses.
+import fs from 'node:fs';
+import path from 'node:path';
+import { CheckpointError } from '../errors.js';
+import { readJsonObject } from '../checkpoint/files.js';
+import { FAMILIES } from './families.js';
+import { MAX_ROTARY_POSITIONS, activation, globalRopeConfig, int, positiveOrNone, ropeFrequencies } from './config-values.js';
+import type { Dims, FamilySpec, ModelConfig, RawConfig } from './family-spec.js';
+
+/** The dimensions of a config, read through the family's key names and defaults. */
+export function readDims(spec: FamilySpec, c: RawConfig): Dims {
+  const { keys, defaults } = spec;
+  const hidden = int(c, keys.hidden);
+  const heads = int(c, keys.heads);
+  return {
+    hiddenSize: hidden,
+    numLayers: int(c, keys.layers),
+    numHeads: heads,
+    numKvHeads: keys.kvHeads ? int(c, keys.kvHeads, heads) : heads,
+    headDim: keys.headDim ? int(c, keys.headDim, defaults.headDim ?? hidden / heads) : hidden / heads,
+    intermediateSize: int(c, keys.intermediate, defaults.intermediate?.(hidden)),
+    vocabSize: int(c, keys.vocab),
+    // Rotary models look cos/sin up in tables of this many rows (decoder.ts): 131072
+    // positions are 64 MiB for a 128-wide head; longer configs (Qwen2.5-1M) are served up
+    // to it.
+    maxPositions: Math.min(
+      int(c, keys.maxPositions, defaults.maxPositions),
+      spec.positions.kind === 'rope' ? MAX_ROTARY_POSITIONS : Infinity,
+    ),
+    normEps: c[keys.normEps] ?? defaults.normEps,
+    activation: activation(c[keys.activation] ?? defaults.activation),
+    tiedEmbeddings: c[keys.tied] ?? defaults.tied,
+    slidingWindow: spec.slidingWindow(c),
+  };
+}
+
+/** A parsed config.json in the shape the graph builder uses. */
+export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelConfig {
+  const modelType: string = raw.model_type;
+  const spec = FAMILIES.find((f) => f.modelTypes.includes(modelType));
+  if (!spec) {
+    const known = FAMILIES.flatMap((f) => f.modelTypes).join(', ');
+    throw new CheckpointError(`${file}: model_type ${JSON.stringify(modelType)} is not supported (supported: ${known})`);
+  }
+  for (const rule of spec.unsupported) {
+    if (!rule.supported(raw[rule.key])) {
+      throw new CheckpointError(
+        `${file}: ${rule.key} = ${JSON.stringify(raw[rule.key])} is not supported for ${spec.family} (${rule.why})`,
+      );
+    }
+  }
+  const dims = readDims(spec, raw);
+  const moe = spec.moe?.(raw, dims.numLayers);
+  if (moe && moe.topK > moe.experts)
+    throw new CheckpointError(`${file}: num_experts_per_tok ${moe.topK} is more than the ${moe.experts} experts`);
+  if (dims.numHeads % dims.numKvHeads !== 0) {
+    throw new CheckpointError(`${file}: num_attention_heads ${dims.numHeads} is not a multiple of num_key_value_heads ${dims.numKvHeads}`);
+  }
+  return {
+    ...dims,
+    modelType,
+    spec,
+    bias: spec.bias(raw),
+    rope:
+      spec.positions.kind === 'rope'
+        ? ropeFrequencies(globalRopeConfig(raw), dims.headDim, spec.defaults.ropeTheta, spec.partialRotary ?? false)
+        : undefined,
+    localRope: spec.localRope?.(raw, dims.headDim),
+    moe,
+    slidingLayers:
+      dims.slidingWindow === undefined
+        ? new Array(dims.numLayers).fill(false)
+        : (spec.slidingLayers?.(raw, dims.numLayers) ?? new Array(dims.numLayers).fill(true)),
+    attentionScale: spec.attentionScale?.(raw, dims.headDim) ?? 1 / Math.sqrt(dims.headDim),
+    attentionSoftcap: positiveOrNone(spec.attentionSoftcap?.(raw), 'attn_logit_softcapping', file),
+    finalSoftcap: positiveOrNone(spec.finalSoftcap?.(raw), 'final_logit_softcapping', file),
+    torchDtype:
+      typeof (raw.torch_dtype ?? raw.dtype) === 'string' ? String(raw.torch_dtype ?? raw.dtype).replace(/^torch\./, '') : undefined,
+    bosTokenId: typeof raw.bos_token_id === 'number' ? raw.bos_token_id : undefined,
+    eosTokenId: typeof raw.eos_token_id === 'number' ? raw.eos_token_id : Array.isArray(raw.eos_token_id) ? raw.eos_token_id[0] : undefined,
+  };
+}
+
+/** Read `config.json` of a checkpoint directory. */
+export function readModelConfig(dir: string): ModelConfig {
+  const file = path.join(dir, 'config.json');
+  if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no config.json`);
+  return parseModelConfig(readJsonObject(file), file);
+}
