@@ -5,152 +5,20 @@
 import type { TextTokenizer } from '../tokenizer.js';
 import { InvalidArgumentError, checkTokenIds } from '../errors.js';
 import { segmentIds, segmentText, type Segment } from '../segments.js';
-import type { Prepared, TopK, Unit, UnitScore } from './units.js';
+import type { Prepared, Unit, UnitScore } from './units.js';
+import {
+  CONTINUATION_LABEL,
+  type ChunkedPair,
+  type ContextScore,
+  type ContinuationScore,
+  type EchoScore,
+  type LoglikelihoodRequest,
+  type MinK,
+  type RollingRequest,
+  type RollingScore,
+} from './request-types.js';
 
-export type TextOrTokens = string | number[];
-
-export interface LoglikelihoodRequest {
-  context: TextOrTokens;
-  continuations: TextOrTokens[];
-  /** Run the tokenizer's post-processor (adds BOS where it does) on text input. */
-  addBos?: boolean;
-  /** Also return the k most likely tokens at each continuation position. */
-  topK?: number;
-  /** `left` (harness default): drop context tokens from the left; `error`: refuse. */
-  truncation?: 'left' | 'error';
-  /** How error messages name this request (default `items[i]`). */
-  field?: string;
-  /** Also the context's own log-probs: each context token after the first given all
-   * before it (CHARPEval App. A ranks by the whole sequence's perplexity). */
-  contextLogprobs?: boolean;
-  /** Also score each continuation after this neutral context (same kind as the context),
-   * for unconditional normalisation (KIEval's cloze step). */
-  unconditionalContext?: TextOrTokens;
-  /** The context as labelled chunks (their texts or ids, joined, are `context`): each
-   * continuation then also gets its attention over them, from the same forward pass. */
-  contextChunks?: ContextChunk[];
-  /** With `contextChunks`: token positions removed from the key side (e.g. 0, a BOS sink). */
-  excludePositions?: number[];
-}
-
-export interface ContextChunk {
-  label: string;
-  text?: string;
-  ids?: number[];
-}
-
-/** The label the continuation's own tokens carry among the context chunks. */
-export const CONTINUATION_LABEL = 'continuation';
-
-/** One item with a chunked context, encoded exactly as `prepareLoglikelihood` encodes it
- * (`_encode_pair`), with each chunk's token span in the context. */
-export interface ChunkedPair {
-  field: string;
-  context: number[];
-  segments: Segment[];
-  continuations: { field: string; ids: number[]; numChars: number; numBytes: number }[];
-}
-
-/** The context's own log-likelihood: tokens 1..n−1 of its encoding, each given all before it. */
-export interface ContextScore {
-  tokenIds: number[];
-  tokenLogprobs: number[];
-  logprob: number;
-  numTokens: number;
-}
-
-/** A continuation scored after the neutral context. */
-export interface UnconditionalScore {
-  logprob: number;
-  numTokens: number;
-  tokenLogprobs: number[];
-  /** The conditional log-prob minus this one: log p(cont | context) − log p(cont | neutral). */
-  difference: number;
-}
-
-export interface ContinuationScore {
-  logprob: number;
-  isGreedy: boolean;
-  tokenIds: number[];
-  tokenLogprobs: number[];
-  tokenGreedy: boolean[];
-  numTokens: number;
-  /** Length of the continuation as given, in Unicode code points (Python's len). */
-  numChars: number;
-  numBytes: number;
-  topK?: TopK[];
-  /** Context tokens dropped from the left to fit the maximum length. */
-  truncatedTokens: number;
-  /** logprob ÷ numTokens (per-token length normalisation). */
-  meanLogprob: number;
-  /** With `contextLogprobs`: the item's context scored on its own (one object per item). */
-  context?: ContextScore;
-  /** With `unconditionalContext`. */
-  unconditional?: UnconditionalScore;
-  /** With `contextChunks`: where the continuation's tokens attend, from the same pass. */
-  attention?: ContinuationAttention;
-}
-
-/** A continuation's attention over the context chunks and itself (the last segment):
- * the probe's per-layer votes and mass with the continuation as the query chunk. */
-export interface ContinuationAttention {
-  labels: string[];
-  segments: Segment[];
-  votes: number[][];
-  votesExcluded: number[];
-  mass: number[][];
-  massExcluded: number[];
-}
-
-export interface RollingRequest {
-  text: TextOrTokens;
-  /** Min-K% Prob's k, in percent (Shi et al. 2023); default 20. */
-  minKPercent?: number;
-  /** More k values, each answered from the same log-probs (KIEval sweeps 5–60%). */
-  minKPercents?: number[];
-  /** Min-K% over fewer tokens than one lowest: `at-least-one` (default) averages the single
-   * lowest; `skip` (KIEval) reports the text as skipped for that k. */
-  minKRule?: 'at-least-one' | 'skip';
-  /** KIEval's loss: the first token is context only (no prefix token before it, never
-   * predicted); tokens 1..n−1 are scored. */
-  skipFirstToken?: boolean;
-}
-
-export interface MinK {
-  kPercent: number;
-  /** Tokens averaged: ⌊n·k/100⌋ (at least one, unless skipped). */
-  count: number;
-  /** Their mean log-prob; NaN when skipped. */
-  logprob: number;
-  skipped: boolean;
-}
-
-export interface RollingScore {
-  logprob: number;
-  numTokens: number;
-  /** −mean token log-prob (KIEval's average LM loss). */
-  meanLoss: number;
-  perplexity: number;
-  minKPercent: number;
-  /** Mean of the lowest ⌊n·k/100⌋ (at least one) token log-probs; NaN when skipped. */
-  minKLogprob: number;
-  /** Every k asked for (`minKPercent` first). */
-  minK: MinK[];
-  tokenIds: number[];
-  tokenLogprobs: number[];
-  numWindows: number;
-}
-
-/** The echo answer for one prompt. */
-export interface EchoScore {
-  /** log p(prompt[t] | prompt[..t]) for t = 1..n-1. */
-  promptLogprobs: number[];
-  /** Top-k alternatives at positions 0..n-1 (the last one is the next-token distribution). */
-  top: TopK[];
-  nextToken: number;
-  nextLogprob: number;
-  length: number;
-}
+export * from './request-types.js';
 
 // Python's str.isspace() set, for the harness's rstrip().
 const TRAILING_WS = /[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/u;
@@ -181,26 +49,36 @@ export class RequestEncoder {
   async encodeChunked(req: LoglikelihoodRequest, field: string): Promise<ChunkedPair> {
     const chunks = req.contextChunks!;
     const refuse = (name: string, what: string) => {
-      throw new InvalidArgumentError(`${field}.${name}`, `${what} is not available with context_chunks (the attention pass scores the continuations only)`);
+      throw new InvalidArgumentError(
+        `${field}.${name}`,
+        `${what} is not available with context_chunks (the attention pass scores the continuations only)`,
+      );
     };
     if ((req.topK ?? 0) > 0) refuse('top_k', 'top-k');
     if (req.contextLogprobs) refuse('context_logprobs', "the context's own log-probs");
     if (req.unconditionalContext !== undefined) refuse('unconditional', 'unconditional scoring');
     if (req.continuations.length === 0) throw new InvalidArgumentError(`${field}.continuations`, 'at least one continuation is needed');
     if (req.continuations.length > this.maxContinuations)
-      throw new InvalidArgumentError(`${field}.continuations`, `${req.continuations.length} continuations, over the limit of ${this.maxContinuations} per item`);
+      throw new InvalidArgumentError(
+        `${field}.continuations`,
+        `${req.continuations.length} continuations, over the limit of ${this.maxContinuations} per item`,
+      );
     const text = chunks.every((c) => c.text !== undefined && c.ids === undefined);
     const ids = chunks.every((c) => c.ids !== undefined && c.text === undefined);
     if (!text && !ids) throw new InvalidArgumentError(`${field}.context_chunks`, 'chunks must all be text or all be token ids');
     chunks.forEach((c, k) => {
       if (c.label === CONTINUATION_LABEL)
-        throw new InvalidArgumentError(`${field}.context_chunks[${k}].label`, `${JSON.stringify(CONTINUATION_LABEL)} is the continuation's own label`);
+        throw new InvalidArgumentError(
+          `${field}.context_chunks[${k}].label`,
+          `${JSON.stringify(CONTINUATION_LABEL)} is the continuation's own label`,
+        );
       if (c.ids) this.checkTokens(c.ids, `${field}.context_chunks[${k}].ids`);
     });
     const conts = req.continuations.map((cont, j) => {
       const cfield = `${field}.continuations[${j}]`;
       if (cont.length === 0) throw new InvalidArgumentError(cfield, 'continuation is empty');
-      if ((typeof cont === 'string') !== text) throw new InvalidArgumentError(cfield, 'context chunks and continuations must both be text or both be token ids');
+      if ((typeof cont === 'string') !== text)
+        throw new InvalidArgumentError(cfield, 'context chunks and continuations must both be text or both be token ids');
       if (typeof cont !== 'string') this.checkTokens(cont, cfield);
       return { cfield, cont };
     });
@@ -229,7 +107,10 @@ export class RequestEncoder {
         throw new InvalidArgumentError(`${field}.context_chunks`, 'the chunks do not tokenise as the context does');
       encoded = pairs.map((p) => p.continuation);
     } else {
-      ({ ids: context, segments } = segmentIds(chunks.map((c) => ({ label: c.label, ids: c.ids! })), `${field}.context_chunks`));
+      ({ ids: context, segments } = segmentIds(
+        chunks.map((c) => ({ label: c.label, ids: c.ids! })),
+        `${field}.context_chunks`,
+      ));
       encoded = conts.map(({ cont }) => cont as number[]);
     }
     const continuations = conts.map(({ cfield, cont }, j) => {
@@ -357,7 +238,10 @@ export class RequestEncoder {
       const neutral = req.unconditionalContext;
       if (neutral !== undefined) {
         if (typeof neutral !== typeof req.context || Array.isArray(neutral) !== Array.isArray(req.context))
-          throw new InvalidArgumentError(`${field}.unconditional`, 'the neutral context must be of the same kind as the context (text or token ids)');
+          throw new InvalidArgumentError(
+            `${field}.unconditional`,
+            'the neutral context must be of the same kind as the context (text or token ids)',
+          );
         if (Array.isArray(neutral)) this.checkTokens(neutral, `${field}.unconditional_ids`);
       }
       const addBos = req.addBos ?? false;
@@ -407,7 +291,9 @@ export class RequestEncoder {
         const { unit, truncated } = this.toUnit(context, continuation, topK, truncation, field);
         const main = units.push(unit) - 1;
         const unconditional = neutralPair
-          ? units.push(this.toUnit(neutralPair.context, neutralPair.continuation, 0, truncation, `${field} (after the neutral context)`).unit) - 1
+          ? units.push(
+              this.toUnit(neutralPair.context, neutralPair.continuation, 0, truncation, `${field} (after the neutral context)`).unit,
+            ) - 1
           : undefined;
         return { main, unconditional, meta: { numChars: [...text].length, numBytes: Buffer.byteLength(text, 'utf8'), truncated } };
       });
@@ -507,7 +393,8 @@ export class RequestEncoder {
         checkK(req.minKPercent ?? 20, `items[${i}].min_k_percent`);
         (req.minKPercents ?? []).forEach((k, j) => checkK(k, `items[${i}].min_k_percents[${j}]`));
         const rule = req.minKRule ?? 'at-least-one';
-        if (rule !== 'at-least-one' && rule !== 'skip') throw new InvalidArgumentError(`items[${i}].min_k_rule`, `must be at-least-one or skip (got ${rule})`);
+        if (rule !== 'at-least-one' && rule !== 'skip')
+          throw new InvalidArgumentError(`items[${i}].min_k_rule`, `must be at-least-one or skip (got ${rule})`);
         if (typeof req.text === 'string') return quiet(this.tokenizer.encodeAsync(req.text, false));
         this.checkTokens(req.text, `items[${i}].token_ids`);
         return req.text;
