@@ -23,8 +23,7 @@
 import type { Engine } from './engine.js';
 import { InvalidArgumentError } from './errors.js';
 import type { ProbeSample } from './probe.js';
-import { segmentSample } from './segments.js';
-import type { ChatMessage, Segment, Segmented } from './segments.js';
+import { segmentSample, type ChatMessage, type Segment, type Segmented } from './segments.js';
 import type { KeyRange, Prepared, Unit, UnitScore } from './scoring/units.js';
 import { rng, streamSeed } from './common/random.js';
 import { messageLabels } from './common/labels.js';

@@ -10,7 +10,7 @@ import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundEr
 import type { Metrics } from '../metrics.js';
 import type { EngineInfo } from '../engine.js';
 import type { LoadedModel } from '../repository.js';
-import { countVariants, prepareAttribution, resolveAttributionOptions, type AttributionOptions, type AttributionSample, type SampleAttribution } from '../attribution.js';
+import { countVariants, prepareAttribution, type AttributionOptions, type AttributionSample, type SampleAttribution } from '../attribution.js';
 import { continuationScore, prepareChunkScores } from '../chunk-scores.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring/requests.js';
@@ -370,8 +370,7 @@ export class Service {
   async attribute(m: ServedModel, samples: AttributionSample[], options: AttributionOptions, call: CallContext): Promise<SampleAttribution[]> {
     this.checkItems(samples.length, 'samples');
     this.checkTextBytes(samples, 'samples');
-    // Counted from the request, before a single variant is tokenised or built.
-    resolveAttributionOptions(options);
+    // Counted from the request (options checked first), before a variant is tokenised or built.
     const { total, field } = countVariants(samples, options);
     if (total > this.maxItemsPerRequest)
       throw new InvalidArgumentError(field, `${total} variants to score, over the limit of ${this.maxItemsPerRequest} per call (--max-items)`);
