@@ -94,6 +94,19 @@ describe('SIGTERM', () => {
     session.destroy();
   }, 60_000);
 
+  it('an HTTP request whose body never finishes arriving is no call: the drain does not wait for it', async () => {
+    const s = await serveCli(modelDir, ['--drain-timeout-ms', '20000']);
+    const socket = net.connect(s.httpPort, '127.0.0.1');
+    socket.on('error', () => {});
+    await new Promise((r) => socket.once('connect', r));
+    socket.write('POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"prompt": "');
+    socket.write('x'.repeat(1000));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await s.stop()).toBe(0);
+    expect(s.lines.find((l) => l.event === 'stopped')!.how).toBe('drained');
+    socket.destroy();
+  }, 60_000);
+
   it('a second SIGTERM exits at once', async () => {
     const s = await serveCli(modelDir, ['--drain-timeout-ms', '60000']);
     const { client } = openStream(s.grpcPort);

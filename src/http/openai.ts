@@ -53,18 +53,24 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
   // only JSON is taken.
   app.removeContentTypeParser(['text/plain']);
 
-  const records = new WeakMap<FastifyRequest, { record: CallRecord; failure?: unknown }>();
+  // Metric labels come from the route table, never from the raw path.
+  const method = (req: FastifyRequest) => (req.routeOptions.url ? `http ${req.routeOptions.url}` : 'http other');
+  const records = new WeakMap<FastifyRequest, { record?: CallRecord; failure?: unknown }>();
   app.addHook('onRequest', async (req) => {
-    // Metric labels come from the route table, never from the raw path.
-    const route = req.routeOptions.url;
-    records.set(req, { record: service.begin(route ? `http ${route}` : 'http other') });
-    if (options.checkToken && route !== '/health' && !options.checkToken(req.headers.authorization)) {
+    records.set(req, {});
+    if (options.checkToken && req.routeOptions.url !== '/health' && !options.checkToken(req.headers.authorization)) {
       throw new UnauthenticatedError('authorization: a valid "Bearer <token>" is required');
     }
   });
+  // A call is in flight (what a drain waits for) once its body has arrived: a client that
+  // never finishes sending one holds no drain. One refused before that is recorded as it ends.
+  app.addHook('preValidation', async (req) => {
+    const r = records.get(req);
+    if (r) r.record ??= service.begin(method(req));
+  });
   const end = (req: FastifyRequest, code: string) => {
     const r = records.get(req);
-    r?.record.end(code, r.failure);
+    if (r) (r.record ??= service.begin(method(req))).end(code, r.failure);
   };
   app.addHook('onResponse', async (req, reply) => end(req, String(reply.statusCode)));
   app.addHook('onRequestAbort', async (req) => end(req, '499'));
