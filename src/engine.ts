@@ -71,7 +71,6 @@ export interface PassRecord {
   kind: 'score' | 'probe';
   rows: number;
   tokens: number;
-  seconds: number;
 }
 
 export interface ForwardResult {
@@ -204,9 +203,8 @@ export class Engine {
     this.passListeners.push(listener);
   }
 
-  private passed(kind: PassRecord['kind'], rows: number, tokens: number, started: number): void {
-    const pass = { kind, rows, tokens, seconds: (performance.now() - started) / 1000 };
-    for (const listener of this.passListeners) listener(pass);
+  private passed(kind: PassRecord['kind'], rows: number, tokens: number): void {
+    for (const listener of this.passListeners) listener({ kind, rows, tokens });
   }
 
   /** `listener` is called once if the thread that runs this model's sessions dies. */
@@ -316,7 +314,6 @@ export class Engine {
     for (const pool of ['max', 'mean']) names.push(`heat.${pool}.key_max`, `heat.${pool}.key_sum`);
     for (const l of raw.layers) names.push(`raw.${l}`);
     if (req.keepPresent && B !== 1) throw new Error('engine: a probe pass keeps its KV only for one row');
-    const started = performance.now();
     const { outputs: out, present } = await this.host.run({
       session: SESSION,
       feeds,
@@ -326,7 +323,7 @@ export class Engine {
       keepPresent: req.keepPresent ?? false,
       emptyPast: this.emptyPast,
     });
-    this.passed('probe', B, B * T, started);
+    this.passed('probe', B, B * T);
     const f = (name: string) => out[name]!.data as Float32Array;
     return {
       T,
@@ -434,7 +431,6 @@ export class Engine {
     if (N > 0 && req.topK > 0) fetches.push('topk_logprobs', 'topk_ids');
     if (fetches.length === 0) fetches.push('logprobs');
 
-    const started = performance.now();
     const { outputs: out, present } = await this.host.run({
       session: SESSION,
       feeds,
@@ -444,7 +440,7 @@ export class Engine {
       keepPresent: req.keepPresent,
       emptyPast: this.emptyPast,
     });
-    this.passed('score', B, B * T, started);
+    this.passed('score', B, B * T);
     const result: ForwardResult = {
       logprobs: N > 0 ? (out.logprobs!.data as Float32Array) : new Float32Array(0),
       greedy: N > 0 ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
