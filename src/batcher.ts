@@ -23,9 +23,6 @@ export interface BatcherOptions {
 
 interface Job {
   units: Unit[];
-  /** A task that runs on its own in the round (probes), instead of batched units; it
-   * checks `shouldStop` between its passes. */
-  task?: (shouldStop: () => boolean) => Promise<unknown>;
   tokens: number;
   enqueuedAt: number;
   cancelled: boolean;
@@ -33,8 +30,8 @@ interface Job {
   reject(err: unknown): void;
 }
 
-export interface Submitted<T = UnitScore[]> {
-  result: Promise<T>;
+export interface Submitted {
+  result: Promise<UnitScore[]>;
   /** Drop the request: it leaves the queue (or its answer is discarded if running). */
   cancel(): void;
 }
@@ -74,12 +71,7 @@ export class Batcher {
     );
   }
 
-  /** Queue work that runs alone in its round (a probe pass), under the same limits. */
-  submitTask<T>(tokens: number, task: (shouldStop: () => boolean) => Promise<T>): Submitted<T> {
-    return this.enqueue([], tokens, task);
-  }
-
-  private enqueue<T>(units: Unit[], tokens: number, task?: (shouldStop: () => boolean) => Promise<T>): Submitted<T> {
+  private enqueue(units: Unit[], tokens: number): Submitted {
     if (this.queuedTokens + tokens > this.maxQueuedTokens) {
       return {
         result: Promise.reject(
@@ -89,8 +81,8 @@ export class Batcher {
       };
     }
     let job!: Job;
-    const result = new Promise<T>((resolve, reject) => {
-      job = { units, task, tokens, enqueuedAt: performance.now(), cancelled: false, resolve, reject };
+    const result = new Promise<UnitScore[]>((resolve, reject) => {
+      job = { units, tokens, enqueuedAt: performance.now(), cancelled: false, resolve, reject };
     });
     this.queue.push(job);
     this.queuedTokens += tokens;
@@ -187,10 +179,7 @@ export class Batcher {
   /** Score the jobs of a round together; if that fails, each alone, so one request's
    * failure never costs another client its answer. */
   private async score(jobs: Job[]): Promise<void> {
-    for (const j of jobs.filter((j) => j.task && !j.cancelled)) {
-      await j.task!(() => j.cancelled).then(j.resolve, j.reject);
-    }
-    const live = jobs.filter((j) => !j.cancelled && !j.task);
+    const live = jobs.filter((j) => !j.cancelled);
     if (live.length === 0) return;
     try {
       const scores = await this.scoreJobs(live);
@@ -235,7 +224,7 @@ export class Batcher {
   }
 }
 
-/** Items a job stands for: its scored sequences, or one for a task. */
+/** Items a job stands for: its units (scored sequences, probed samples). */
 function jobItems(job: Job): number {
-  return job.task ? 1 : job.units.length;
+  return job.units.length;
 }

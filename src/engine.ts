@@ -25,6 +25,19 @@ export interface Row {
    * attention for every later query, attribution.ts); every range ends at or before
    * `startPosition`. */
   hidden?: KeyRange[];
+  /** Attention statistics over this row's queries (a probe row). */
+  probe?: RowProbe;
+}
+
+/** What a probe row brings: the bin of every key it sees and the weight of each query. */
+export interface RowProbe {
+  /** Per position from 0 to the row's end (its past, then its tokens): 0..C−1 a chunk,
+   * C excluded (an attention sink, its share reported apart). */
+  keyBins: number[];
+  /** C, this row's chunks (rows of one pass may have different counts). */
+  chunks: number;
+  /** Per token of the row: its weight as a query. */
+  queryWeights: number[];
 }
 
 /** Token positions [start, end). */
@@ -58,15 +71,20 @@ export interface ScoredPosition {
   target: number;
 }
 
+/** One forward pass: rows that score, rows that probe, or both. */
 export interface ForwardRequest {
   rows: Row[];
   past?: PastKV;
   scored: ScoredPosition[];
   topK: number;
   keepPresent: boolean;
+  /** With probe rows: compute the per-row maps a heatmap is made of. */
+  heatmap?: boolean;
+  /** With one probe row and no past: raw probabilities of these layers, heads and query rows. */
+  raw?: { layers: number[]; heads: number[]; queries: number[] };
 }
 
-/** One forward pass as run: a scoring pass or a probe pass, its rows and padded tokens. */
+/** One forward pass as run: scoring only, or with probe rows; its rows and padded tokens. */
 export interface PassRecord {
   kind: 'score' | 'probe';
   rows: number;
@@ -81,52 +99,26 @@ export interface ForwardResult {
   topkLogprobs?: Float32Array; // [scored, topK]
   topkIds?: BigInt64Array;
   present?: PastKV;
+  /** With probe rows: the pass's attention statistics. */
+  probe?: PassProbe;
 }
 
-/** One sample of a probe pass: its tokens, each key's bin and each query's weight. */
-export interface ProbeRow {
-  tokens: number[];
-  /** Per token: 0..C-1 its chunk, C excluded (sink); padding gets C+1. */
-  keyBins: number[];
-  /** Per token: 1 in a query chunk, 0 elsewhere. */
-  queryWeights: number[];
-  /** Length of the whole sample when this row is a block of it (longrope); default: its end. */
-  sequenceLength?: number;
-}
-
-export interface ProbeRequest {
-  rows: ProbeRow[];
-  /** C + 2: the chunks, the excluded bin, the padding bin. */
-  numBins: number;
-  raw?: { layers: number[]; heads: number[]; queries: number[] };
-  /** One row continuing kept KV (a cached prefix, or the query blocks before this one):
-   * the row's tokens start after it, and its keys are binned by `keyBins` like the row's. */
-  past?: { kv: PastKV; keyBins: number[] };
-  /** Keep this pass's KV (one row) for the next query block. */
-  keepPresent?: boolean;
-  /** Compute the per-row maps a heatmap is made of (default true); without, the `heat`
-   * and `keyCount` outputs are one row of zeros per sample. */
-  heatmap?: boolean;
-  /** Positions whose log-prob of a target this pass also returns (the scoring head runs
-   * in the probe graph too). */
-  scored?: ScoredPosition[];
-}
-
-export interface ProbeResult {
+/** A pass's attention statistics, every row in the pass's bins: C chunks (C the most of
+ * any probe row; a row's own excluded bin is mapped to C), C+1 padding. */
+export interface PassProbe {
+  /** Query slots per row (the pass's padded row length). */
   T: number;
-  /** This pass's KV, when kept. */
-  present?: PastKV;
-  /** Log-probs of `scored`, in its order. */
-  logprobs: Float32Array;
-  /** Whether each `scored` target is the most likely token there. */
-  greedy: boolean[];
+  bins: number;
   votes: Float32Array; // [B, L, H, bins]
   sinkVotes: Float32Array; // [B, L, H]
   mass: Float32Array; // [B, L, H, bins]
   sinkMass: Float32Array; // [B, L, H]
-  heat: Record<'max' | 'mean', { keyMax: Float32Array; keySum: Float32Array }>; // [B, T, bins]
-  keyCount: Float32Array; // [B, T, bins]
-  raw: Map<number, Float32Array>; // layer → [B, Hr, Q, T]
+  /** [B, T, bins] with `heatmap`, else [B, 1, bins] of zeros. */
+  heat: Record<'max' | 'mean', { keyMax: Float32Array; keySum: Float32Array }>;
+  keyCount: Float32Array;
+  raw: Map<number, Float32Array>; // layer → [B, Hr, Q, S]
+  /** Keys per row (past + T). */
+  S: number;
 }
 
 export interface EngineInfo {
@@ -251,98 +243,6 @@ export class Engine {
     return { type: kvDType(this.device.dtype), dims: [1, this.config.numKvHeads, 0, this.config.headDim] };
   }
 
-  /** One probe pass over full sequences (no past): attention statistics per sample. */
-  async probe(req: ProbeRequest): Promise<ProbeResult> {
-    const c = this.config;
-    const B = req.rows.length;
-    const T = Math.max(1, ...req.rows.map((r) => r.tokens.length));
-    const past = req.past;
-    const P = past?.kv.length ?? 0;
-    if (past && (B !== 1 || past.kv.gaps || past.kv.validLengths[0] !== P || past.keyBins.length !== P)) {
-      throw new Error('engine: a probe continues a past only for one row, over an unpadded past with a bin per key');
-    }
-    const S = P + T;
-    const inputIds = new BigInt64Array(B * T);
-    const positionIds = new BigInt64Array(B * T);
-    const keyPositions = new BigInt64Array(B * S).fill(-1n);
-    const keyBin = new BigInt64Array(B * S).fill(BigInt(req.numBins - 1));
-    // The rows any sample weights, one list for the pass (votes and mass scan only these);
-    // at least one, so every tensor keeps a row (weight 0 where no sample asks).
-    const rowSet = new Set<number>();
-    for (const row of req.rows) row.queryWeights.forEach((w, t) => w !== 0 && rowSet.add(t));
-    const queryRows = rowSet.size > 0 ? [...rowSet].sort((a, b) => a - b) : [0];
-    const Q = queryRows.length;
-    const queryWeight = new Float32Array(B * Q);
-    req.rows.forEach((row, b) => queryRows.forEach((t, q) => (queryWeight[b * Q + q] = row.queryWeights[t] ?? 0)));
-    past?.keyBins.forEach((bin, j) => {
-      keyPositions[j] = BigInt(j);
-      keyBin[j] = BigInt(bin);
-    });
-    req.rows.forEach((row, b) =>
-      row.tokens.forEach((tok, t) => {
-        inputIds[b * T + t] = BigInt(tok);
-        positionIds[b * T + t] = BigInt(P + t);
-        keyPositions[b * S + P + t] = BigInt(P + t);
-        keyBin[b * S + P + t] = BigInt(row.keyBins[t]!);
-      }),
-    );
-    const raw = req.raw ?? { layers: [], heads: [], queries: [] };
-    const i64 = (values: number[]) => int64(BigInt64Array.from(values, BigInt), [values.length]);
-    const feeds: Record<string, HostTensor> = {
-      input_ids: int64(inputIds, [B, T]),
-      position_ids: int64(positionIds, [B, T]),
-      key_positions: int64(keyPositions, [B, S]),
-      past_index: int64(new BigInt64Array(B), [B]),
-      key_bin: int64(keyBin, [B, S]),
-      query_rows: i64(queryRows),
-      query_weight: { type: 'float32', data: queryWeight, dims: [B, Q] },
-      num_bins: i64([req.numBins]),
-      raw_heads: i64(raw.heads),
-      raw_queries: i64(raw.queries),
-      // 1 + the most excluded keys of any row: the top keys always hold a kept one.
-      ...(c.rope?.long ? { sequence_lengths: i64(req.rows.map((r) => r.sequenceLength ?? P + r.tokens.length)) } : {}),
-      ...this.scoreFeeds(req.scored ?? [], T),
-      want_heatmap: { type: 'bool', data: Uint8Array.of(req.heatmap === false ? 0 : 1), dims: [1] },
-      probe_top_keys: i64([
-        1 +
-          (past?.keyBins.filter((b) => b === req.numBins - 2).length ?? 0) +
-          Math.max(0, ...req.rows.map((r) => r.keyBins.filter((b) => b === req.numBins - 2).length)),
-      ]),
-    };
-    const names = ['probe.votes', 'probe.sink_votes', 'probe.mass', 'probe.sink_mass', 'heat.key_count'];
-    if (req.scored?.length) names.push('logprobs', 'greedy');
-    for (const pool of ['max', 'mean']) names.push(`heat.${pool}.key_max`, `heat.${pool}.key_sum`);
-    for (const l of raw.layers) names.push(`raw.${l}`);
-    if (req.keepPresent && B !== 1) throw new Error('engine: a probe pass keeps its KV only for one row');
-    const { outputs: out, present } = await this.host.run({
-      session: SESSION,
-      feeds,
-      fetches: names,
-      past: past?.kv.handle,
-      numLayers: c.numLayers,
-      keepPresent: req.keepPresent ?? false,
-      emptyPast: this.emptyPast,
-    });
-    this.passed('probe', B, B * T);
-    const f = (name: string) => out[name]!.data as Float32Array;
-    return {
-      T,
-      ...(present !== undefined ? { present: { handle: present, validLengths: [S], length: S } } : {}),
-      logprobs: req.scored?.length ? f('logprobs') : new Float32Array(0),
-      greedy: req.scored?.length ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
-      votes: f('probe.votes'),
-      sinkVotes: f('probe.sink_votes'),
-      mass: f('probe.mass'),
-      sinkMass: f('probe.sink_mass'),
-      heat: {
-        max: { keyMax: f('heat.max.key_max'), keySum: f('heat.max.key_sum') },
-        mean: { keyMax: f('heat.mean.key_max'), keySum: f('heat.mean.key_sum') },
-      },
-      keyCount: f('heat.key_count'),
-      raw: new Map(raw.layers.map((l) => [l, f(`raw.${l}`)])),
-    };
-  }
-
   /** The log-prob head's inputs: which flat positions, which targets, how many
    * alternatives. Reductions over an empty [0, vocab] tensor crash onnxruntime's CPU
    * kernels (SIGFPE), so a pass that scores nothing scores one dummy position, unread;
@@ -412,13 +312,15 @@ export class Engine {
       });
     });
     const N = req.scored.length;
+    const probing = req.rows.some((r) => r.probe);
+    if (req.raw && (!probing || B !== 1 || P > 0)) throw new Error('engine: raw attention is taken from one probe row without a past');
     const feeds: Record<string, HostTensor> = {
       input_ids: int64(inputIds, [B, T]),
       position_ids: int64(positionIds, [B, T]),
       key_positions: int64(keyPositions, [B, P + T]),
       past_index: int64(pastIndex, [B]),
       ...this.scoreFeeds(req.scored, T, req.topK),
-      ...this.idleProbeFeeds(B, P + T),
+      ...(probing ? this.probeFeeds(req, P, T) : this.idleProbeFeeds(B, P + T)),
     };
     if (c.rope?.long) {
       feeds.sequence_lengths = int64(
@@ -430,6 +332,10 @@ export class Engine {
     if (N > 0) fetches.push('logprobs', 'greedy');
     if (N > 0 && req.topK > 0) fetches.push('topk_logprobs', 'topk_ids');
     if (fetches.length === 0) fetches.push('logprobs');
+    if (probing) {
+      fetches.push(...PROBE_OUTPUTS);
+      for (const l of req.raw?.layers ?? []) fetches.push(`raw.${l}`);
+    }
 
     const { outputs: out, present } = await this.host.run({
       session: SESSION,
@@ -440,7 +346,7 @@ export class Engine {
       keepPresent: req.keepPresent,
       emptyPast: this.emptyPast,
     });
-    this.passed('score', B, B * T);
+    this.passed(probing ? 'probe' : 'score', B, B * T);
     const result: ForwardResult = {
       logprobs: N > 0 ? (out.logprobs!.data as Float32Array) : new Float32Array(0),
       greedy: N > 0 ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
@@ -454,8 +360,91 @@ export class Engine {
     if (req.keepPresent) {
       result.present = { handle: present!, validLengths: req.rows.map((r) => P + r.tokens.length), length: P + T, ...(gaps ? { gaps } : {}) };
     }
+    if (probing) {
+      const f = (name: string) => out[name]!.data as Float32Array;
+      result.probe = {
+        T,
+        S: P + T,
+        bins: probeBins(req.rows),
+        votes: f('probe.votes'),
+        sinkVotes: f('probe.sink_votes'),
+        mass: f('probe.mass'),
+        sinkMass: f('probe.sink_mass'),
+        heat: {
+          max: { keyMax: f('heat.max.key_max'), keySum: f('heat.max.key_sum') },
+          mean: { keyMax: f('heat.mean.key_max'), keySum: f('heat.mean.key_sum') },
+        },
+        keyCount: f('heat.key_count'),
+        raw: new Map((req.raw?.layers ?? []).map((l) => [l, f(`raw.${l}`)])),
+      };
+    }
     return result;
   }
+
+  /** The probe inputs of a pass with probe rows. Every row's keys in the pass's bins
+   * (C the most chunks of any row: a row's own excluded bin moves to C, padding and the
+   * keys of rows that only score go to C+1); the query rows any row weights, one list for
+   * the pass (votes and mass scan only these; at least one, weight 0 where no row asks). */
+  private probeFeeds(req: ForwardRequest, P: number, T: number): Record<string, HostTensor> {
+    const B = req.rows.length;
+    const S = P + T;
+    const bins = probeBins(req.rows);
+    const excluded = bins - 2;
+    const keyBin = new BigInt64Array(B * S).fill(BigInt(bins - 1));
+    const rowSet = new Set<number>();
+    let mostExcluded = 0;
+    req.rows.forEach((row, b) => {
+      const probe = row.probe;
+      if (!probe) return;
+      probe.queryWeights.forEach((w, t) => w !== 0 && t < row.tokens.length && rowSet.add(t));
+      const valid = req.past?.validLengths[row.pastRow] ?? 0;
+      const bin = (j: number) => (probe.keyBins[j] === probe.chunks ? excluded : probe.keyBins[j]!);
+      let excludedKeys = 0;
+      const set = (slot: number, j: number) => {
+        const v = bin(j);
+        if (v === excluded) excludedKeys++;
+        keyBin[b * S + slot] = BigInt(v);
+      };
+      for (let j = 0; j < valid; j++) set(j, j);
+      for (let t = 0; t < row.tokens.length; t++) set(P + t, row.startPosition + t);
+      mostExcluded = Math.max(mostExcluded, excludedKeys);
+    });
+    const queryRows = rowSet.size > 0 ? [...rowSet].sort((a, b) => a - b) : [0];
+    const Q = queryRows.length;
+    const queryWeight = new Float32Array(B * Q);
+    req.rows.forEach((row, b) => queryRows.forEach((t, q) => (queryWeight[b * Q + q] = row.probe?.queryWeights[t] ?? 0)));
+    const raw = req.raw ?? { layers: [], heads: [], queries: [] };
+    const i64 = (values: number[]) => int64(BigInt64Array.from(values, BigInt), [values.length]);
+    return {
+      key_bin: int64(keyBin, [B, S]),
+      query_rows: i64(queryRows),
+      query_weight: { type: 'float32', data: queryWeight, dims: [B, Q] },
+      num_bins: i64([bins]),
+      raw_heads: i64(raw.heads),
+      raw_queries: i64(raw.queries),
+      // 1 + the most excluded keys of any row: the top keys always hold a kept one.
+      probe_top_keys: i64([1 + mostExcluded]),
+      want_heatmap: { type: 'bool', data: Uint8Array.of(req.heatmap ? 1 : 0), dims: [1] },
+    };
+  }
+}
+
+/** The probe graph's outputs a pass with probe rows fetches (besides raw slices). */
+const PROBE_OUTPUTS = [
+  'probe.votes',
+  'probe.sink_votes',
+  'probe.mass',
+  'probe.sink_mass',
+  'heat.key_count',
+  'heat.max.key_max',
+  'heat.max.key_sum',
+  'heat.mean.key_max',
+  'heat.mean.key_sum',
+];
+
+/** Bins of a pass with probe rows: the most chunks of any row, excluded, padding. */
+function probeBins(rows: Row[]): number {
+  return 2 + Math.max(0, ...rows.map((r) => r.probe?.chunks ?? 0));
 }
 
 /** The checkpoint's dtype: config `torch_dtype` (or `dtype`), else the one its weights

@@ -1,14 +1,16 @@
-// Attention probing on top of the engine's probe graph: CHARPEval's per-layer chunk
-// distribution (argmax votes and attention mass), RefuteBench's round heatmap, and raw
-// attention slices under a size cap. The graph does the reductions over layers, heads
-// and keys (kernels/attention.ts); this file turns per-bin sums into the reported
-// distributions and reduces query tokens to segments.
-import type { Engine, PastKV, ProbeResult, ProbeRow } from './engine.js';
-import type { Scorer } from './scoring/scorer.js';
-import { CancelledError, InvalidArgumentError } from './errors.js';
+// Attention probing as a request kind: `prepare` turns samples into probe units (the
+// scheduler plans and runs them with every other unit: scores, other probes), `finish`
+// turns their attention sums into CHARPEval's per-layer chunk distribution (argmax votes
+// and attention mass), RefuteBench's round heatmap, and raw attention slices under a size
+// cap. The graph does the reductions over layers, heads and keys (kernels/attention.ts);
+// this file turns per-bin sums into the reported distributions and reduces query tokens
+// to segments.
+import type { Engine } from './engine.js';
+import { Scorer } from './scoring/scorer.js';
+import type { Prepared, ProbeSums, Unit, UnitScore } from './scoring/units.js';
+import { InvalidArgumentError } from './errors.js';
 import { meanMatrix, meanVector } from './common/matrix.js';
 import { segmentSample, type SampleContent, type Segment, type Segmented } from './segments.js';
-
 
 export type Reducer = 'mean' | 'max' | 'sum';
 
@@ -102,19 +104,25 @@ export interface RawSlice {
   keys: number;
 }
 
-export interface PreparedRaw {
-  prepared: PreparedSample;
-  req: RawRequest;
-  queries: number[];
-}
 
 export interface ProberOptions {
-  /** The model's scorer, whose prefix cache probes without a heatmap use. */
+  /** The model's scorer: its planner and runner run the probe units (`probe`, `raw`), its
+   * prefix cache serves probes without a heatmap. Default: one without a prefix cache. */
   scorer?: Scorer;
-  /** Bytes of one layer's attention (batch × heads × T × T × 4) a probe pass may hold. */
+  /** Bytes of one layer's attention a pass may hold, for the scorer made here (with a
+   * scorer of your own, set its `maxAttentionBytes`). */
   maxAttentionBytes?: number;
   /** Largest raw-attention answer, in bytes of the requested dtype. */
   maxRawBytes?: number;
+}
+
+/** A sample as one row: its tokens, each key's bin and each query's weight. */
+export interface ProbeRow {
+  tokens: number[];
+  /** Per token: 0..C-1 its chunk, C excluded (an attention sink). */
+  keyBins: number[];
+  /** Per token: 1 in a query chunk, 0 elsewhere. */
+  queryWeights: number[];
 }
 
 /** A sample turned into tokens, bins and query weights. */
@@ -126,20 +134,25 @@ export interface PreparedSample {
 }
 
 export class Prober {
-  readonly maxAttentionBytes: number;
   readonly maxRawBytes: number;
-  private readonly scorer?: Scorer;
+  /** Runs the units of `probe` and `raw` (the server queues them in its batcher instead). */
+  readonly scorer: Scorer;
 
   constructor(
     readonly engine: Engine,
     options: ProberOptions = {},
   ) {
-    this.scorer = options.scorer;
-    // 256 MiB: with votes and mass over the query rows only, a block's size no longer costs
-    // time (16k-token probe, 512/384/256 MiB: 75.5/75.6/74.0 s), and peak RSS follows it
-    // (2171/1852/1569 MiB above the loaded model).
-    this.maxAttentionBytes = options.maxAttentionBytes ?? 256 * 2 ** 20;
+    if (options.scorer && options.maxAttentionBytes !== undefined)
+      throw new Error('prober: maxAttentionBytes belongs to the scorer given (its planner makes the passes)');
+    this.scorer =
+      options.scorer ??
+      new Scorer(engine, { prefixSharing: false, ...(options.maxAttentionBytes !== undefined ? { maxAttentionBytes: options.maxAttentionBytes } : {}) });
     this.maxRawBytes = options.maxRawBytes ?? 64 * 2 ** 20;
+  }
+
+  /** Bytes of one layer's attention a pass may hold (the scorer's planner's limit). */
+  get maxAttentionBytes(): number {
+    return this.scorer.maxAttentionBytes;
   }
 
   private attentionBytes(rows: number, tokens: number): number {
@@ -180,9 +193,11 @@ export class Prober {
     return { seg, row: { tokens: seg.ids, keyBins, queryWeights }, queryLabels, excluded };
   }
 
+  /** Probe samples here, through the scorer's planner and runner. */
   async probe(samples: ProbeSample[], options: ProbeOptions = {}): Promise<ProbeAnswer> {
     const { prepared, opts } = await this.prepareAll(samples, options);
-    return this.run(prepared, opts);
+    const job = this.units(prepared, opts);
+    return job.finish((await this.scorer.scoreUnits(job.units)).scores);
   }
 
   /** Validate samples and options (throws InvalidArgumentError naming the field). */
@@ -213,236 +228,110 @@ export class Prober {
     return { prepared, opts };
   }
 
-  /** Probe prepared samples, packed into passes under the attention-memory limit;
-   * `shouldStop` is asked before each pass (a caller gone: CancelledError). */
-  async run(prepared: PreparedSample[], opts: ProbeAnswer['options'], shouldStop?: () => boolean): Promise<ProbeAnswer> {
-    const results: SampleProbe[] = new Array(prepared.length);
-    const order = prepared.map((_, i) => i).sort((a, b) => prepared[b]!.row.tokens.length - prepared[a]!.row.tokens.length);
-    let batch: number[] = [];
-    const flush = async () => {
-      if (shouldStop?.()) throw new CancelledError();
-      if (batch.length > 0) await this.runBatch(prepared, batch, opts, results);
-      batch = [];
-    };
-    // A sample whose whole attention would exceed the limit runs alone, in query blocks.
-    const long = (i: number) => this.attentionBytes(1, prepared[i]!.row.tokens.length) > this.maxAttentionBytes;
-    // Without a heatmap, a sample whose queries start late runs alone after its cached prefix.
-    const cached = (i: number) => !long(i) && !opts.heatmap && this.scorer?.cache !== undefined && passStart(prepared[i]!, opts.logprobs) > 0;
-    for (const i of order.filter(long)) await this.runInBlocks(prepared, i, opts, results, shouldStop);
-    for (const i of order.filter(cached)) {
-      if (shouldStop?.()) throw new CancelledError();
-      await this.runAfterPrefix(prepared, i, opts, results);
-    }
-    for (const i of order.filter((i) => !cached(i) && !long(i))) {
-      const longest = Math.max(prepared[i]!.row.tokens.length, ...batch.map((j) => prepared[j]!.row.tokens.length));
-      if (batch.length > 0 && this.attentionBytes(batch.length + 1, longest) > this.maxAttentionBytes) await flush();
-      batch.push(i);
-    }
-    await flush();
-    return { samples: results, mean: meanOf(results), options: opts };
-  }
-
-  /** One sample in query blocks: each block's rows against the KV of the blocks before it,
-   * sized so that heads × block × keys × 4 bytes stays within the limit (blocks shrink as
-   * the keys grow). Votes and mass are sums over query rows and add up across blocks; the
-   * heatmap's per-row maps are laid side by side. No pass holds T × T. */
-  private async runInBlocks(
-    prepared: PreparedSample[],
-    i: number,
-    opts: ProbeAnswer['options'],
-    results: SampleProbe[],
-    shouldStop?: () => boolean,
-  ): Promise<void> {
-    const p = prepared[i]!;
-    const T = p.row.tokens.length;
-    const bins = p.seg.segments.length + 2;
-    const H = this.engine.config.numHeads;
-    const cells = Math.floor(this.maxAttentionBytes / (H * 4));
-    const blockSize = (keys: number) => Math.max(1, Math.floor((Math.sqrt(keys * keys + 4 * cells) - keys) / 2));
-    const perBin = (n: number) => new Float32Array(n);
-    const L = this.engine.config.numLayers;
-    const logprobs: number[] = [];
-    const greedy: boolean[] = [];
-    const total: ProbeResult = {
-      T,
-      logprobs: new Float32Array(0),
-      greedy: [],
-      votes: perBin(L * H * bins),
-      sinkVotes: perBin(L * H),
-      mass: perBin(L * H * bins),
-      sinkMass: perBin(L * H),
-      heat: {
-        max: { keyMax: perBin(T * bins), keySum: perBin(T * bins) },
-        mean: { keyMax: perBin(T * bins), keySum: perBin(T * bins) },
-      },
-      keyCount: perBin(T * bins),
-      raw: new Map(),
-    };
-    const add = (into: Float32Array, from: Float32Array) => from.forEach((v, k) => (into[k]! += v));
-    let past: PastKV | undefined;
-    try {
-      for (let start = 0; start < T;) {
-        if (shouldStop?.()) throw new CancelledError();
-        const end = Math.min(T, start + blockSize(start));
-        const out = await this.engine.probe({
-          rows: [
-            {
-              tokens: p.row.tokens.slice(start, end),
-              keyBins: p.row.keyBins.slice(start, end),
-              queryWeights: p.row.queryWeights.slice(start, end),
-              sequenceLength: T,
-            },
-          ],
-          numBins: bins,
-          ...(past ? { past: { kv: past, keyBins: p.row.keyBins.slice(0, start) } } : {}),
-          keepPresent: end < T,
-          heatmap: opts.heatmap,
-          ...(opts.logprobs ? { scored: queryTargets(p, start, end, 0) } : {}),
-        });
-        logprobs.push(...out.logprobs);
-        greedy.push(...out.greedy);
-        if (past) this.engine.dropPast(past);
-        past = out.present;
-        add(total.votes, out.votes);
-        add(total.sinkVotes, out.sinkVotes);
-        add(total.mass, out.mass);
-        add(total.sinkMass, out.sinkMass);
-        if (opts.heatmap) {
-          for (const pool of ['max', 'mean'] as const) {
-            total.heat[pool].keyMax.set(out.heat[pool].keyMax, start * bins);
-            total.heat[pool].keySum.set(out.heat[pool].keySum, start * bins);
-          }
-          total.keyCount.set(out.keyCount, start * bins);
-        }
-        start = end;
-      }
-    } finally {
-      if (past) this.engine.dropPast(past);
-    }
-    total.logprobs = Float32Array.from(logprobs);
-    total.greedy = greedy;
-    this.collect(prepared, [i], opts, results, total, bins, 0);
-  }
-
-  /** One sample without a heatmap: the tokens before its first query token from the
-   * prefix cache (computed into it when missing), then a probe pass of the query rows
-   * only (up to the last query token; later rows matter to no query). */
-  private async runAfterPrefix(prepared: PreparedSample[], i: number, opts: ProbeAnswer['options'], results: SampleProbe[]): Promise<void> {
-    const p = prepared[i]!;
-    const r0 = passStart(p, opts.logprobs);
-    // Rows after the last query token are not needed (causal): stop there.
-    const end = 1 + lastQueryToken(p);
-    const bins = p.seg.segments.length + 2;
-    const { value: out, computed, reused } = await this.scorer!.withCachedPrefix(p.row.tokens.slice(0, r0), (kv: PastKV) =>
-      this.engine.probe({
-        rows: [
-          {
-            tokens: p.row.tokens.slice(r0, end),
-            keyBins: p.row.keyBins.slice(r0, end),
-            queryWeights: p.row.queryWeights.slice(r0, end),
-            sequenceLength: p.row.tokens.length,
-          },
-        ],
-        numBins: bins,
-        past: { kv, keyBins: p.row.keyBins.slice(0, r0) },
-        heatmap: false,
-        ...(opts.logprobs ? { scored: queryTargets(p, r0, end, 0) } : {}),
-      }),
-    );
-    this.collect(prepared, [i], opts, results, out, bins, r0);
-    results[i]!.prefix = { computed, reused };
-  }
-
-  private async runBatch(prepared: PreparedSample[], batch: number[], opts: ProbeAnswer['options'], results: SampleProbe[]): Promise<void> {
-    // All samples of a pass share the bin layout: chunks padded to the most chunks.
-    const C = Math.max(...batch.map((i) => prepared[i]!.seg.segments.length));
-    const rows = batch.map((i) => {
-      const p = prepared[i]!;
-      const own = p.seg.segments.length;
-      return { ...p.row, keyBins: p.row.keyBins.map((b) => (b === own ? C : b)) };
+  /** Prepared samples as probe units (one each), and the answer from their outputs. A
+   * unit's rows: every token with a heatmap (each row of the map is a query); without,
+   * only from its first query row (or the row that predicts the query chunks' first
+   * token, with log-probs) to its last query token: the tokens before are its prefix,
+   * kept in the prefix cache for later probes of the same dialogue, and rows after the
+   * last query token matter to no query (causal). */
+  units(prepared: PreparedSample[], opts: ProbeAnswer['options']): Prepared<ProbeAnswer> {
+    const spans = prepared.map((p) => {
+      const T = p.row.tokens.length;
+      return opts.heatmap ? { from: 0, to: T } : { from: passStart(p, opts.logprobs), to: 1 + lastQueryToken(p) };
     });
-    const bins = C + 2;
-    const scored = opts.logprobs ? batch.flatMap((i, b) => queryTargets(prepared[i]!, 0, prepared[i]!.row.tokens.length, b)) : undefined;
-    this.collect(prepared, batch, opts, results, await this.engine.probe({ rows, numBins: bins, heatmap: opts.heatmap, ...(scored ? { scored } : {}) }), bins, 0);
+    const units = prepared.map((p, i): Unit => {
+      const { from, to } = spans[i]!;
+      const targets = opts.logprobs ? queryTargets(p, from, to) : [];
+      return {
+        prefix: p.row.tokens.slice(0, from),
+        tail: p.row.tokens.slice(from, to),
+        targets: targets.map((t) => t.target),
+        scored: targets.map((t) => t.index),
+        topK: 0,
+        sequenceLength: p.row.tokens.length,
+        probe: {
+          keyBins: p.row.keyBins,
+          chunks: p.seg.segments.length,
+          queryWeights: p.row.queryWeights,
+          heatmap: opts.heatmap,
+          ...(from > 0 ? { cachePrefix: true } : {}),
+        },
+      };
+    });
+    return {
+      units,
+      finish: (outputs) => {
+        const samples = prepared.map((p, i) => this.finishSample(p, opts, outputs[i]!, spans[i]!.from));
+        return { samples, mean: meanOf(samples), options: opts };
+      },
+    };
   }
 
-  /** Per-sample answers from a probe pass whose rows start at token `offset`. */
-  private collect(
-    prepared: PreparedSample[],
-    batch: number[],
-    opts: ProbeAnswer['options'],
-    results: SampleProbe[],
-    out: ProbeResult,
-    bins: number,
-    offset: number,
-  ): void {
+  /** One sample's answer from its unit's output: per-bin sums → distributions, heatmap
+   * rows → segments × segments, log-probs of the query tokens. */
+  private finishSample(p: PreparedSample, opts: ProbeAnswer['options'], out: UnitScore, from: number): SampleProbe {
+    const sums: ProbeSums = out.probe!;
     const c = this.engine.config;
     const L = c.numLayers;
     const H = c.numHeads;
-    const C = bins - 2;
-    const T = out.T;
-    let scoredAt = 0;
-    batch.forEach((i, b) => {
-      const p = prepared[i]!;
-      const S = p.seg.segments.length;
-      const nq = p.row.queryWeights.reduce((a, w) => a + w, 0);
-      const perLayer = (data: Float32Array, l: number, h: number, bin: number) => data[((b * L + l) * H + h) * bins + bin]!;
-      const dist = (data: Float32Array) =>
-        Array.from({ length: L }, (_, l) => Array.from({ length: S }, (_, u) => sumHeads(H, (h) => perLayer(data, l, h, u)) / (H * nq)));
-      const perHead = (data: Float32Array) =>
-        Array.from({ length: L }, (_, l) =>
-          Array.from({ length: H }, (_, h) => Array.from({ length: S }, (_, u) => perLayer(data, l, h, u) / nq)),
-        );
-      const sink = (data: Float32Array) => Array.from({ length: L }, (_, l) => sumHeads(H, (h) => data[(b * L + l) * H + h]!) / (H * nq));
-      const heat = out.heat[opts.pool];
-      const keyValue = (t: number, u: number): number => {
-        const at = (b * T + t - offset) * bins + u;
-        if (opts.keyReduce === 'max') return heat.keyMax[at]!;
-        if (opts.keyReduce === 'sum') return heat.keySum[at]!;
-        const n = out.keyCount[at]!;
-        return n > 0 ? heat.keySum[at]! / n : 0;
-      };
-      const reduceQueries = (s: Segment, u: number) => {
-        const values: number[] = [];
-        for (let t = s.start; t < s.end; t++) if (!p.excluded.has(t)) values.push(keyValue(t, u));
-        if (values.length === 0) return 0;
-        if (opts.queryReduce === 'max') return Math.max(...values);
-        const sum = values.reduce((a, v) => a + v, 0);
-        return opts.queryReduce === 'sum' ? sum : sum / values.length;
-      };
-      results[i] = {
-        labels: p.seg.segments.map((s) => s.label),
-        segments: p.seg.segments,
-        numTokens: p.seg.ids.length,
-        queryLabels: p.queryLabels,
-        votes: dist(out.votes),
-        votesExcluded: sink(out.sinkVotes),
-        mass: dist(out.mass),
-        massExcluded: sink(out.sinkMass),
-        ...(opts.perHead ? { votesPerHead: perHead(out.votes), massPerHead: perHead(out.mass) } : {}),
-        heatmap: opts.heatmap ? p.seg.segments.map((s) => Array.from({ length: S }, (_, u) => reduceQueries(s, u))) : [],
-        heatmapExcluded: opts.heatmap ? p.seg.segments.map((s) => reduceQueries(s, C)) : [],
-      };
-      if (opts.logprobs) {
-        // The pass scored this sample's query targets in order (offset: rows before are not in it).
-        const n = queryTargets(p, offset, p.row.tokens.length, 0).length;
-        const lps = Array.from(out.logprobs.subarray(scoredAt, scoredAt + n));
-        scoredAt += n;
-        results[i]!.queryLogprobs = lps;
-        results[i]!.queryLogprob = lps.reduce((a, v) => a + v, 0);
-        results[i]!.queryGreedy = out.greedy.slice(scoredAt - n, scoredAt);
-      }
-    });
+    const bins = sums.bins;
+    const S = p.seg.segments.length;
+    const nq = p.row.queryWeights.reduce((a, w) => a + w, 0);
+    const perLayer = (data: Float32Array, l: number, h: number, bin: number) => data[(l * H + h) * bins + bin]!;
+    const dist = (data: Float32Array) =>
+      Array.from({ length: L }, (_, l) => Array.from({ length: S }, (_, u) => sumHeads(H, (h) => perLayer(data, l, h, u)) / (H * nq)));
+    const perHead = (data: Float32Array) =>
+      Array.from({ length: L }, (_, l) => Array.from({ length: H }, (_, h) => Array.from({ length: S }, (_, u) => perLayer(data, l, h, u) / nq)));
+    const sink = (data: Float32Array) => Array.from({ length: L }, (_, l) => sumHeads(H, (h) => data[l * H + h]!) / (H * nq));
+    const heat = sums.heat[opts.pool];
+    const keyValue = (t: number, u: number): number => {
+      const at = t * bins + u;
+      if (opts.keyReduce === 'max') return heat.keyMax[at]!;
+      if (opts.keyReduce === 'sum') return heat.keySum[at]!;
+      const n = sums.keyCount[at]!;
+      return n > 0 ? heat.keySum[at]! / n : 0;
+    };
+    const reduceQueries = (s: Segment, u: number) => {
+      const values: number[] = [];
+      for (let t = s.start; t < s.end; t++) if (!p.excluded.has(t)) values.push(keyValue(t, u));
+      if (values.length === 0) return 0;
+      if (opts.queryReduce === 'max') return Math.max(...values);
+      const sum = values.reduce((a, v) => a + v, 0);
+      return opts.queryReduce === 'sum' ? sum : sum / values.length;
+    };
+    const result: SampleProbe = {
+      labels: p.seg.segments.map((s) => s.label),
+      segments: p.seg.segments,
+      numTokens: p.seg.ids.length,
+      queryLabels: p.queryLabels,
+      votes: dist(sums.votes),
+      votesExcluded: sink(sums.sinkVotes),
+      mass: dist(sums.mass),
+      massExcluded: sink(sums.sinkMass),
+      ...(opts.perHead ? { votesPerHead: perHead(sums.votes), massPerHead: perHead(sums.mass) } : {}),
+      heatmap: opts.heatmap ? p.seg.segments.map((s) => Array.from({ length: S }, (_, u) => reduceQueries(s, u))) : [],
+      heatmapExcluded: opts.heatmap ? p.seg.segments.map((s) => reduceQueries(s, S)) : [],
+    };
+    // The prefix before the unit's rows: from the cache, or computed into it here.
+    if (from > 0 && out.prefixReused !== undefined) result.prefix = { computed: from - out.prefixReused, reused: out.prefixReused };
+    if (opts.logprobs) {
+      result.queryLogprobs = out.logprobs.slice();
+      result.queryLogprob = out.logprobs.reduce((a, v) => a + v, 0);
+      result.queryGreedy = out.greedy.slice();
+    }
+    return result;
   }
 
   /** Raw attention probabilities of one sample: one slice per (layer, head), each
    * [queries × keys], refused beyond `maxRawBytes`. */
   async raw(sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4 = 4): Promise<RawSlice[]> {
-    return this.runRaw(await this.prepareRaw(sample, req, bytesPerValue));
+    const job = await this.prepareRaw(sample, req, bytesPerValue);
+    return job.finish((await this.scorer.scoreUnits(job.units)).scores);
   }
 
-  /** Validate a raw request (sample, layers, heads, query range, size cap) before queueing. */
-  async prepareRaw(sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4 = 4): Promise<PreparedRaw> {
+  /** Validate a raw request (sample, layers, heads, query range, size cap) and make its
+   * unit: the whole sample in a pass of its own. */
+  async prepareRaw(sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4 = 4): Promise<Prepared<RawSlice[]>> {
     const p = await this.prepare(sample, 'sample');
     const c = this.engine.config;
     const T = p.seg.ids.length;
@@ -474,24 +363,34 @@ export class Prober {
         `${req.layers.length} layers × ${req.heads.length} heads × ${queries.length} queries × ${T} keys is ${(bytes / 2 ** 20).toFixed(1)} MiB, over the raw-attention limit of ${(this.maxRawBytes / 2 ** 20).toFixed(1)} MiB: ask for fewer layers, heads or queries`,
       );
     }
-    return { prepared: p, req, queries };
-  }
-
-  async runRaw({ prepared: p, req, queries }: PreparedRaw): Promise<RawSlice[]> {
-    const T = p.seg.ids.length;
-    const C = p.seg.segments.length;
-    const out = await this.engine.probe({ rows: [p.row], numBins: C + 2, raw: { layers: req.layers, heads: req.heads, queries } });
-    const slices: RawSlice[] = [];
-    const Q = queries.length;
-    for (const l of req.layers) {
-      const data = out.raw.get(l)!;
-      req.heads.forEach((h, k) =>
-        slices.push({ layer: l, head: h, queryStart: req.queryStart, keys: T, values: data.slice(k * Q * T, (k + 1) * Q * T) }),
-      );
-    }
-    return slices;
+    const T_ = T;
+    const unit: Unit = {
+      prefix: [],
+      tail: p.row.tokens,
+      targets: [],
+      scored: [],
+      topK: 0,
+      probe: {
+        keyBins: p.row.keyBins,
+        chunks: p.seg.segments.length,
+        queryWeights: p.row.queryWeights,
+        heatmap: false,
+        raw: { layers: req.layers, heads: req.heads, queries },
+      },
+    };
+    return {
+      units: [unit],
+      finish: ([out]) => {
+        const Q = queries.length;
+        return req.layers.flatMap((l) => {
+          const data = out!.probe!.raw.get(l)!;
+          return req.heads.map((h, k) => ({ layer: l, head: h, queryStart: req.queryStart, keys: T_, values: data.slice(k * Q * T_, (k + 1) * Q * T_) }));
+        });
+      },
+    };
   }
 }
+
 
 function sumHeads(H: number, f: (h: number) => number): number {
   let s = 0;
@@ -533,12 +432,12 @@ function lastQueryToken(p: PreparedSample): number {
   return Math.max(...p.seg.segments.filter((s) => p.queryLabels.includes(s.label)).map((s) => s.end - 1));
 }
 
-/** The positions in [from, to) whose next token is a query-chunk token, as scored
- * positions of row `row` (indices relative to `from`). */
-function queryTargets(p: PreparedSample, from: number, to: number, row: number): { row: number; index: number; target: number }[] {
+/** The positions in [from, to) whose next token is a query-chunk token (indices relative
+ * to `from`) and that token. */
+function queryTargets(p: PreparedSample, from: number, to: number): { index: number; target: number }[] {
   const tokens = p.row.tokens;
   const inQuery = (t: number) => p.seg.segments.some((s) => t >= s.start && t < s.end && p.queryLabels.includes(s.label));
-  const out: { row: number; index: number; target: number }[] = [];
-  for (let t = from; t < to && t + 1 < tokens.length; t++) if (inQuery(t + 1)) out.push({ row, index: t - from, target: tokens[t + 1]! });
+  const out: { index: number; target: number }[] = [];
+  for (let t = from; t < to && t + 1 < tokens.length; t++) if (inQuery(t + 1)) out.push({ index: t - from, target: tokens[t + 1]! });
   return out;
 }

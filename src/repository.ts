@@ -27,8 +27,6 @@ export interface ModelEntry {
   threads?: number;
   maxLength?: number;
   maxBatchTokens?: number;
-  /** Bytes of one layer's attention a probe pass may hold (default 256 MiB). */
-  maxProbeAttentionBytes?: number;
   /** Largest raw-attention answer (default 64 MiB). */
   maxRawAttentionBytes?: number;
   /** Continuations per Score item (default 256). */
@@ -93,7 +91,6 @@ const ENTRY_SCHEMA = {
     threads: { type: 'integer', minimum: 0 },
     maxLength: positive,
     maxBatchTokens: positive,
-    maxProbeAttentionBytes: positive,
     maxRawAttentionBytes: positive,
     maxContinuations: positive,
     maxAttentionBytes: positive,
@@ -115,6 +112,10 @@ export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {
     .map((f) => {
       const file = path.join(dir, f);
       const raw = readJsonObject(file, ConfigError);
+      if ('maxProbeAttentionBytes' in raw)
+        throw new ConfigError(
+          `${file}: maxProbeAttentionBytes is gone: probes share passes with scores, all under maxAttentionBytes (default 192 MiB); remove the key or move its value there`,
+        );
       if (!validEntry(raw)) {
         const e = validEntry.errors![0]!;
         const at = e.instancePath.replace(/^\//, '').replaceAll('/', '.');
@@ -200,7 +201,6 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     prefixCacheBytes: entry.prefixCacheBytes,
   });
   const prober = new Prober(engine, {
-    maxAttentionBytes: entry.maxProbeAttentionBytes,
     maxRawBytes: entry.maxRawAttentionBytes,
     scorer,
   });

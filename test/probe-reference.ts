@@ -133,10 +133,16 @@ export async function checkFamily(model: ReferenceModel, engine: Engine, seed: n
     const middle = { chunkIds: chunks, queryLabels: [LABELS[1]!] };
     const full = (await new Prober(engine).probe([middle])).samples[0]!;
     const rows: number[] = [];
+    // Rows of the passes that probe (the prefix runs before, into the cache: KV only).
     const spy: Engine = Object.create(engine, {
-      probe: { value: (req: Parameters<Engine['probe']>[0]) => (rows.push(req.rows[0]!.tokens.length), engine.probe(req)) },
+      forward: {
+        value: (req: Parameters<Engine['forward']>[0]) => {
+          for (const r of req.rows) if (r.probe) rows.push(r.tokens.length);
+          return engine.forward(req);
+        },
+      },
     });
-    const s = new Scorer(engine);
+    const s = new Scorer(spy);
     const got = (await new Prober(spy, { scorer: s }).probe([middle], { heatmap: false })).samples[0]!;
     if (s.cache) expect(rows).toEqual([chunks[1]!.ids.length]);
     expectMatrix(got.votes, full.votes, 1e-6, 'middle query votes');

@@ -79,7 +79,7 @@ export function addOneOffCommands(program: Command): void {
       }));
       const [entry] = entriesFrom(flags);
       const m = await loadModel(entry!);
-      const answer = await new Prober(m.engine).probe(samples, {
+      const answer = await m.prober.probe(samples, {
         pool: flags.pool,
         queryReduce: flags.queryReduce,
         keyReduce: flags.keyReduce,

@@ -63,10 +63,16 @@ export interface ScoreRow {
   path?: number[];
   /** Keys the row's queries at or after the last range's end do not see. */
   hidden?: KeyRange[];
+  /** The unit asks for attention statistics over this row (a probe row). */
+  probe?: boolean;
+  /** Runs whole in a pass of its own (raw attention slices). */
+  alone?: boolean;
 }
 
+/** A forward pass: `probe` when some of its rows probe (it then returns attention
+ * statistics too; its other rows only score). */
 export interface ScorePass {
-  kind: 'score';
+  kind: 'score' | 'probe';
   /** Index in `Plan.passes` of the pass whose KV this pass continues (query blocks). */
   past?: number;
   /** Keep this pass's KV for a later block (one row, in query blocks). */
@@ -93,11 +99,21 @@ export function unitRow(unit: Unit, index: number): ScoreRow {
     startPosition: 0,
     scoredFrom: unit.prefix.length,
     targetFrom: 0,
-    targetCount: unit.targets.length,
+    targetCount: unit.tail.length,
     pastRow: 0,
     ...(unit.hidden?.length ? { hidden: unit.hidden } : {}),
+    ...(unit.sequenceLength !== undefined ? { sequenceLength: unit.sequenceLength } : {}),
+    ...rowKind(unit),
   };
 }
+
+/** What a row of `unit` tells the planner about its kind. */
+export function rowKind(unit: Unit): Pick<ScoreRow, 'probe' | 'alone'> {
+  if (!unit.probe) return {};
+  return { probe: true, ...(unit.probe.raw ? { alone: true } : {}) };
+}
+
+const passKind = (rows: readonly ScoreRow[]): Pass['kind'] => (rows.some((r) => r.probe) ? 'probe' : 'score');
 
 /** Units as whole rows, no cache: the plan of a scorer without prefix sharing. */
 export function planUnits(units: readonly Unit[], options: PlanOptions): Plan {
@@ -112,9 +128,11 @@ export function plan(rows: readonly ScoreRow[], options: PlanOptions): Plan {
   const tooLong = (r: ScoreRow) =>
     r.tokens.length > budget || r.tokens.length * (r.startPosition + r.tokens.length) > cells || (r.hidden ?? []).some((h) => h.end > r.startPosition);
   const passes: Pass[] = [];
-  const [longRows, shortRows] = split([...rows], tooLong);
-  for (const batch of pack(shortRows, budget, cells)) passes.push({ kind: 'score', rows: batch });
+  const [alone, others] = split([...rows], (r) => r.alone === true);
+  const [longRows, shortRows] = split(others, tooLong);
+  for (const batch of pack(shortRows, budget, cells)) passes.push({ kind: passKind(batch), rows: batch });
   for (const row of longRows) blocks(passes, row, blockSize);
+  for (const row of alone) passes.push({ kind: passKind([row]), rows: [row] });
   return { passes };
 }
 
@@ -162,12 +180,13 @@ function blocks(passes: Pass[], row: ScoreRow, blockSize: (keys: number) => numb
     if (row.cacheScores) block.cacheScores = row.cacheScores.filter((s) => s.index >= start && s.index < end).map((s) => ({ ...s, index: s.index - start }));
     if (row.path) block.path = row.path;
     if (row.topK) block.topK = row.topK;
+    if (row.probe) block.probe = true;
     const hidden = (row.hidden ?? []).filter((h) => h.end <= block.startPosition);
     if (hidden.length) block.hidden = hidden;
     // longrope picks its frequencies by the whole sequence's length, not the block's.
     if (end < row.tokens.length) block.sequenceLength = row.sequenceLength ?? row.startPosition + row.tokens.length;
     else if (row.sequenceLength !== undefined) block.sequenceLength = row.sequenceLength;
-    past = passes.push({ kind: 'score', past, keep: end < row.tokens.length, rows: [block] }) - 1;
+    past = passes.push({ kind: passKind([block]), past, keep: end < row.tokens.length, rows: [block] }) - 1;
     start = end;
   }
 }

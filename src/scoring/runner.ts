@@ -2,11 +2,11 @@
 // plus the work done. A pass whose rows continue cached KV gets it laid out as its past
 // (identical pasts once); a query block's KV is kept until the next block has run. With a
 // prefix cache, each row's new KV and scores go into it as the pass ends.
-import type { Engine, KvPiece, PastKV, ScoredPosition } from '../engine.js';
+import type { Engine, KvPiece, PassProbe, PastKV, Row, ScoredPosition } from '../engine.js';
 import { CancelledError } from '../errors.js';
 import { planTokens, type Plan, type ScorePass, type ScoreRow } from './planner.js';
 import type { Match, Piece, PrefixCache, ScoreEntry } from './prefix-cache.js';
-import { unitTokens, type TopK, type Unit, type UnitScore } from './units.js';
+import { unitTokens, type ProbeSums, type TopK, type Unit, type UnitScore } from './units.js';
 
 export interface Work {
   /** Tokens run through the model. */
@@ -119,11 +119,14 @@ async function runScorePass(
   const dest: Destination[] = [];
   pass.rows.forEach((r, row) => {
     if (r.unit !== undefined) {
-      const targets = units[r.unit]!.targets;
-      for (let j = 0; j < r.targetCount; j++) {
-        const target = targets[r.targetFrom + j]!;
-        scored.push({ row, index: r.scoredFrom + j, target });
-        dest.push({ row, position: r.startPosition + r.scoredFrom + j, target, unit: r.unit, targetIndex: r.targetFrom + j });
+      const unit = units[r.unit]!;
+      // The row covers tail positions [targetFrom, targetFrom + targetCount).
+      for (const j of targetsIn(unit, r.targetFrom, r.targetFrom + r.targetCount)) {
+        const target = unit.targets[j]!;
+        const tail = unit.scored ? unit.scored[j]! : j;
+        const index = r.scoredFrom + tail - r.targetFrom;
+        scored.push({ row, index, target });
+        dest.push({ row, position: r.startPosition + index, target, unit: r.unit, targetIndex: j });
       }
     }
     for (const s of r.cacheScores ?? []) {
@@ -134,19 +137,43 @@ async function runScorePass(
   const rowTopK = (r: ScoreRow) => (r.unit !== undefined ? units[r.unit]!.topK : (r.topK ?? 0));
   const topK = Math.max(0, ...pass.rows.map(rowTopK));
   const toCache = sink !== undefined && pass.rows.some((r) => r.path);
+  const probeOf = (r: ScoreRow) => (r.unit !== undefined ? units[r.unit]!.probe : undefined);
+  const raw = pass.rows.map(probeOf).find((p) => p?.raw)?.raw;
   const out = await engine.forward({
-    rows: pass.rows.map((r, b) => ({
-      tokens: r.tokens,
-      startPosition: r.startPosition,
-      pastRow: pastRows[b]!,
-      ...(r.sequenceLength !== undefined ? { sequenceLength: r.sequenceLength } : {}),
-      ...(r.hidden ? { hidden: r.hidden } : {}),
-    })),
+    rows: pass.rows.map((r, b): Row => {
+      const probe = probeOf(r);
+      return {
+        tokens: r.tokens,
+        startPosition: r.startPosition,
+        pastRow: pastRows[b]!,
+        ...(r.sequenceLength !== undefined ? { sequenceLength: r.sequenceLength } : {}),
+        ...(r.hidden ? { hidden: r.hidden } : {}),
+        ...(probe
+          ? {
+              probe: {
+                keyBins: probe.keyBins,
+                chunks: probe.chunks,
+                queryWeights: probe.queryWeights.slice(r.startPosition, r.startPosition + r.tokens.length),
+              },
+            }
+          : {}),
+      };
+    }),
     past,
     scored,
     topK,
     keepPresent: (pass.keep ?? false) || toCache,
+    heatmap: pass.rows.some((r) => probeOf(r)?.heatmap),
+    ...(raw ? { raw } : {}),
   });
+  if (out.probe) {
+    pass.rows.forEach((r, b) => {
+      if (r.unit === undefined || !units[r.unit]!.probe) return;
+      const unit = units[r.unit]!;
+      const res = (results[r.unit] ??= emptyScore(unit));
+      addProbe(res.probe!, out.probe!, b, r, unit, engine.config.numLayers * engine.config.numHeads);
+    });
+  }
   const entries: { position: number; target: number; entry: ScoreEntry; topK?: TopK }[][] = pass.rows.map(() => []);
   // Rows of the top-k outputs are as wide as the engine ran them: k, at most the vocabulary.
   const width = out.topK;
@@ -196,5 +223,87 @@ async function runScorePass(
  * passes and from the cache). */
 export function emptyScore(unit: Unit): UnitScore {
   const n = unit.targets.length;
-  return { logprobs: new Array(n), greedy: new Array(n), ...(unit.topK > 0 ? { topK: new Array(n) } : {}) };
+  return {
+    logprobs: new Array(n),
+    greedy: new Array(n),
+    ...(unit.topK > 0 ? { topK: new Array(n) } : {}),
+    ...(unit.probe ? { probe: emptySums(unit, 0) } : {}),
+  };
+}
+
+/** Indices of the unit's targets whose tail positions lie in [from, to). */
+function targetsIn(unit: Unit, from: number, to: number): number[] {
+  if (!unit.scored) return Array.from({ length: Math.max(0, to - from) }, (_, k) => from + k);
+  const out: number[] = [];
+  let lo = 0;
+  let hi = unit.scored.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (unit.scored[mid]! < from) lo = mid + 1;
+    else hi = mid;
+  }
+  for (let j = lo; j < unit.scored.length && unit.scored[j]! < to; j++) out.push(j);
+  return out;
+}
+
+function emptySums(unit: Unit, layerHeads: number): ProbeSums {
+  const bins = unit.probe!.chunks + 2;
+  const T = unit.prefix.length + unit.tail.length;
+  const rows = unit.probe!.heatmap ? T * bins : 0;
+  const f = (n: number) => new Float32Array(n);
+  return {
+    bins,
+    votes: f(layerHeads * bins),
+    sinkVotes: f(layerHeads),
+    mass: f(layerHeads * bins),
+    sinkMass: f(layerHeads),
+    heat: { max: { keyMax: f(rows), keySum: f(rows) }, mean: { keyMax: f(rows), keySum: f(rows) } },
+    keyCount: f(rows),
+    raw: new Map(),
+  };
+}
+
+/** Add row `b` of a pass's probe outputs to its unit's sums: votes and mass are sums over
+ * query rows (they add up across blocks); heatmap rows go to their positions; the pass's
+ * bins map back to the unit's (its excluded bin was the pass's C). */
+function addProbe(sums: ProbeSums, out: PassProbe, b: number, r: ScoreRow, unit: Unit, layerHeads: number): void {
+  if (sums.votes.length === 0) Object.assign(sums, emptySums(unit, layerHeads));
+  const own = sums.bins;
+  const C = own - 2;
+  const passBins = out.bins;
+  const binOf = (u: number) => (u === C ? passBins - 2 : u); // own bin → pass bin
+  for (let lh = 0; lh < layerHeads; lh++) {
+    const from = (b * layerHeads + lh) * passBins;
+    for (let u = 0; u <= C; u++) {
+      sums.votes[lh * own + u]! += out.votes[from + binOf(u)]!;
+      sums.mass[lh * own + u]! += out.mass[from + binOf(u)]!;
+    }
+    sums.sinkVotes[lh]! += out.sinkVotes[b * layerHeads + lh]!;
+    sums.sinkMass[lh]! += out.sinkMass[b * layerHeads + lh]!;
+  }
+  const probe = unit.probe!;
+  if (probe.heatmap) {
+    for (let t = 0; t < r.tokens.length; t++) {
+      const at = (r.startPosition + t) * own;
+      const src = (b * out.T + t) * passBins;
+      for (let u = 0; u <= C; u++) {
+        for (const pool of ['max', 'mean'] as const) {
+          sums.heat[pool].keyMax[at + u] = out.heat[pool].keyMax[src + binOf(u)]!;
+          sums.heat[pool].keySum[at + u] = out.heat[pool].keySum[src + binOf(u)]!;
+        }
+        sums.keyCount[at + u] = out.keyCount[src + binOf(u)]!;
+      }
+    }
+  }
+  if (probe.raw) {
+    // [B, Hr, Q, S] → this row's [Hr, Q, tokens]: the keys past the sample are padding.
+    const Hr = probe.raw.heads.length;
+    const Q = probe.raw.queries.length;
+    const keys = unit.prefix.length + unit.tail.length;
+    for (const [layer, data] of out.raw) {
+      const slice = new Float32Array(Hr * Q * keys);
+      for (let hq = 0; hq < Hr * Q; hq++) slice.set(data.subarray((b * Hr * Q + hq) * out.S, (b * Hr * Q + hq) * out.S + keys), hq * keys);
+      sums.raw.set(layer, slice);
+    }
+  }
 }

@@ -7,10 +7,10 @@
 //                 └──────────────────────────┼──────────────────────────────────────────┘
 //                                            ▼
 //                     each unit's rest against its cached past ─► scores (cached + new)
-import type { Engine, PastKV } from '../engine.js';
+import type { Engine } from '../engine.js';
 import type { ModelConfig } from '../model/families.js';
 import { InvalidArgumentError } from '../errors.js';
-import { findTrunks, plan, planUnits, type Plan, type PlanOptions, type ScoreRow, type Trunk } from './planner.js';
+import { findTrunks, plan, planUnits, rowKind, type Plan, type PlanOptions, type ScoreRow, type Trunk } from './planner.js';
 import { PrefixCache, type Match } from './prefix-cache.js';
 import { emptyScore, runPlan, type PlanResult, type RunOptions, type Work } from './runner.js';
 import {
@@ -149,7 +149,11 @@ export class Scorer {
     // A unit with hidden keys shares (and takes from the cache) only what comes before its
     // first mask applies; what follows differs from the plain sequence and never goes into
     // the cache.
-    const shared = units.map((u, i) => (u.hidden?.length ? seqs[i]!.slice(0, maskedFrom(u)) : seqs[i]!));
+    // A probe unit shares its prefix only: its own rows run in its own pass (they return
+    // attention statistics a trunk would not).
+    const shared = units.map((u, i) =>
+      u.probe ? u.prefix : u.hidden?.length ? seqs[i]!.slice(0, maskedFrom(u)) : seqs[i]!,
+    );
     const work: Work = { tokensComputed: 0, passes: 0, tokensReused: 0, tokensRequested: seqs.reduce((n, s) => n + s.length, 0) };
     const pinned: Match[] = [];
     let matches: Match[] = [];
@@ -161,10 +165,19 @@ export class Scorer {
     };
     try {
       let starts: number[];
+      let reusedAtStart: number[] = [];
       for (let level = 0; ; level++) {
         matches = shared.map((s) => cache.match(s));
         starts = units.map((u, i) => this.firstToCompute(cache, u, matches[i]!));
+        if (level === 0) reusedAtStart = starts.slice();
         const trunks = level < MAX_TRUNK_LEVELS ? findTrunks(shared, starts, this.minSharedTokens) : [];
+        // A probe that keeps its prefix for later calls computes it into the cache even alone.
+        const inTrunk = new Set(trunks.flatMap((t) => t.members));
+        units.forEach((u, i) => {
+          const start = starts[i]!;
+          if (level < MAX_TRUNK_LEVELS && u.probe?.cachePrefix && start < u.prefix.length && !inTrunk.has(i))
+            trunks.push({ members: [i], from: start, to: u.prefix.length, spine: i, reach: [u.prefix.length] });
+        });
         if (trunks.length === 0) break;
         await runRows(trunks.map((t) => this.trunkRow(t, units, seqs, matches)));
         for (const m of matches) cache.release(m);
@@ -186,15 +199,23 @@ export class Scorer {
           targetCount: seq.length - first,
           pastRow: 0,
           ...(start > 0 ? { cached: cache.pieces(matches[i]!, start) } : {}),
-          // With no budget a row's KV could not stay: do not copy it out of the pass.
-          ...(cache.budget > 0 && !u.hidden?.length ? { path: seq } : {}),
+          // With no budget a row's KV could not stay: do not copy it out of the pass. A
+          // probe row's KV is not kept (its prefix is; copying its rows out costs more
+          // than a later probe of the same rows would save).
+          ...(cache.budget > 0 && !u.hidden?.length && !u.probe ? { path: seq } : {}),
           ...(u.hidden?.length ? { hidden: u.hidden } : {}),
+          ...(u.sequenceLength !== undefined ? { sequenceLength: u.sequenceLength } : {}),
+          ...rowKind(u),
         });
       });
       const scores = await runRows(rows);
       // Positions before a unit's start come from the cache (its match is still pinned).
       units.forEach((u, i) => {
         const res = (scores[i] ??= emptyScore(u));
+        if (u.probe) {
+          res.prefixReused = Math.min(reusedAtStart[i]!, u.prefix.length);
+          return; // its scored positions all lie in its own rows
+        }
         const end = Math.min(starts[i]!, seqs[i]!.length);
         for (let pos = u.prefix.length; pos < end; pos++) {
           const t = pos - u.prefix.length;
@@ -212,50 +233,11 @@ export class Scorer {
     }
   }
 
-  /** Run `fn` on the KV of `tokens` laid out as one past, computing what the cache lacks
-   * into it first (KV only); serialised with scoring rounds. Returns `fn`'s value and how
-   * many of the tokens were computed and how many came from the cache. */
-  async withCachedPrefix<T>(tokens: number[], fn: (past: PastKV) => Promise<T>): Promise<{ value: T; computed: number; reused: number }> {
-    const cache = this.cache;
-    if (!cache) throw new Error('scorer: no prefix cache');
-    return this.exclusive(async () => {
-      const pinned: Match[] = [];
-      let match = cache.match(tokens);
-      let past: PastKV | undefined;
-      try {
-        const reused = Math.min(match.depth, tokens.length);
-        let computed = 0;
-        if (match.depth < tokens.length) {
-          const start = match.depth;
-          const row: ScoreRow = {
-            tokens: tokens.slice(start),
-            startPosition: start,
-            scoredFrom: 0,
-            targetFrom: 0,
-            targetCount: 0,
-            pastRow: 0,
-            ...(start > 0 ? { cached: cache.pieces(match, start) } : {}),
-            cacheScores: [],
-            path: tokens,
-          };
-          computed = (await runPlan(this.engine, [], plan([row], this.planOptions), {}, { cache, pinned })).work.tokensComputed;
-          cache.release(match);
-          match = cache.match(tokens); // pinned trunks: it reaches the end
-        }
-        past = await this.engine.gatherPast([cache.pieces(match, tokens.length).map((p) => ({ ...p, row: 0 }))]);
-        return { value: await fn(past), computed, reused };
-      } finally {
-        if (past) this.engine.dropPast(past);
-        cache.release(match);
-        for (const m of pinned) cache.release(m);
-        cache.evict();
-      }
-    });
-  }
-
   /** The first input position of `unit` to compute: its cached KV ends there, or a scored
    * position there has no cached score; its length when everything is cached. */
   private firstToCompute(cache: PrefixCache, unit: Unit, match: Match): number {
+    // A probe needs its own rows run: at most its prefix comes from the cache.
+    if (unit.probe) return Math.min(match.depth, unit.prefix.length);
     const n = unit.prefix.length + unit.tail.length;
     const kv = Math.min(match.depth, n);
     for (let pos = unit.prefix.length; pos < n; pos++) {
@@ -272,6 +254,7 @@ export class Scorer {
     const cacheScores: { index: number; target: number }[] = [];
     t.members.forEach((m, j) => {
       const u = units[m]!;
+      if (u.probe) return; // shares its prefix only: no scored position in a trunk
       // Only the positions where the member is still on the spine are its own.
       const end = Math.min(t.reach[j]!, seqs[m]!.length);
       for (let pos = Math.max(t.from, u.prefix.length); pos < end; pos++) {

@@ -1,7 +1,12 @@
-// The unit of scoring work, between request semantics (requests.ts) and forward passes
-// (planner.ts, runner.ts): the tokens before the first scored input position
-// (`prefix`), the input tokens whose logits are scored (`tail`) and what they must
-// predict (`targets`). Units with the same prefix can share one prefix pass.
+// The unit of work, between request semantics (a request kind's `prepare` and `finish`:
+// scoring/requests.ts, probe.ts, attribution.ts, chunk-scores.ts) and forward passes
+// (planner.ts, runner.ts): the tokens before the first input position whose output the
+// unit needs (`prefix`), the input tokens whose outputs it needs (`tail`) and what they
+// must predict (`targets`). Units with the same prefix can share one prefix pass and
+// take it from the prefix cache. What a unit asks of its rows:
+//   - log-probs of its targets (every tail position, or the `scored` ones), top-k;
+//   - with `probe`: attention statistics over its rows (votes, mass, heatmap rows, raw
+//     slices), from the same pass, which may hold other units' rows.
 
 import type { KeyRange } from '../engine.js';
 
@@ -10,18 +15,62 @@ export type { KeyRange };
 export interface Unit {
   prefix: number[];
   tail: number[];
+  /** The targets of the scored tail positions, in order. */
   targets: number[];
+  /** Tail indices scored, ascending, one per target; absent: every tail position. */
+  scored?: number[];
   topK: number;
   /** Positions whose keys the queries after them do not see (attribution's `mask`): a
    * query at or after a range's end does not see its keys. The sequence before the first
    * range's end is the plain one (computed as usual, shared); queries after it run with
    * the ranges that ended before them masked. */
   hidden?: KeyRange[];
+  /** Length of the whole sequence when the unit's input stops short of it (a probe's rows
+   * end at its last query token), for positions that depend on it (longrope). */
+  sequenceLength?: number;
+  /** Attention statistics over the tail's rows (a probe). */
+  probe?: ProbeAsk;
+}
+
+/** What a probe unit asks of the attention of its rows. */
+export interface ProbeAsk {
+  /** Per input token (prefix then tail): 0..C−1 its chunk, C excluded from the keys. */
+  keyBins: number[];
+  /** C: the sample's chunks. */
+  chunks: number;
+  /** Per input token: its weight as a query (1 in the query chunks, 0 elsewhere). */
+  queryWeights: number[];
+  /** The per-row maps a heatmap is made of (needs every row: the prefix is empty). */
+  heatmap: boolean;
+  /** Raw probabilities of some layers, heads and query rows (runs alone, whole). */
+  raw?: { layers: number[]; heads: number[]; queries: number[] };
+  /** Compute the prefix into the prefix cache first, also for one unit alone (a dialogue's
+   * context, probed again for its next query chunk). */
+  cachePrefix?: boolean;
+}
+
+/** Per-unit attention sums in the unit's own bins (C chunks, C excluded, C+1 unused),
+ * added up over the passes and query blocks that ran its rows. */
+export interface ProbeSums {
+  bins: number;
+  /** [layers, heads, bins] */
+  votes: Float32Array;
+  sinkVotes: Float32Array;
+  mass: Float32Array;
+  sinkMass: Float32Array;
+  /** [tokens, bins] by absolute position; rows not run stay zero (only with `heatmap`). */
+  heat: Record<'max' | 'mean', { keyMax: Float32Array; keySum: Float32Array }>;
+  keyCount: Float32Array;
+  /** layer → [heads asked, queries asked, tokens] */
+  raw: Map<number, Float32Array>;
 }
 
 /** Where a unit stops being its plain sequence: the first end of a hidden range
  * (`Infinity` without). */
 export const maskedFrom = (u: { hidden?: KeyRange[] }) => Math.min(Infinity, ...(u.hidden ?? []).map((h) => h.end));
+
+/** The tail index of target `j`. */
+export const scoredIndex = (u: Unit, j: number) => (u.scored ? u.scored[j]! : j);
 
 export interface TopK {
   ids: number[];
@@ -32,13 +81,18 @@ export interface UnitScore {
   logprobs: number[];
   greedy: boolean[];
   topK?: TopK[];
+  /** Probe units: their attention sums. */
+  probe?: ProbeSums;
+  /** Prefix positions whose KV came from the prefix cache as the round began (units that
+   * share a prefix through the cache). */
+  prefixReused?: number;
 }
 
 /** Tokens a unit costs to compute in full (its queue and budget weight). */
 export const unitTokens = (u: Unit) => u.prefix.length + u.tail.length;
 
-/** Requests turned into units, and how to turn the units' scores back into answers. */
+/** Requests turned into units, and how to turn the units' outputs back into answers. */
 export interface Prepared<T> {
   units: Unit[];
-  finish(scores: UnitScore[]): T;
+  finish(outputs: UnitScore[]): T;
 }

@@ -14,7 +14,7 @@ import { countVariants, prepareAttribution, type AttributionOptions, type Attrib
 import { continuationScore, prepareChunkScores } from '../chunk-scores.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring/requests.js';
-import type { Prepared } from '../scoring/units.js';
+import type { Prepared, UnitScore } from '../scoring/units.js';
 
 const DEADLINE_SLACK_MS = 20;
 
@@ -297,18 +297,17 @@ export class Service {
     // One answer, one limit: the chunked items' continuation tokens count with the plain ones.
     const chunkedTokens = pairs.reduce((n, p) => n + p.continuations.reduce((a, c) => a + c.ids.length, 0), 0);
     this.checkScoredTokens(chunkedTokens + (preparedPlain?.units.reduce((n, u) => n + u.targets.length, 0) ?? 0));
+    // One job: the plain items' units and the chunked items' probe units share the round's
+    // passes (and the prefix cache) like any other units.
     const flat = samples.flat();
-    const tokens = flat.reduce((n, p) => n + p.row.tokens.length, 0);
-    const [plainScores, probed] = await Promise.all([
-      preparedPlain ? this.scoreUnits(m, preparedPlain, call) : Promise.resolve([]),
-      this.queued(
-        m.batcher.submitTask(tokens, (shouldStop) => m.prober.run(flat, { ...PROBE_FOR_SCORES }, shouldStop)),
-        call,
-      ),
-    ]);
+    const probes = m.prober.units(flat, { ...PROBE_FOR_SCORES });
+    const plainUnits = preparedPlain?.units ?? [];
+    const outputs = await this.queued(m.batcher.submit([...plainUnits, ...probes.units]), call);
+    const plainScores = preparedPlain ? preparedPlain.finish(outputs.slice(0, plainUnits.length)) : [];
+    const probed = probes.finish(outputs.slice(plainUnits.length));
     const model = m.entry.name;
-    this.metrics.itemsScored.inc({ model }, flat.length);
-    this.metrics.tokensScored.inc({ model }, chunkedTokens);
+    this.metrics.itemsScored.inc({ model }, flat.length + plainUnits.length);
+    this.metrics.tokensScored.inc({ model }, chunkedTokens + plainUnits.reduce((n, u) => n + u.targets.length, 0));
     const answers: ContinuationScore[][] = new Array(requests.length);
     plain.forEach((i, k) => (answers[i] = plainScores[k]!));
     let next = 0;
@@ -356,11 +355,8 @@ export class Service {
     this.checkItems(samples.length, 'samples');
     this.checkTextBytes(samples, 'samples');
     const { prepared, opts } = await m.prober.prepareAll(samples, options);
-    const tokens = prepared.reduce((n, p) => n + p.row.tokens.length, 0);
-    const answer = await this.queued(
-      m.batcher.submitTask(tokens, (shouldStop) => m.prober.run(prepared, opts, shouldStop)),
-      call,
-    );
+    const job = m.prober.units(prepared, opts);
+    const answer = job.finish(await this.queued(m.batcher.submit(job.units), call));
     this.metrics.itemsScored.inc({ model: m.entry.name }, prepared.length);
     return answer;
   }
@@ -380,15 +376,12 @@ export class Service {
 
   async rawAttention(m: ServedModel, sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4, call: CallContext): Promise<RawSlice[]> {
     this.checkTextBytes(sample, 'sample');
-    const prepared = await m.prober.prepareRaw(sample, req, bytesPerValue);
-    return this.queued(
-      m.batcher.submitTask(prepared.prepared.row.tokens.length, () => m.prober.runRaw(prepared)),
-      call,
-    );
+    const job = await m.prober.prepareRaw(sample, req, bytesPerValue);
+    return job.finish(await this.queued(m.batcher.submit(job.units), call));
   }
 
   /** Wait for queued work; the caller going away or its deadline takes it out of the queue. */
-  private async queued<T>(submitted: Submitted<T>, call: CallContext): Promise<T> {
+  private async queued(submitted: Submitted, call: CallContext): Promise<UnitScore[]> {
     const cancel = () => submitted.cancel();
     let expired = false;
     const deadline = call.deadline ?? Infinity;
