@@ -116,6 +116,56 @@ describe('plan', () => {
   });
 });
 
+describe('plan with probe units', () => {
+  // A probe unit of 5 tokens (chunks [0, 0, 1, 1, 1], the last chunk the query), scoring
+  // its last two targets; and a raw probe, which runs whole in a pass of its own.
+  const probeUnit = (raw = false): Unit => ({
+    prefix: [],
+    tail: [1, 2, 3, 4, 5],
+    targets: [104, 105],
+    scored: [2, 3],
+    topK: 0,
+    probe: {
+      keyBins: [0, 0, 1, 1, 1],
+      chunks: 2,
+      queryWeights: [0, 0, 1, 1, 1],
+      heatmap: true,
+      ...(raw ? { raw: { layers: [0], heads: [0], queries: [4] } } : {}),
+    },
+  });
+
+  it('packs probe rows and score rows into the same passes, by the one packing rule', () => {
+    const p = planUnits([unit([1, 2], [3]), probeUnit(), unit([], [7, 8])], { maxBatchTokens: 16 });
+    expect(p.passes).toHaveLength(1);
+    expect(p.passes[0]!.kind).toBe('probe');
+    expect(p.passes[0]!.rows.map((r) => [r.unit, r.probe ?? false])).toEqual([
+      [1, true],
+      [0, false],
+      [2, false],
+    ]);
+    // The probe row covers every tail position; which are scored is the unit's to say.
+    expect(p.passes[0]!.rows[0]).toMatchObject({ tokens: [1, 2, 3, 4, 5], scoredFrom: 0, targetFrom: 0, targetCount: 5 });
+    expect(planUnits([unit([1, 2], [3])], { maxBatchTokens: 16 }).passes[0]!.kind).toBe('score');
+  });
+
+  it('runs a long probe row in query blocks by the same block formula as a score row', () => {
+    const blocksOf = (u: Unit) => planUnits([u], { maxBatchTokens: 2 }).passes.map((pass) => [pass.kind, pass.rows[0]!.startPosition, pass.rows[0]!.tokens.length]);
+    const probe = probeUnit();
+    const { probe: _ask, scored: _scored, ...plain } = probe;
+    const score = { ...plain, targets: probe.tail.map((t) => t + 100) };
+    expect(blocksOf(probe)).toEqual(blocksOf(score).map(([, start, n]) => ['probe', start, n]));
+    expect(blocksOf(probe)).toEqual([['probe', 0, 2], ['probe', 2, 2], ['probe', 4, 1]]);
+  });
+
+  it('gives a raw probe a pass of its own, whole, whatever the budget', () => {
+    const p = planUnits([unit([1], [2]), probeUnit(true), unit([3], [4])], { maxBatchTokens: 2 });
+    const raw = p.passes.filter((pass) => pass.rows.some((r) => r.unit === 1));
+    expect(raw).toHaveLength(1);
+    expect(raw[0]!.rows).toHaveLength(1);
+    expect(raw[0]!.rows[0]!.tokens).toHaveLength(5);
+  });
+});
+
 describe('findTrunks', () => {
   // Three demos-then-sample sequences, two of which share a sample, and a stranger.
   const demos = [1, 2, 3, 4, 5, 6];

@@ -241,6 +241,48 @@ describe('Probe with log-probs, the first token of the query chunk excluded from
   });
 });
 
+describe('one scheduler for probes and scores', () => {
+  it('runs a Probe and a Score sent together in one shared forward pass, each answer as if alone', async () => {
+    // A server of its own whose round waits 400 ms, so both calls join it; cold cache.
+    const shared = await loadModel({ name: 'm', path: model.entry.path, threads: 1 });
+    const own = await CtxprobeServer.start({ port: 0, metricsPort: 0, batcher: { maxQueueDelayMs: 400 } });
+    own.addModel(shared);
+    own.setServing();
+    const { v1 } = loadPackage();
+    const probing = new v1.Probing(`127.0.0.1:${own.port}`, grpc.credentials.createInsecure());
+    const scoring = scoringClient(own.port);
+    try {
+      const key = (name: string, kind: string) => `ctxprobe_${name}{model="m",kind="${kind}"}`;
+      const before = await scrape(own.metricsPort!);
+      const context = 'Knowledge: Gustave Eiffel designed it.\nUser: Who designed the tower?\nBot:';
+      const [probe, score] = await Promise.all([
+        unary(probing, 'Probe', { model: 'm', samples: [{ chunks }] }),
+        unary(scoring, 'Score', { model: 'm', items: [{ contextText: context, continuationsText: [' Eiffel did.'] }] }),
+      ]);
+      const after = await scrape(own.metricsPort!);
+      const delta = (k: string) => (after.get(k) ?? 0) - (before.get(k) ?? 0);
+      // One pass that probes and scores; no pass that only scores.
+      expect(delta(key('forward_passes_total', 'probe'))).toBe(1);
+      expect(delta(key('forward_passes_total', 'score'))).toBe(0);
+      const probeTokens = probe.samples[0].spans.at(-1).end;
+      const scoreTokens = score.items[0].continuations[0].numTokens + model.engine.tokenizer.encode(context).length - 1;
+      // Both rows, padded to the longer: the pass's tokens are 2 × the longest row.
+      expect(delta(key('forward_pass_tokens_total', 'probe'))).toBe(2 * Math.max(probeTokens, scoreTokens));
+      // Each answer bit for bit what it is alone (the unbatched path, no server).
+      const alone = (await new Prober(model.engine).probe([{ chunks }])).samples[0]!;
+      expect(probe.samples[0].votes.values).toEqual(alone.votes.flat().map(Math.fround));
+      expect(probe.samples[0].mass.values).toEqual(alone.mass.flat().map(Math.fround));
+      expect(probe.samples[0].heatmap.values).toEqual(alone.heatmap.flat().map(Math.fround));
+      const plain = (await model.scorer.loglikelihood([{ context: model.engine.tokenizer.encode(context), continuations: [model.engine.tokenizer.encode(' Eiffel did.')] }]))[0]![0]!;
+      expect(score.items[0].continuations[0].tokenLogprobs).toEqual(plain.tokenLogprobs);
+    } finally {
+      probing.close();
+      scoring.close();
+      await own.close();
+    }
+  });
+});
+
 describe('Score with a chunked context (scores and attention from one pass)', () => {
   // CHARPEval's shape: the dialogue's chunks as the context, candidate responses as the
   // continuations; the last chunk ends in a space, which _encode_pair moves to them.
