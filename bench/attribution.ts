@@ -8,9 +8,9 @@
 //
 //   BENCH_ATTR_SAMPLES=N   samples per setting (default 20)
 import os from 'node:os';
-import { Engine } from '../src/engine.js';
-import { prepareAttribution, type AttributionSample } from '../src/attribution.js';
-import { Scorer } from '../src/scoring/scorer.js';
+import { Engine } from '../src/engine/engine.js';
+import { prepareAttribution, type AttributionSample } from '../src/requests/attribution.js';
+import { Scorer } from '../src/core/scorer.js';
 import { benchModelDir, randomIds } from './model.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;

@@ -14,9 +14,9 @@ import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/graph/builder.js';
 import { rng } from '../src/model/synthetic.js';
 import { BENCH_MODEL as MODEL, benchModelDir, charpevalItems, randomIds } from './model.js';
-import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring/scorer.js';
-import type { LoglikelihoodRequest } from '../src/scoring/requests.js';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
+import type { LoglikelihoodRequest } from '../src/requests/scoring.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
 const quick = process.env.BENCH_QUICK === '1';

@@ -3,7 +3,7 @@
 // (one MLP of 1408) — tokens/s of scoring 8 × 256 tokens, every position scored, and of
 // CHARPEval-shaped rows, measured alternately in one run. Prints figures, asserts nothing.
 import os from 'node:os';
-import { Engine } from '../src/engine.js';
+import { Engine } from '../src/engine/engine.js';
 import { benchModelDir, randomIds } from './model.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;

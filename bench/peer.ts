@@ -54,8 +54,8 @@ async function runSide(side: 'ctxprobe' | 'llama.cpp', workload: Workload, check
   const items = charpevalItems(ITEMS);
   const warmItems = charpevalItems(1, 4242);
   if (side === 'ctxprobe') {
-    const { Engine } = await import('../src/engine.js');
-    const { Scorer } = await import('../src/scoring/scorer.js');
+    const { Engine } = await import('../src/engine/engine.js');
+    const { Scorer } = await import('../src/core/scorer.js');
     const engine = await Engine.load(dir, { threads: THREADS });
     const scorer = new Scorer(engine, { prefixCacheBytes: 0 });
     if (check) {

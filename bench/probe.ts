@@ -6,9 +6,9 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring/scorer.js';
-import { Prober } from '../src/probe.js';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
+import { Prober } from '../src/requests/probe.js';
 import { BENCH_MODEL, benchModelDir, randomIds } from './model.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;

@@ -5,8 +5,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring/scorer.js';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
 import { rng, writeSyntheticCheckpoint } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES } from '../test/family-specs.js';
 import { referenceTokenLogprobs } from '../test/reference.js';

@@ -3,8 +3,8 @@
 // throughput, p50/p99 latency, and the ratio to in-process scoring of the same items,
 // measured in the same run. Prints figures, asserts nothing.
 import os from 'node:os';
-import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring/scorer.js';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
 import { benchModelDir, charpevalItems } from './model.js';
 import { scoringClient, unary } from '../test/helpers.js';
 import { serveCli } from '../test/cli-serve.js';

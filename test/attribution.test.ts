@@ -5,12 +5,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine.js';
-import { countVariants, prepareAttribution, type AttributionSample } from '../src/attribution.js';
+import { Engine } from '../src/engine/engine.js';
+import { countVariants, prepareAttribution, type AttributionSample } from '../src/requests/attribution.js';
 import { leastSquares } from '../src/common/matrix.js';
 import { rng } from '../src/common/random.js';
-import { plan } from '../src/scoring/planner.js';
-import { Scorer } from '../src/scoring/scorer.js';
+import { plan } from '../src/core/planner.js';
+import { Scorer } from '../src/core/scorer.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
 

@@ -7,8 +7,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Template } from '@huggingface/jinja';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { TextTokenizer } from '../src/tokenizer.js';
-import { renderChat, segmentText, type ChatMessage, type ChatRenderOptions } from '../src/segments.js';
+import { TextTokenizer } from '../src/text/tokenizer.js';
+import { renderChat, segmentText, type ChatMessage, type ChatRenderOptions } from '../src/requests/segments.js';
 import { messageLabels } from '../src/common/labels.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 

@@ -3,14 +3,14 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring/scorer.js';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
-import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/dtypes.js';
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/engine/dtypes.js';
 import { readModelConfig } from '../src/model/config.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
-import { chooseDtype, resolveDevice } from '../src/device.js';
-import { DeviceError } from '../src/errors.js';
+import { chooseDtype, resolveDevice } from '../src/engine/device.js';
+import { DeviceError } from '../src/common/errors.js';
 import { writeSyntheticCheckpoint } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 
@@ -153,7 +153,7 @@ describe('bad checkpoints', () => {
   });
 
   it('names the file and the fault of a broken config, tokenizer or safetensors header', async () => {
-    const { Engine } = await import('../src/engine.js');
+    const { Engine } = await import('../src/engine/engine.js');
     const cases: [string, (dir: string) => void, RegExp][] = [
       ['config.json', (d) => fs.writeFileSync(path.join(d, 'config.json'), '{"model_type": "llama",'), /config\.json: not valid JSON/],
       ['tokenizer.json', (d) => fs.writeFileSync(path.join(d, 'tokenizer.json'), 'not json'), /tokenizer\.json: not valid JSON/],

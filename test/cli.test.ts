@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { ensureCheckpoint, loadModel, readRepository } from '../src/repository.js';
+import { ensureCheckpoint, loadModel, readRepository } from '../src/serving/repository.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { serveCli, type Served } from './cli-serve.js';
 
@@ -180,7 +180,7 @@ describe('ctxprobe serve', () => {
 
 describe('ctxprobe probe', () => {
   it('prints the prober answer and writes the HTML report and SVG figures', async () => {
-    const { Prober } = await import('../src/probe.js');
+    const { Prober } = await import('../src/requests/probe.js');
     const fx = makeFixture(FAMILY_FIXTURES.mistral!);
     const out = tempDir('probe-cli');
     const chunks = [
@@ -227,7 +227,7 @@ describe('ctxprobe probe', () => {
 
 describe('ctxprobe attribute', () => {
   it("prints each chunk's Δ as the library computes it, the sweep as asked, and writes the SVG bars", async () => {
-    const { prepareAttribution } = await import('../src/attribution.js');
+    const { prepareAttribution } = await import('../src/requests/attribution.js');
     const fx = makeFixture(FAMILY_FIXTURES.llama!);
     const out = tempDir('attribute-cli');
     // The README's example.

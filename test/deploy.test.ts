@@ -8,8 +8,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
-import { loadModel, type LoadedModel } from '../src/repository.js';
-import { CtxprobeServer } from '../src/server.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { scoringClient, scrape, unary } from './helpers.js';
 

@@ -1,7 +1,7 @@
 // The engine's per-token log-probs, greedy flags and top-k against the float64
 // reference forward pass, for every family: single rows, padded batches, shared past.
 import { describe, expect, it } from 'vitest';
-import { Scorer } from '../src/scoring/scorer.js';
+import { Scorer } from '../src/core/scorer.js';
 import { FAMILY_FIXTURES, familyEngine } from './fixtures.js';
 import { referenceForward, referenceTokenLogprobs, type ReferenceModel } from './reference.js';
 import { rng } from '../src/model/synthetic.js';
@@ -130,7 +130,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
 
 describe('worker threads that stop', () => {
   it('fail the calls after them at once instead of leaving them waiting', async () => {
-    const { Engine } = await import('../src/engine.js');
+    const { Engine } = await import('../src/engine/engine.js');
     const { makeFixture } = await import('./fixtures.js');
     const engine = await Engine.load(makeFixture(FAMILY_FIXTURES.llama!).dir, { threads: 1 });
     engine.tokenizer.useWorkers(1);

@@ -13,10 +13,10 @@ import { RESPONSE_TYPES, buildPrompt, demonstrationsFor, promptParts, runCharpev
 import { roundOf, runRefute, type Dialogue } from '../src/eval/refute.js';
 import { rocAuc, runContamination } from '../src/eval/contamination.js';
 import { runAttribute, toAttributionSample } from '../src/eval/attribute.js';
-import { prepareAttribution } from '../src/attribution.js';
-import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring/scorer.js';
-import { Prober } from '../src/probe.js';
+import { prepareAttribution } from '../src/requests/attribution.js';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
+import { Prober } from '../src/requests/probe.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

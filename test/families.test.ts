@@ -5,7 +5,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { FAMILIES } from '../src/model/families.js';
 import { parseModelConfig } from '../src/model/config.js';
-import { CheckpointError } from '../src/errors.js';
+import { CheckpointError } from '../src/common/errors.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 
 const configs = Object.fromEntries(

@@ -3,11 +3,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine.js';
-import { Prober, type ProbeAnswer } from '../src/probe.js';
-import { attributionSvg, figuresHtml, probeReportHtml } from '../src/figures.js';
-import { prepareAttribution, type SampleAttribution } from '../src/attribution.js';
-import { Scorer } from '../src/scoring/scorer.js';
+import { Engine } from '../src/engine/engine.js';
+import { Prober, type ProbeAnswer } from '../src/requests/probe.js';
+import { attributionSvg, figuresHtml, probeReportHtml } from '../src/eval/figures.js';
+import { prepareAttribution, type SampleAttribution } from '../src/requests/attribution.js';
+import { Scorer } from '../src/core/scorer.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';

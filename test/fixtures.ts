@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { writeSyntheticCheckpoint, type SyntheticSpec, type WriteOptions } from '../src/model/synthetic.js';
 import { afterAll, beforeAll } from 'vitest';
-import { Engine } from '../src/engine.js';
+import { Engine } from '../src/engine/engine.js';
 import type { ReferenceModel } from './reference.js';
 
 export { FAMILY_FIXTURES } from './family-specs.js';

@@ -2,10 +2,10 @@
 // context, left truncation, add_bos, rolling windows, Min-K% — each checked against the
 // reference forward pass on the token sequence the harness would build.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring/scorer.js';
-import { minKOf, rollingWindows } from '../src/scoring/requests.js';
-import { InvalidArgumentError } from '../src/errors.js';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
+import { minKOf, rollingWindows } from '../src/requests/scoring.js';
+import { InvalidArgumentError } from '../src/common/errors.js';
 import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
 

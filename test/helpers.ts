@@ -4,7 +4,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { loadPackage } from '../src/grpc/proto.js';
-import { healthClientConstructor } from '../src/health.js';
+import { healthClientConstructor } from '../src/serving/health.js';
 
 const require = createRequire(import.meta.url);
 

@@ -1,8 +1,8 @@
 // Health across start and drain; deadlines, cancellation and a full queue free the queue.
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadModel, type LoadedModel } from '../src/repository.js';
-import { CtxprobeServer } from '../src/server.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { healthClient, scoringClient, scrape, unary } from './helpers.js';
 

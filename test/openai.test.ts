@@ -1,8 +1,8 @@
 // The OpenAI-compatible endpoint as lm-evaluation-harness's local-completions model uses
 // it: its exact request bodies, its parsing rule, the same numbers as the gRPC Score call.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadModel, type LoadedModel } from '../src/repository.js';
-import { CtxprobeServer } from '../src/server.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { referenceForward, referenceTokenLogprobs } from './reference.js';
 import { scoringClient, scrape, unary } from './helpers.js';

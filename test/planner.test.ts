@@ -2,8 +2,8 @@
 // out by hand from the packing rule (rows × longest row ≤ budget, longest first), the
 // block rule, and the trunk rule (outermost shared stretches of ≥ minShared tokens).
 import { describe, expect, it } from 'vitest';
-import { findTrunks, plan, planTokens, planUnits, packByLength, type ScoreRow } from '../src/scoring/planner.js';
-import type { Unit } from '../src/scoring/units.js';
+import { findTrunks, plan, planTokens, planUnits, packByLength, type ScoreRow } from '../src/core/planner.js';
+import type { Unit } from '../src/core/units.js';
 
 const unit = (prefix: number[], tail: number[]): Unit => ({ prefix, tail, targets: tail.map((t) => t + 100), topK: 0 });
 

@@ -3,10 +3,10 @@
 // bit-identical whether its prefix was a hit or a miss, whatever shared its batch and in
 // whatever order items came, against each item scored alone with no sharing at all.
 import { describe, expect, it } from 'vitest';
-import type { Engine } from '../src/engine.js';
-import { PrefixCache } from '../src/scoring/prefix-cache.js';
-import { reusableKv, Scorer } from '../src/scoring/scorer.js';
-import type { ContinuationScore, EchoScore } from '../src/scoring/requests.js';
+import type { Engine } from '../src/engine/engine.js';
+import { PrefixCache } from '../src/core/prefix-cache.js';
+import { reusableKv, Scorer } from '../src/core/scorer.js';
+import type { ContinuationScore, EchoScore } from '../src/requests/scoring.js';
 import { rng } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, familyEngine } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';

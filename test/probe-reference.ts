@@ -1,9 +1,9 @@
 // The SPEC's attention statistics computed from the reference forward pass's full
 // attention tensors, and the check of a prober against them (shared by test files).
 import { expect } from 'vitest';
-import type { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring/scorer.js';
-import { Prober, type ProbeOptions, type Reducer } from '../src/probe.js';
+import type { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
+import { Prober, type ProbeOptions, type Reducer } from '../src/requests/probe.js';
 import { rng } from '../src/model/synthetic.js';
 import { referenceForward, referenceWindow, type ReferenceModel } from './reference.js';
 

@@ -1,10 +1,10 @@
 // Attention probes against the full attention tensors of the float64 reference forward
 // pass: votes exactly (ties aside), mass and heatmaps within 1e-5, raw slices, limits.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine.js';
-import { Prober } from '../src/probe.js';
-import { Scorer } from '../src/scoring/scorer.js';
-import { InvalidArgumentError } from '../src/errors.js';
+import { Engine } from '../src/engine/engine.js';
+import { Prober } from '../src/requests/probe.js';
+import { Scorer } from '../src/core/scorer.js';
+import { InvalidArgumentError } from '../src/common/errors.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceForward } from './reference.js';
 import { LABELS, checkFamily, expectMatrix, sampleIds } from './probe-reference.js';

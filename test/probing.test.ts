@@ -6,10 +6,10 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
-import { loadModel, type LoadedModel } from '../src/repository.js';
-import { CtxprobeServer } from '../src/server.js';
-import { f16ToF32 } from '../src/dtypes.js';
-import { Prober } from '../src/probe.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
+import { f16ToF32 } from '../src/engine/dtypes.js';
+import { Prober } from '../src/requests/probe.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { scoringClient, scrape, unary } from './helpers.js';
 
@@ -471,8 +471,8 @@ describe('Attribute', () => {
     expect(a.target).toBe(6);
     expect(a.chunks.map((c: any) => c.index)).toEqual([0, 1, 2, 3, 4, 5]);
     // The same variants, prepared in process and each scored alone without any sharing.
-    const { prepareAttribution } = await import('../src/attribution.js');
-    const { Scorer } = await import('../src/scoring/scorer.js');
+    const { prepareAttribution } = await import('../src/requests/attribution.js');
+    const { Scorer } = await import('../src/core/scorer.js');
     const alone = new Scorer(chatModel.engine, { prefixSharing: false });
     const prepared = await prepareAttribution(chatModel.engine, [{ messages }], {
       keepOnly: true,

@@ -5,8 +5,8 @@ import { promisify } from 'node:util';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadModel, type LoadedModel } from '../src/repository.js';
-import { CtxprobeServer } from '../src/server.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { makeCertificates } from './certs.js';
 import fs from 'node:fs';
@@ -61,7 +61,7 @@ describe.skipIf(!available)('Python client', () => {
   });
 
   it('attributes through the generated Probing stub as the library does', async () => {
-    const { prepareAttribution } = await import('../src/attribution.js');
+    const { prepareAttribution } = await import('../src/requests/attribution.js');
     const chunks = ['instruction=Answer from the knowledge. ', 'history=User: Who built it? ', 'knowledge=Knowledge: Eiffel built it. ', 'response=Bot: Eiffel.'];
     const { stdout } = await promisify(execFile)(python, [path.join(root, 'examples/python/ctxprobe_client.py'), '--address', server.address, '--attribute', ...chunks], {
       encoding: 'utf8',

@@ -8,11 +8,11 @@ import { promisify } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
-import { healthClientConstructor } from '../src/health.js';
-import { loadModel, type LoadedModel } from '../src/repository.js';
-import { CtxprobeServer } from '../src/server.js';
-import { loadTokens } from '../src/security.js';
-import { ConfigError } from '../src/errors.js';
+import { healthClientConstructor } from '../src/serving/health.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
+import { loadTokens } from '../src/serving/security.js';
+import { ConfigError } from '../src/common/errors.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { makeCertificates } from './certs.js';
 

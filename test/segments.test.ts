@@ -4,12 +4,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine.js';
-import { TextTokenizer } from '../src/tokenizer.js';
-import { renderChat, segmentText } from '../src/segments.js';
+import { Engine } from '../src/engine/engine.js';
+import { TextTokenizer } from '../src/text/tokenizer.js';
+import { renderChat, segmentText } from '../src/requests/segments.js';
 import { messageLabels } from '../src/common/labels.js';
-import { Prober } from '../src/probe.js';
-import { InvalidArgumentError } from '../src/errors.js';
+import { Prober } from '../src/requests/probe.js';
+import { InvalidArgumentError } from '../src/common/errors.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 
 const TEMPLATE =

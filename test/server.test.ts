@@ -1,8 +1,8 @@
 // The gRPC server on a loopback port, driven by real grpc-js clients.
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadModel, type LoadedModel } from '../src/repository.js';
-import { CtxprobeServer } from '../src/server.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { healthClient, reflectionClient, scoringClient, scrape, unary } from './helpers.js';
 import { loadPackage } from '../src/grpc/proto.js';

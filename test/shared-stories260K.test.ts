@@ -4,8 +4,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine.js';
-import { Scorer } from '../src/scoring/scorer.js';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { checkFamily } from './probe-reference.js';
 

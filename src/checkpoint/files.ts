@@ -1,7 +1,7 @@
 // Reading the JSON files of a checkpoint folder or a model repository: any failure names
 // the file and says what is wrong with it (not a bare parser message).
 import fs from 'node:fs';
-import { CheckpointError, type CtxprobeError } from '../errors.js';
+import { CheckpointError, type CtxprobeError } from '../common/errors.js';
 
 /** The JSON object in `file`; `Err` is the error to throw (checkpoint or setting). */
 export function readJsonObject(file: string, Err: new (message: string) => CtxprobeError = CheckpointError): Record<string, any> {

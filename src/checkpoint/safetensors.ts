@@ -3,8 +3,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ExternalTensor } from '../graph/builder.js';
-import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16, type DTypeName } from '../dtypes.js';
-import { CheckpointError } from '../errors.js';
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16, type DTypeName } from '../engine/dtypes.js';
+import { CheckpointError } from '../common/errors.js';
 import { readJsonObject } from './files.js';
 
 const DTYPES: Record<string, { name: DTypeName; bytes: number }> = {

@@ -45,7 +45,7 @@ export function addEvalCommands(program: Command): void {
     .action(async (data: string, flags) => {
       const { runCharpeval, charpMarkdown } = await import('../eval/charpeval.js');
       const { readJsonl } = await import('../eval/client.js');
-      const { distributionSvg } = await import('../figures.js');
+      const { distributionSvg } = await import('../eval/figures.js');
       const client = await connect(flags);
       try {
         const report = await runCharpeval(client, readJsonl(data), {
@@ -84,7 +84,7 @@ export function addEvalCommands(program: Command): void {
     .action(async (file: string, flags) => {
       const { runRefute, refuteMarkdown } = await import('../eval/refute.js');
       const { readJsonl } = await import('../eval/client.js');
-      const { heatmapSvg } = await import('../figures.js');
+      const { heatmapSvg } = await import('../eval/figures.js');
       const client = await connect(flags);
       try {
         const report = await runRefute(client, readJsonl(file), { plain: flags.plain, pool: flags.pool, model: flags.modelName });
@@ -124,7 +124,7 @@ export function addEvalCommands(program: Command): void {
     .action(async (file: string, flags) => {
       const { runAttribute, attributeMarkdown } = await import('../eval/attribute.js');
       const { readJsonl } = await import('../eval/client.js');
-      const { attributionSvg, figuresHtml } = await import('../figures.js');
+      const { attributionSvg, figuresHtml } = await import('../eval/figures.js');
       const client = await connect(flags);
       try {
         const report = await runAttribute(client, readJsonl(file), {

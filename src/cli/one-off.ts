@@ -1,8 +1,8 @@
 // One-off commands in this process: `score`, `probe`, `attribute` (JSON out, figures).
 import fs from 'node:fs';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { loadModel } from '../repository.js';
-import type { ProbeSample } from '../probe.js';
+import { loadModel } from '../serving/repository.js';
+import type { ProbeSample } from '../requests/probe.js';
 import { entriesFrom, int, interventionList, sweepList, textArgument, withModelFlags, writeFile } from './common.js';
 
 export function addOneOffCommands(program: Command): void {
@@ -58,8 +58,7 @@ export function addOneOffCommands(program: Command): void {
     .option('--html <file>', 'write an HTML report with the figures')
     .option('--svg <prefix>', 'write PREFIX-votes.svg, PREFIX-mass.svg and PREFIX-heatmap-N.svg')
     .action(async (flags) => {
-      const { Prober } = await import('../probe.js');
-      const { probeReportHtml, distributionSvg, heatmapSvg } = await import('../figures.js');
+      const { probeReportHtml, distributionSvg, heatmapSvg } = await import('../eval/figures.js');
       let samples: ProbeSample[];
       if (flags.samples) {
         const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
@@ -126,9 +125,9 @@ export function addOneOffCommands(program: Command): void {
     .option('--seed <n>', 'seed of the patterns', int('seed'), 0)
     .option('--svg <prefix>', 'write PREFIX-N.svg: Δ log-likelihood per chunk of sample N')
     .action(async (flags) => {
-      const { prepareAttribution } = await import('../attribution.js');
-      const { attributionSvg } = await import('../figures.js');
-      let samples: import('../attribution.js').AttributionSample[];
+      const { prepareAttribution } = await import('../requests/attribution.js');
+      const { attributionSvg } = await import('../eval/figures.js');
+      let samples: import('../requests/attribution.js').AttributionSample[];
       if (flags.samples) {
         const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
         samples = Array.isArray(raw) ? raw : raw.samples;

@@ -1,8 +1,8 @@
 // `ctxprobe serve` (the server, its flags and signals) and `ctxprobe health`.
 import { Command, Option } from 'commander';
-import { DEFAULT_REPOSITORY, loadModel } from '../repository.js';
-import { CtxprobeServer } from '../server.js';
-import { resolveSecurity } from '../security.js';
+import { DEFAULT_REPOSITORY, loadModel } from '../serving/repository.js';
+import { CtxprobeServer } from '../serving/server.js';
+import { resolveSecurity } from '../serving/security.js';
 import { entriesFrom, int, log, mallocAdvice, portOrOff, withModelFlags } from './common.js';
 
 export function addServeCommands(program: Command): void {
@@ -225,7 +225,7 @@ export function addServeCommands(program: Command): void {
     )
     .option('--timeout-ms <ms>', 'give up after', int('timeout-ms'), 3000)
     .action(async (flags) => {
-      const { checkHealth } = await import('../health.js');
+      const { checkHealth } = await import('../serving/health.js');
       const status = await checkHealth(flags.address, {
         service: flags.service,
         tlsCa: flags.tlsCa,

@@ -2,8 +2,8 @@
 // (from the status table) unless the call carries a valid token. Health checks stay
 // open so orchestrators can probe.
 import * as grpc from '@grpc/grpc-js';
-import { UnauthenticatedError } from '../errors.js';
-import { tokenChecker } from '../security.js';
+import { UnauthenticatedError } from '../common/errors.js';
+import { tokenChecker } from '../serving/security.js';
 import { toStatus } from './status.js';
 
 /** Methods reachable without a token: the health service, for load balancers and probes. */

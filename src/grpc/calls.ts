@@ -5,7 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { CallContext, Service } from '../serving/service.js';
 import { codeName, toStatus } from './status.js';
 import { invalidTextField } from './strict-utf8.js';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError } from '../common/errors.js';
 import type { Matrix } from './generated/ctxprobe/v1/Matrix.js';
 
 /** The parts of a server call that cancellation needs (unary, streaming, duplex). */

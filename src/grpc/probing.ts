@@ -1,11 +1,11 @@
 // gRPC Probing handlers: translate samples (generated types) to the serving layer's
 // probe calls (probes share the model's queue and its limits), and answers back.
 import * as grpc from '@grpc/grpc-js';
-import { toFloat16Bytes } from '../dtypes.js';
-import { InvalidArgumentError } from '../errors.js';
+import { toFloat16Bytes } from '../engine/dtypes.js';
+import { InvalidArgumentError } from '../common/errors.js';
 import type { Service } from '../serving/service.js';
-import type { ProbeSample, Reducer, SampleProbe } from '../probe.js';
-import type { Effect, Intervention, SampleAttribution } from '../attribution.js';
+import type { ProbeSample, Reducer, SampleProbe } from '../requests/probe.js';
+import type { Effect, Intervention, SampleAttribution } from '../requests/attribution.js';
 import type { Effect as EffectMessage } from './generated/ctxprobe/v1/Effect.js';
 import type { SampleAttribution as SampleAttributionMessage } from './generated/ctxprobe/v1/SampleAttribution.js';
 import type { ProbingHandlers } from './generated/ctxprobe/v1/Probing.js';

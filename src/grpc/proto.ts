@@ -1,7 +1,7 @@
 // Loads proto/ctxprobe/v1/ctxprobe.proto with @grpc/proto-loader at run time; its types
 // come from src/grpc/generated (npm run proto:types).
 import path from 'node:path';
-import { PACKAGE_ROOT } from '../paths.js';
+import { PACKAGE_ROOT } from '../common/paths.js';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { ProtoGrpcType } from './generated/ctxprobe.js';

@@ -1,9 +1,9 @@
 // gRPC Scoring handlers: validate and translate messages (generated types) into the
 // serving layer's calls and its answers back. They hold no model logic.
 import * as grpc from '@grpc/grpc-js';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError } from '../common/errors.js';
 import type { Service } from '../serving/service.js';
-import type { ContinuationScore, LoglikelihoodRequest, RollingRequest } from '../scoring/requests.js';
+import type { ContinuationScore, LoglikelihoodRequest, RollingRequest } from '../requests/scoring.js';
 import type { ScoringHandlers } from './generated/ctxprobe/v1/Scoring.js';
 import type { ScoreItem__Output } from './generated/ctxprobe/v1/ScoreItem.js';
 import type { ContinuationScore as ContinuationScoreMessage } from './generated/ctxprobe/v1/ContinuationScore.js';

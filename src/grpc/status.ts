@@ -1,6 +1,6 @@
 // The one place gRPC statuses come from: the error model's kinds (src/errors.ts) → codes.
 import * as grpc from '@grpc/grpc-js';
-import { errorKind, errorMessage, type ErrorKind } from '../errors.js';
+import { errorKind, errorMessage, type ErrorKind } from '../common/errors.js';
 
 const GRPC_CODE: Record<ErrorKind | 'internal', grpc.status> = {
   invalid_argument: grpc.status.INVALID_ARGUMENT,

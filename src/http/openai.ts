@@ -15,8 +15,8 @@ import {
   TooLargeError,
   UnauthenticatedError,
   UnsupportedMediaTypeError,
-} from '../errors.js';
-import { httpsOptions, type TlsMaterial } from '../security.js';
+} from '../common/errors.js';
+import { httpsOptions, type TlsMaterial } from '../serving/security.js';
 import type { CallRecord, ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
 

@@ -1,6 +1,6 @@
 // The one place HTTP statuses come from: the error model's kinds (src/errors.ts) → status
 // and OpenAI-style error type.
-import { errorKind, errorMessage, type ErrorKind } from '../errors.js';
+import { errorKind, errorMessage, type ErrorKind } from '../common/errors.js';
 
 const HTTP_STATUS: Record<ErrorKind | 'internal', { status: number; type: string }> = {
   invalid_argument: { status: 400, type: 'invalid_request_error' },

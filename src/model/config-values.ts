@@ -1,6 +1,6 @@
 // Reading single values of a config.json, with the checkpoint named in every refusal:
 // what the family table and the config reader share.
-import { CheckpointError } from '../errors.js';
+import { CheckpointError } from '../common/errors.js';
 import type { Activation, RawConfig, RopeSpec } from './family-spec.js';
 
 export function int(c: RawConfig, key: string, fallback?: number): number {

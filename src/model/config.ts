@@ -2,7 +2,7 @@
 // frequencies and per-family settings the graph builder uses.
 import fs from 'node:fs';
 import path from 'node:path';
-import { CheckpointError } from '../errors.js';
+import { CheckpointError } from '../common/errors.js';
 import { readJsonObject } from '../checkpoint/files.js';
 import { FAMILIES } from './families.js';
 import { MAX_ROTARY_POSITIONS, activation, globalRopeConfig, int, positiveOrNone, ropeFrequencies } from './config-values.js';

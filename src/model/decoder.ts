@@ -19,7 +19,7 @@
 // Outputs: logprobs [N], greedy [N], topk_logprobs [N, k], topk_ids [N, k],
 //   present.L.key / present.L.value [B, kv_heads, S, head_dim].
 import { GraphBuilder, float, type ExternalTensor } from '../graph/builder.js';
-import { kvDType, type ComputeDType, type DTypeName } from '../dtypes.js';
+import { kvDType, type ComputeDType, type DTypeName } from '../engine/dtypes.js';
 import type { MlpSpec, ModelConfig, RopeSpec } from './families.js';
 import { logprobKernel } from '../../kernels/logprobs.js';
 

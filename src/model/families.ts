@@ -5,7 +5,7 @@
 // which kind of each block the family uses (separate or fused q/k/v, gated or plain
 // MLP, rotary or learned positions). Families are overrides of the Llama base. The
 // decoder in decoder.ts switches on the kinds; it has no per-family code paths.
-import { CheckpointError } from '../errors.js';
+import { CheckpointError } from '../common/errors.js';
 import { positiveInt, ropeFrequencies } from './config-values.js';
 import type { Biases, FamilySpec, RawConfig } from './family-spec.js';
 

@@ -5,16 +5,16 @@
 // (src/http/) validate and translate their wire formats into these calls; they never
 // touch an engine, and neither imports the other. Errors are the ones of src/errors.ts;
 // each transport maps them to its statuses.
-import { Batcher, type BatcherOptions, type Submitted } from '../batcher.js';
-import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundError, UnavailableError, checkTokenIds, errorMessage } from '../errors.js';
-import type { Metrics } from '../metrics.js';
-import type { EngineInfo } from '../engine.js';
-import type { LoadedModel } from '../repository.js';
-import { countVariants, prepareAttribution, type AttributionOptions, type AttributionSample, type SampleAttribution } from '../attribution.js';
-import { continuationScore, prepareChunkScores } from '../chunk-scores.js';
-import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../probe.js';
-import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../scoring/requests.js';
-import type { Prepared, UnitScore } from '../scoring/units.js';
+import { Batcher, type BatcherOptions, type Submitted } from '../core/batcher.js';
+import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundError, UnavailableError, checkTokenIds, errorMessage } from '../common/errors.js';
+import type { Metrics } from './metrics.js';
+import type { EngineInfo } from '../engine/engine.js';
+import type { LoadedModel } from './repository.js';
+import { countVariants, prepareAttribution, type AttributionOptions, type AttributionSample, type SampleAttribution } from '../requests/attribution.js';
+import { continuationScore, prepareChunkScores } from '../requests/chunk-scores.js';
+import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
+import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
+import type { Prepared, UnitScore } from '../core/units.js';
 
 const DEADLINE_SLACK_MS = 20;
 

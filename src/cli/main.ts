@@ -2,10 +2,10 @@
 // `probe` and `attribute` (src/cli/one-off.ts), and the research workflows under `eval`
 // (src/cli/eval.ts).
 import { Command } from 'commander';
-import { log } from './cli/common.js';
-import { addServeCommands } from './cli/serve.js';
-import { addOneOffCommands } from './cli/one-off.js';
-import { addEvalCommands } from './cli/eval.js';
+import { log } from './common.js';
+import { addServeCommands } from './serve.js';
+import { addOneOffCommands } from './one-off.js';
+import { addEvalCommands } from './eval.js';
 
 const program = new Command('ctxprobe').description('Log-likelihoods and attention statistics of causal LMs, served over gRPC');
 addServeCommands(program);

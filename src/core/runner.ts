@@ -2,8 +2,8 @@
 // plus the work done. A pass whose rows continue cached KV gets it laid out as its past
 // (identical pasts once); a query block's KV is kept until the next block has run. With a
 // prefix cache, each row's new KV and scores go into it as the pass ends.
-import type { Engine, KvPiece, PassProbe, PastKV, Row, ScoredPosition } from '../engine.js';
-import { CancelledError } from '../errors.js';
+import type { Engine, KvPiece, PassProbe, PastKV, Row, ScoredPosition } from '../engine/engine.js';
+import { CancelledError } from '../common/errors.js';
 import { planTokens, type Plan, type ScorePass, type ScoreRow } from './planner.js';
 import type { Match, Piece, PrefixCache, ScoreEntry } from './prefix-cache.js';
 import { unitTokens, type ProbeSums, type TopK, type Unit, type UnitScore } from './units.js';

@@ -1,16 +1,18 @@
-// The dynamic batcher: one queue per model, shared by every client.
+// The scheduler of one model (the dynamic batcher): one queue, shared by every client
+// and every request kind.
 //
-// Requests arrive as units (scoring/units.ts). A scheduling round starts when the queue
+// Requests arrive as units (core/units.ts): continuations, rolling windows, echoes,
+// attribution variants, probe samples, raw attention — a kind's `prepare` made them. A scheduling round starts when the queue
 // holds a round's worth of tokens or its oldest request has waited `maxQueueDelayMs`; it
 // takes requests in arrival order up to `maxRoundTokens` and hands all their units to
 // the scorer at once, which plans passes (each distinct prefix once, across requests and
 // clients; rows of similar length packed into `maxBatchTokens`) and runs them. Cancelled
 // or expired requests are dropped before their round; a round whose every request was
 // cancelled stops at the next pass.
-import type { Metrics } from './metrics.js';
-import { CancelledError, OverloadedError } from './errors.js';
-import type { Scorer } from './scoring/scorer.js';
-import { unitTokens, type Unit, type UnitScore } from './scoring/units.js';
+import type { Metrics } from '../serving/metrics.js';
+import { CancelledError, OverloadedError } from '../common/errors.js';
+import type { Scorer } from './scorer.js';
+import { unitTokens, type Unit, type UnitScore } from './units.js';
 
 export interface BatcherOptions {
   /** Tokens gathered into one scheduling round (the scorer splits it into passes). */

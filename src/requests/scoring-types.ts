@@ -1,7 +1,7 @@
 // The request and answer shapes of continuation, rolling and echo scoring (lm-evaluation-harness
-// semantics); requests.ts turns requests into units and units' scores into these answers.
-import type { Segment } from '../segments.js';
-import type { TopK } from './units.js';
+// semantics); scoring.ts turns requests into units and units' scores into these answers.
+import type { Segment } from './segments.js';
+import type { TopK } from '../core/units.js';
 
 export type TextOrTokens = string | number[];
 

@@ -8,15 +8,15 @@
 // missing: that is how the small default model exists on a fresh machine.
 import fs from 'node:fs';
 import path from 'node:path';
-import { PACKAGE_ROOT } from './paths.js';
+import { PACKAGE_ROOT } from '../common/paths.js';
 import { Ajv } from 'ajv';
-import { readJsonObject } from './checkpoint/files.js';
-import { writeSyntheticCheckpoint, type SyntheticSpec } from './model/synthetic.js';
-import { Engine } from './engine.js';
-import { ConfigError } from './errors.js';
-import { Scorer } from './scoring/scorer.js';
-import { Prober } from './probe.js';
-import type { ComputeDType } from './dtypes.js';
+import { readJsonObject } from '../checkpoint/files.js';
+import { writeSyntheticCheckpoint, type SyntheticSpec } from '../model/synthetic.js';
+import { Engine } from '../engine/engine.js';
+import { ConfigError } from '../common/errors.js';
+import { Scorer } from '../core/scorer.js';
+import { Prober } from '../requests/probe.js';
+import type { ComputeDType } from '../engine/dtypes.js';
 
 export interface ModelEntry {
   name: string;

@@ -1,16 +1,16 @@
-// The engine runs the scoring graph: one onnxruntime session per model (and a probe
-// session, built on first probe), hosted in a worker thread (session-host.ts) so passes
-// never hold the event loop. It knows rows, positions and KV; it knows nothing of text,
-// requests or clients.
+// The engine runs the model's graph: one onnxruntime session per model, hosted in a
+// worker thread (session-host.ts) so passes never hold the event loop. A pass's rows may
+// score (log-probs, top-k), probe (attention statistics) or both. It knows rows,
+// positions and KV; it knows nothing of text, requests or clients.
 import { SessionHost, type HostTensor } from './session-host.js';
-import { SafetensorsCheckpoint } from './checkpoint/safetensors.js';
-import { readModelConfig } from './model/config.js';
-import type { ModelConfig } from './model/families.js';
-import { buildDecoderGraph } from './model/decoder.js';
+import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
+import { readModelConfig } from '../model/config.js';
+import type { ModelConfig } from '../model/families.js';
+import { buildDecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from './dtypes.js';
-import { probeTap } from '../kernels/probe-tap.js';
+import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, type DeviceOptions, type ResolvedDevice } from './device.js';
-import { TextTokenizer } from './tokenizer.js';
+import { TextTokenizer } from '../text/tokenizer.js';
 
 /** One row of new tokens, continuing row `pastRow` of the past KV (if any). */
 export interface Row {

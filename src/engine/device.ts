@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import ort from 'onnxruntime-node';
-import { DeviceError } from './errors.js';
+import { DeviceError } from '../common/errors.js';
 import type { ComputeDType } from './dtypes.js';
 
 export interface DeviceOptions {

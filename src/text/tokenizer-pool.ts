@@ -3,8 +3,8 @@
 // (measured: 1 MiB → 0.57 s, 2 MiB → 1.16 s), so on the main thread one large request
 // would hold health checks and every other call for seconds.
 import type { Worker } from 'node:worker_threads';
-import { startWorker } from './workers/start.js';
-import type { EncodeMessage, EncodeReply } from './workers/tokenizer.js';
+import { startWorker } from '../workers/start.js';
+import type { EncodeMessage, EncodeReply } from '../workers/tokenizer.js';
 
 interface Pending {
   resolve(ids: number[]): void;

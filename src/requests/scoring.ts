@@ -2,10 +2,10 @@
 // become units (units.ts) and how the units' scores become answers. Above the batcher:
 // it validates (throwing InvalidArgumentError naming the field) and encodes; it never
 // runs the model.
-import type { TextTokenizer } from '../tokenizer.js';
-import { InvalidArgumentError, checkTokenIds } from '../errors.js';
-import { segmentIds, segmentText, type Segment } from '../segments.js';
-import type { Prepared, Unit, UnitScore } from './units.js';
+import type { TextTokenizer } from '../text/tokenizer.js';
+import { InvalidArgumentError, checkTokenIds } from '../common/errors.js';
+import { segmentIds, segmentText, type Segment } from './segments.js';
+import type { Prepared, Unit, UnitScore } from '../core/units.js';
 import {
   CONTINUATION_LABEL,
   type ChunkedPair,
@@ -16,9 +16,9 @@ import {
   type MinK,
   type RollingRequest,
   type RollingScore,
-} from './request-types.js';
+} from './scoring-types.js';
 
-export * from './request-types.js';
+export * from './scoring-types.js';
 
 // Python's str.isspace() set, for the harness's rstrip().
 const TRAILING_WS = /[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/u;

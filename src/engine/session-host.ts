@@ -8,9 +8,9 @@
 // The KV of a prefix pass never crosses threads: the worker keeps it under a handle that
 // later passes name as their past, until `dropPast`.
 import type { Worker } from 'node:worker_threads';
-import { UnavailableError } from './errors.js';
-import { startWorker } from './workers/start.js';
-import type { KvPieceRef, RunRequest, RunResult, SessionMessage, SessionReply } from './workers/session.js';
+import { UnavailableError } from '../common/errors.js';
+import { startWorker } from '../workers/start.js';
+import type { KvPieceRef, RunRequest, RunResult, SessionMessage, SessionReply } from '../workers/session.js';
 
 // onnxruntime 1.30 starts Microsoft's telemetry client when it creates its environment (the
 // first session): it reads /proc/self/cmdline and matches it with std::regex, whose
@@ -22,7 +22,7 @@ import type { KvPieceRef, RunRequest, RunResult, SessionMessage, SessionReply } 
 // created, so it is set here, before any worker exists; a user cannot turn it back on.
 process.env.ORT_DISABLE_TELEMETRY = '1';
 
-export type { HostTensor, RunRequest, RunResult } from './workers/session.js';
+export type { HostTensor, RunRequest, RunResult } from '../workers/session.js';
 
 export class SessionHost {
   private readonly worker: Worker;

@@ -5,7 +5,7 @@
 // Plain SVG strings: no chart library is needed for three fixed chart types, and the
 // output opens anywhere. Every mark carries data-* attributes so tests can read what
 // is drawn.
-import type { ProbeAnswer } from './probe.js';
+import type { ProbeAnswer } from '../requests/probe.js';
 
 const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
 

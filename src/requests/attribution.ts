@@ -20,14 +20,14 @@
 //          ├► per chunk: remove (re-tokenise), mask ──┤
 //          ├► keep-only, the last-h-turns sweep ──────┼─► one scoring job ─► Δ log-likelihoods
 //          └► n random keep/drop patterns ────────────┘                  └─► least-squares fit
-import type { Engine } from './engine.js';
-import { InvalidArgumentError } from './errors.js';
+import type { Engine } from '../engine/engine.js';
+import { InvalidArgumentError } from '../common/errors.js';
 import type { ProbeSample } from './probe.js';
 import { segmentSample, type ChatMessage, type Segment, type Segmented } from './segments.js';
-import type { KeyRange, Prepared, Unit, UnitScore } from './scoring/units.js';
-import { rng, streamSeed } from './common/random.js';
-import { messageLabels } from './common/labels.js';
-import { leastSquares } from './common/matrix.js';
+import type { KeyRange, Prepared, Unit, UnitScore } from '../core/units.js';
+import { rng, streamSeed } from '../common/random.js';
+import { messageLabels } from '../common/labels.js';
+import { leastSquares } from '../common/matrix.js';
 
 export type Intervention = 'remove' | 'mask';
 export const INTERVENTIONS: readonly Intervention[] = ['remove', 'mask'];

@@ -2,8 +2,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { CheckpointError } from './errors.js';
-import { readJsonObject } from './checkpoint/files.js';
+import { CheckpointError } from '../common/errors.js';
+import { readJsonObject } from '../checkpoint/files.js';
 import { TokenizerPool } from './tokenizer-pool.js';
 
 export class TextTokenizer {

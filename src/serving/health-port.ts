@@ -6,8 +6,8 @@
 // It must not lie about a frozen server: the main thread sends a heartbeat every 250 ms,
 // and while none has come for `staleMs` every service reports NOT_SERVING.
 import type { Worker } from 'node:worker_threads';
-import { startWorker } from './workers/start.js';
-import type { HealthMessage, HealthReply, HealthWorkerData } from './workers/health.js';
+import { startWorker } from '../workers/start.js';
+import type { HealthMessage, HealthReply, HealthWorkerData } from '../workers/health.js';
 
 export interface HealthPortOptions {
   host: string;

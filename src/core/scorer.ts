@@ -7,9 +7,9 @@
 //                 └──────────────────────────┼──────────────────────────────────────────┘
 //                                            ▼
 //                     each unit's rest against its cached past ─► scores (cached + new)
-import type { Engine } from '../engine.js';
+import type { Engine } from '../engine/engine.js';
 import type { ModelConfig } from '../model/families.js';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError } from '../common/errors.js';
 import { findTrunks, plan, planUnits, rowKind, type Plan, type PlanOptions, type ScoreRow, type Trunk } from './planner.js';
 import { PrefixCache, type Match } from './prefix-cache.js';
 import { emptyScore, runPlan, type PlanResult, type RunOptions, type Work } from './runner.js';
@@ -20,7 +20,7 @@ import {
   type LoglikelihoodRequest,
   type RollingRequest,
   type RollingScore,
-} from './requests.js';
+} from '../requests/scoring.js';
 import { maskedFrom, type Prepared, type Unit } from './units.js';
 
 export interface ScorerOptions {

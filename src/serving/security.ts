@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import type https from 'node:https';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import { ConfigError } from './errors.js';
+import { ConfigError } from '../common/errors.js';
 
 export interface TlsFiles {
   /** PEM server certificate chain and private key. */

@@ -6,13 +6,13 @@
 // with the whole's. A token that straddles a chunk boundary therefore belongs to the
 // later chunk.
 import { Template } from '@huggingface/jinja';
-import { InvalidArgumentError, checkTokenIds } from './errors.js';
-import type { Engine } from './engine.js';
-import { commonPrefixLength } from './common/sequences.js';
-import { messageLabels, type ChatMessage } from './common/labels.js';
+import { InvalidArgumentError, checkTokenIds } from '../common/errors.js';
+import type { Engine } from '../engine/engine.js';
+import { commonPrefixLength } from '../common/sequences.js';
+import { messageLabels, type ChatMessage } from '../common/labels.js';
 
 export type { ChatMessage };
-import type { TextTokenizer } from './tokenizer.js';
+import type { TextTokenizer } from '../text/tokenizer.js';
 
 export interface TextChunk {
   label: string;

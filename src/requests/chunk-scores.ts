@@ -8,10 +8,10 @@
 // (shared by the item's continuations and kept for later requests), and one probe pass
 // over the continuation's rows yields both its log-probs (the scoring head runs in the
 // probe graph) and its votes and mass. The tokens are those `Score` uses for the item
-// (requests.ts `encodeChunked`), so the log-probs equal a plain `Score` of the same item.
-import { InvalidArgumentError } from './errors.js';
+// (scoring.ts `encodeChunked`), so the log-probs equal a plain `Score` of the same item.
+import { InvalidArgumentError } from '../common/errors.js';
 import type { PreparedSample, Prober, SampleProbe } from './probe.js';
-import { CONTINUATION_LABEL, type ChunkedPair, type ContinuationScore, type LoglikelihoodRequest } from './scoring/requests.js';
+import { CONTINUATION_LABEL, type ChunkedPair, type ContinuationScore, type LoglikelihoodRequest } from './scoring.js';
 
 /** Validate and prepare an item's probe samples, one per continuation (throws
  * InvalidArgumentError naming the item's fields before any work is queued). */

@@ -9,19 +9,19 @@
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import { ReflectionService } from '@grpc/reflection';
-import { loadPackage } from './grpc/proto.js';
+import { loadPackage } from '../grpc/proto.js';
 import { healthPackageDefinition } from './health.js';
 import { HealthPort } from './health-port.js';
-import { scoringService } from './grpc/scoring.js';
-import { probingService } from './grpc/probing.js';
+import { scoringService } from '../grpc/scoring.js';
+import { probingService } from '../grpc/probing.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
-import { Service, type ServedModel, type ServiceOptions } from './serving/service.js';
+import { Service, type ServedModel, type ServiceOptions } from './service.js';
 import { loadTls, serverCredentials, tokenChecker, type TlsFiles } from './security.js';
-import { bearerAuth } from './grpc/auth.js';
-import { buildHttpApp } from './http/openai.js';
+import { bearerAuth } from '../grpc/auth.js';
+import { buildHttpApp } from '../http/openai.js';
 import type { FastifyInstance } from 'fastify';
-import { ConfigError } from './errors.js';
+import { ConfigError } from '../common/errors.js';
 
 export const SCORING_SERVICE = 'ctxprobe.v1.Scoring';
 export const PROBING_SERVICE = 'ctxprobe.v1.Probing';

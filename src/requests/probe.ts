@@ -5,11 +5,11 @@
 // cap. The graph does the reductions over layers, heads and keys (kernels/attention.ts);
 // this file turns per-bin sums into the reported distributions and reduces query tokens
 // to segments.
-import type { Engine } from './engine.js';
-import { Scorer } from './scoring/scorer.js';
-import type { Prepared, ProbeSums, Unit, UnitScore } from './scoring/units.js';
-import { InvalidArgumentError } from './errors.js';
-import { meanMatrix, meanVector } from './common/matrix.js';
+import type { Engine } from '../engine/engine.js';
+import { Scorer } from '../core/scorer.js';
+import type { Prepared, ProbeSums, Unit, UnitScore } from '../core/units.js';
+import { InvalidArgumentError } from '../common/errors.js';
+import { meanMatrix, meanVector } from '../common/matrix.js';
 import { segmentSample, type SampleContent, type Segment, type Segmented } from './segments.js';
 
 export type Reducer = 'mean' | 'max' | 'sum';

@@ -1,5 +1,5 @@
 // The unit of work, between request semantics (a request kind's `prepare` and `finish`:
-// scoring/requests.ts, probe.ts, attribution.ts, chunk-scores.ts) and forward passes
+// src/requests/: scoring.ts, probe.ts, attribution.ts, chunk-scores.ts) and forward passes
 // (planner.ts, runner.ts): the tokens before the first input position whose output the
 // unit needs (`prefix`), the input tokens whose outputs it needs (`tail`) and what they
 // must predict (`targets`). Units with the same prefix can share one prefix pass and
@@ -8,7 +8,7 @@
 //   - with `probe`: attention statistics over its rows (votes, mass, heatmap rows, raw
 //     slices), from the same pass, which may hold other units' rows.
 
-import type { KeyRange } from '../engine.js';
+import type { KeyRange } from '../engine/engine.js';
 
 export type { KeyRange };
 
