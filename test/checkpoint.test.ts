@@ -6,7 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
-import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/engine/dtypes.js';
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/common/dtypes.js';
 import { readModelConfig } from '../src/model/config.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
 import { chooseDtype, resolveDevice } from '../src/engine/device.js';

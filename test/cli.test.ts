@@ -310,7 +310,7 @@ describe('the model repository', () => {
       path: path.join(dir, 'default'),
       synthetic: { ...FAMILY_FIXTURES.llama!, hidden: 256, intermediate: 1024, layers: 6, vocab: 600 },
     };
-    const script = `import('${pathToFileURL(path.join(root, 'dist/src/repository.js')).href}').then((m) => m.ensureCheckpoint(${JSON.stringify(entry)}))`;
+    const script = `import('${pathToFileURL(path.join(root, 'dist/src/serving/repository.js')).href}').then((m) => m.ensureCheckpoint(${JSON.stringify(entry)}))`;
     for (const killAfterMs of [60, 150, 250, 350]) {
       const child = spawn(process.execPath, ['-e', script], { stdio: 'ignore' });
       const exited = new Promise((r) => child.on('exit', r));

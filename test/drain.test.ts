@@ -259,7 +259,7 @@ describe('the health port', () => {
       [
         '--input-type=module',
         '-e',
-        `const { healthClientConstructor } = await import(${JSON.stringify(pathToFileURL(path.join(ROOT, 'dist/src/health.js')).href)});
+        `const { healthClientConstructor } = await import(${JSON.stringify(pathToFileURL(path.join(ROOT, 'dist/src/serving/health.js')).href)});
         const grpc = await import('@grpc/grpc-js');
         const c = new (healthClientConstructor())('127.0.0.1:${server.healthPort}', grpc.credentials.createInsecure());
         const check = () => new Promise((resolve) => c.Check({ service: '' }, (err, res) => resolve(err ? 'UNREACHABLE' : res.status)));

@@ -30,11 +30,14 @@ const rules: [string, RegExp, RegExp][] = [
   [
     'transports talk to the serving layer, not to engines, scorers or probers',
     /^src\/(grpc|http)\//,
-    /^src\/(engine|model\/|scoring\/(scorer|planner|runner)|probe\.ts|batcher)/,
+    /^src\/(engine\/|model\/|core\/|requests\/probe\.ts)/,
   ],
-  ['checkpoint/ imports nothing above it', /^src\/checkpoint\//, /^src\/(model|scoring|serving|grpc|http|engine)/],
-  ['eval clients use the API, not server internals', /^src\/eval\//, /^src\/(probe|segments|scoring|serving|engine|model)/],
-  ['the planner is pure', /^src\/scoring\/planner\.ts$/, /^src\/(engine|batcher|serving)/],
+  ['checkpoint/ imports nothing above it', /^src\/checkpoint\//, /^src\/(model|core|requests|serving|grpc|http|engine)/],
+  // A runner without --address starts a whole server in its process (server.ts and the
+  // model repository): that is the API too.
+  ['eval clients use the API, not server internals', /^src\/eval\//, /^src\/(requests|core|serving\/(?!server\.ts|repository\.ts)|engine|model)/],
+  ['the planner is pure', /^src\/core\/planner\.ts$/, /^src\/(engine|core\/(batcher|runner|scorer)|serving)/],
+  ['the engine knows no requests, units or scheduling', /^src\/engine\//, /^src\/(core|requests|serving|grpc|http)/],
 ];
 
 describe('layers', () => {

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
 import { CtxprobeServer } from '../src/serving/server.js';
-import { f16ToF32 } from '../src/engine/dtypes.js';
+import { f16ToF32 } from '../src/common/dtypes.js';
 import { Prober } from '../src/requests/probe.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { scoringClient, scrape, unary } from './helpers.js';

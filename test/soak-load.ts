@@ -168,7 +168,7 @@ export async function soakLoad(s: Served) {
  * clients): how many, how many did not answer SERVING, and the slowest. */
 export function pollHealth(port: number) {
   const script = `
-    const { healthClientConstructor } = await import(${JSON.stringify(pathToFileURL(path.join(ROOT, 'dist/src/health.js')).href)});
+    const { healthClientConstructor } = await import(${JSON.stringify(pathToFileURL(path.join(ROOT, 'dist/src/serving/health.js')).href)});
     const grpc = await import('@grpc/grpc-js');
     const Health = healthClientConstructor();
     const c = new Health('127.0.0.1:${port}', grpc.credentials.createInsecure());

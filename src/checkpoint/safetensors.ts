@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ExternalTensor } from '../graph/builder.js';
-import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16, type DTypeName } from '../engine/dtypes.js';
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16, type DTypeName } from '../common/dtypes.js';
 import { CheckpointError } from '../common/errors.js';
 import { readJsonObject } from './files.js';
 

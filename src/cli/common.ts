@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { DEFAULT_REPOSITORY, readRepository, type ModelEntry } from '../serving/repository.js';
-import type { ComputeDType } from '../engine/dtypes.js';
+import type { ComputeDType } from '../common/dtypes.js';
 
 export const int = (name: string) => (value: string) => {
   const n = Number(value);

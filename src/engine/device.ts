@@ -4,7 +4,7 @@ import path from 'node:path';
 import { createRequire } from 'node:module';
 import ort from 'onnxruntime-node';
 import { DeviceError } from '../common/errors.js';
-import type { ComputeDType } from './dtypes.js';
+import type { ComputeDType } from '../common/dtypes.js';
 
 export interface DeviceOptions {
   /** `cpu` (default), `cuda` or `cuda:N`. */

@@ -7,7 +7,7 @@ import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
 import { readModelConfig } from '../model/config.js';
 import type { ModelConfig } from '../model/families.js';
 import { buildDecoderGraph } from '../model/decoder.js';
-import { kvDType, type ComputeDType } from './dtypes.js';
+import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, type DeviceOptions, type ResolvedDevice } from './device.js';
 import { TextTokenizer } from '../text/tokenizer.js';

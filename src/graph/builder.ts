@@ -10,7 +10,7 @@
 // builder does (`/model/constants/INT64/[-1, 512]`, `/model/constants/FLOAT/0.5`): the
 // same value is one initializer wherever it is used.
 import onnxProto from 'onnx-proto';
-import { ONNX_DTYPE, ONNX_DTYPE_LABEL, type DTypeName } from '../engine/dtypes.js';
+import { ONNX_DTYPE, ONNX_DTYPE_LABEL, type DTypeName } from '../common/dtypes.js';
 
 const { onnx } = onnxProto;
 

@@ -1,7 +1,7 @@
 // gRPC Probing handlers: translate samples (generated types) to the serving layer's
 // probe calls (probes share the model's queue and its limits), and answers back.
 import * as grpc from '@grpc/grpc-js';
-import { toFloat16Bytes } from '../engine/dtypes.js';
+import { toFloat16Bytes } from '../common/dtypes.js';
 import { InvalidArgumentError } from '../common/errors.js';
 import type { Service } from '../serving/service.js';
 import type { ProbeSample, Reducer, SampleProbe } from '../requests/probe.js';

@@ -19,9 +19,12 @@
 // Outputs: logprobs [N], greedy [N], topk_logprobs [N, k], topk_ids [N, k],
 //   present.L.key / present.L.value [B, kv_heads, S, head_dim].
 import { GraphBuilder, float, type ExternalTensor } from '../graph/builder.js';
-import { kvDType, type ComputeDType, type DTypeName } from '../engine/dtypes.js';
+import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import type { MlpSpec, ModelConfig, RopeSpec } from './families.js';
 import { logprobKernel } from '../../kernels/logprobs.js';
+import { ModelOps, unreachable } from './ops.js';
+
+export { unreachable };
 
 /** Where the decoder gets its weights: a checkpoint, or a recorder (synthetic.ts). */
 export interface WeightSource {
@@ -79,18 +82,16 @@ interface Past {
   index: string;
 }
 
-class DecoderBuilder {
-  readonly g = new GraphBuilder();
-  private readonly spec;
+class DecoderBuilder extends ModelOps {
   private readonly maskValue: number;
 
   constructor(
-    private readonly c: ModelConfig,
-    private readonly source: WeightSource,
-    private readonly dt: ComputeDType,
+    c: ModelConfig,
+    source: WeightSource,
+    dt: ComputeDType,
     private readonly tap?: DecoderTap,
   ) {
-    this.spec = c.spec;
+    super(c, source, dt);
     // Finite, so fully masked (padding) rows never produce NaN that 0·NaN could spread.
     this.maskValue = dt === 'float32' ? -1e30 : -1e4;
   }
@@ -425,20 +426,6 @@ class DecoderBuilder {
     return g.node('Reshape', [summed, g.node('Shape', [x], { name: 'input_shape' })], { name: 'output' });
   }
 
-  private activation(x: string): string {
-    const { g } = this;
-    switch (this.c.activation) {
-      case 'silu':
-        return g.node('Mul', [x, g.node('Sigmoid', [x], { name: 'sigmoid' })], { name: 'silu' });
-      case 'gelu_tanh':
-        return g.node('Gelu', [x], { name: 'gelu_tanh', attrs: { approximate: 'tanh' } });
-      case 'gelu':
-        return g.node('Gelu', [x], { name: 'gelu' });
-      default:
-        return unreachable(this.c.activation);
-    }
-  }
-
   // Only the scored positions reach the output projection:
   //   x [B,T,H] ─Reshape─► [B·T,H] ─Gather(score_rows)─► [N,H] ─final norm─► lm_head ─► logits [N,V] float32
   private head(x: string, scoreRows: string): string {
@@ -453,113 +440,6 @@ class DecoderBuilder {
     return this.softcap(logits, c.finalSoftcap, 'logits_softcap');
   }
 
-  // Gemma's soft-capping, in float32: x ─Div(cap)─► Tanh ─Mul(cap)─► cap·tanh(x/cap)
-  private softcap(x: string, cap: number | undefined, name: string): string {
-    if (cap === undefined) return x;
-    const { g } = this;
-    return g.scope(name, () =>
-      g.node('Mul', [g.node('Tanh', [g.node('Div', [x, g.scalar(cap)], { name: 'scaled' })], { name: 'tanh' }), g.scalar(cap)], { name: 'capped' }),
-    );
-  }
-
-  // Over the last axis, of size `dim`, in float32:
-  //   RMSNorm in the shape ORT fuses into SimplifiedLayerNormalization:
-  //     x ─► Pow(2) ─► ReduceMean ─► Add(eps) ─► Sqrt ─► Div(x, ·) ─► Mul(weight)
-  //   LayerNorm (GPT-2): one LayerNormalization op with weight and bias.
-  private norm(x: string, name: string, dim: number): string {
-    const { g, c } = this;
-    const weight = this.weight(`${name}.weight`, [dim], 'float32');
-    const x32 = this.toFloat32(x);
-    switch (this.spec.norm) {
-      case 'layer': {
-        const bias = this.weight(`${name}.bias`, [dim], 'float32');
-        const y = g.node('LayerNormalization', [x32, weight, bias], { attrs: { axis: -1, epsilon: float(c.normEps) } });
-        return this.fromFloat32(y);
-      }
-      case 'rms':
-      case 'rmsOffset': {
-        const sq = g.node('Pow', [x32, g.scalar(2)], { name: 'square' });
-        const mean = g.node('ReduceMean', [sq, g.ints([-1])], { name: 'mean_square', attrs: { keepdims: 1 } });
-        const rms = g.node('Sqrt', [g.node('Add', [mean, g.scalar(c.normEps)], { name: 'plus_eps' })], { name: 'rms' });
-        const normed = g.node('Div', [x32, rms], { name: 'normalized' });
-        // Gemma scales by (1 + w), in float32 before the cast back (transformers' #29402).
-        const scale = this.spec.norm === 'rmsOffset' ? g.node('Add', [weight, g.scalar(1)], { name: 'one_plus_weight' }) : weight;
-        return this.fromFloat32(g.node('Mul', [normed, scale], { name: 'scaled' }));
-      }
-      default:
-        return unreachable(this.spec.norm);
-    }
-  }
-
-  //   x ─► FusedMatMul(W, transB) or MatMul(W) for Conv1D ─► (+ bias)
-  private linear(name: string, x: string, inFeatures: number, outFeatures: number, withBias: boolean, label: string): string {
-    const { g } = this;
-    return g.scope(label, () => {
-      let y: string;
-      switch (this.spec.linearLayout) {
-        case 'out_in':
-          y = g.node('FusedMatMul', [x, this.weight(`${name}.weight`, [outFeatures, inFeatures])], {
-            domain: 'com.microsoft',
-            attrs: { transB: 1 },
-          });
-          break;
-        case 'in_out':
-          y = g.node('MatMul', [x, this.weight(`${name}.weight`, [inFeatures, outFeatures])]);
-          break;
-        default:
-          return unreachable(this.spec.linearLayout);
-      }
-      if (withBias) y = g.node('Add', [y, this.weight(`${name}.bias`, [outFeatures])], { name: 'bias' });
-      return y;
-    });
-  }
-
-  private readonly weights = new Map<string, string>();
-
-  /** A checkpoint tensor as `as` (default: the compute dtype; a Cast ORT folds at load
-   * when the stored dtype differs). The initializer is made once per tensor. */
-  private weight(name: string, shape: number[], as: DTypeName = this.dt): string {
-    const key = `${name}:${as}`;
-    const known = this.weights.get(key);
-    if (known) return known;
-    const stored = this.source.get(this.storedName(name), shape);
-    let init = this.weights.get(`${name}:stored`);
-    if (!init) {
-      init = this.g.external(name, stored);
-      this.weights.set(`${name}:stored`, init);
-    }
-    const value = this.g.cast(init, as, stored.dtype, 'weight_cast');
-    this.weights.set(key, value);
-    return value;
-  }
-
-  /** The name the checkpoint uses for a weight: the spec's, or one of its alternatives. */
-  private storedName(name: string): string {
-    if (this.source.has(name)) return name;
-    return this.spec.alternativeNames?.(name).find((n) => this.source.has(n)) ?? name;
-  }
-
-  private kvIn(x: string): string {
-    return this.g.cast(x, this.dt, kvDType(this.dt), 'kv_to_compute');
-  }
-
-  private kvOut(x: string): string {
-    return this.g.cast(x, kvDType(this.dt), this.dt, 'kv_to_io');
-  }
-
-  // Norms, softmax and log-softmax run in float32 whatever the compute dtype.
-  private toFloat32(x: string): string {
-    return this.g.cast(x, 'float32', this.dt, 'to_f32');
-  }
-
-  private fromFloat32(x: string): string {
-    return this.g.cast(x, this.dt, 'float32', 'to_compute');
-  }
-}
-
-/** For `switch` over a discriminated union: a new variant is a compile error here. */
-export function unreachable(value: never): never {
-  throw new Error(`unhandled variant ${JSON.stringify(value)}`);
 }
 
 /** cos and sin of position × frequency for every position below `positions`, one block of

@@ -16,7 +16,7 @@ import { Engine } from '../engine/engine.js';
 import { ConfigError } from '../common/errors.js';
 import { Scorer } from '../core/scorer.js';
 import { Prober } from '../requests/probe.js';
-import type { ComputeDType } from '../engine/dtypes.js';
+import type { ComputeDType } from '../common/dtypes.js';
 
 export interface ModelEntry {
   name: string;
