@@ -3,13 +3,13 @@
 // T-token text and continuation scoring of a (T − 256)-token context with a 256-token
 // continuation, for T = 2k, 8k, 16k, 32k — time and peak RSS above the loaded model; and
 // a 12-round dialogue of T tokens probed (votes, mass, pooled max heatmap, the last round
-// as the query). Rows longer than --max-batch-tokens (1024 on CPU) run in query blocks;
-// probes over the probe attention limit (256 MiB per layer) too.
+// as the query). Rows longer than --max-batch-tokens (512 on CPU) run in query blocks,
+// probe rows as score rows (one planner; one attention limit per layer, 192 MiB).
 //
 //   BENCH_MODES=probe      what runs beside rolling scoring (default continuation,probe);
 //   BENCH_LONG=2048,8192   sizes; BENCH_MALLOC=dynamic   glibc's default malloc;
 //   BENCH_ATTENTION_MIB=N  the scorer's attention bound per layer (default 192)
-//   BENCH_PROBE_ATTENTION_MIB=N  the prober's attention bound per block and layer (default 256)
+//   BENCH_PROBE_ATTENTION_MIB=N  the attention bound of the prober's own scorer (default 192)
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';

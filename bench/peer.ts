@@ -57,7 +57,8 @@ async function runSide(side: 'ctxprobe' | 'llama.cpp', workload: Workload, check
     const { Engine } = await import('../src/engine/engine.js');
     const { Scorer } = await import('../src/core/scorer.js');
     const engine = await Engine.load(dir, { threads: THREADS });
-    const scorer = new Scorer(engine, { prefixCacheBytes: 0 });
+    const maxBatchTokens = process.env.BENCH_MAX_BATCH_TOKENS ? Number(process.env.BENCH_MAX_BATCH_TOKENS) : undefined;
+    const scorer = new Scorer(engine, { prefixCacheBytes: 0, ...(maxBatchTokens ? { maxBatchTokens } : {}) });
     if (check) {
       const scores = await scorer.loglikelihood([{ context: items[0]!.context, continuations: [items[0]!.continuations[0]!] }]);
       await engine.release();

@@ -24,7 +24,7 @@ import {
 import { maskedFrom, type Prepared, type Unit } from './units.js';
 
 export interface ScorerOptions {
-  /** Padded tokens per forward pass (rows × longest row); default 1024 on CPU, 8192 on CUDA. */
+  /** Padded tokens per forward pass (rows × longest row); default 512 on CPU, 8192 on CUDA. */
   maxBatchTokens?: number;
   /** Model context length used for truncation and windows; default: the model's. */
   maxLength?: number;
@@ -77,9 +77,12 @@ export class Scorer {
       throw new InvalidArgumentError('max_length', `${this.maxLength} exceeds the model's ${engine.config.maxPositions} positions`);
     }
     // Measured on the CPU (56M Llama, CHARPEval shapes): 512–1024 tokens per pass beat
-    // 4096 by 25–40%, as larger attention and KV-gather tensors fall out of cache. GPUs
-    // want large passes.
-    this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cuda' ? 8192 : 1024);
+    // 4096 by 25–40%, as larger attention and KV-gather tensors fall out of cache. Peak RSS
+    // follows the pass (bench/peer.ts, 2 threads, mmap threshold 1 MiB): 512 against 1024
+    // took multiple choice from 1.38–1.84 s / 675 MiB to 1.34–1.38 s / 596 MiB and
+    // 4 × 1024-token rolling from 2.56–2.71 s / 553–559 MiB to 2.87–2.98 s / 522–531 MiB
+    // (llama.cpp: 548). GPUs want large passes.
+    this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cuda' ? 8192 : 512);
     this.prefixSharing = options.prefixSharing ?? true;
     this.maxTopK = options.maxTopK ?? 100;
     // Measured with bench/long.ts (32k-token rolling scoring, 8 heads, glibc mmap threshold

@@ -128,13 +128,13 @@ export class Metrics {
     });
     this.forwardPasses = new client.Counter({
       name: 'ctxprobe_forward_passes_total',
-      help: 'Forward passes run by the engine (kind: score or probe), whatever request they served',
+      help: 'Forward passes run by the engine (kind: probe when some of its rows probe, else score), whatever requests they served',
       labelNames: ['model', 'kind'],
       registers,
     });
     this.forwardPassTokens = new client.Counter({
       name: 'ctxprobe_forward_pass_tokens_total',
-      help: 'Tokens of the forward passes as run: rows × padded length (kind: score or probe)',
+      help: 'Tokens of the forward passes as run: rows × padded length (kind: probe when some of its rows probe, else score)',
       labelNames: ['model', 'kind'],
       registers,
     });
