@@ -170,8 +170,8 @@ async function runScorePass(
     pass.rows.forEach((r, b) => {
       if (r.unit === undefined || !units[r.unit]!.probe) return;
       const unit = units[r.unit]!;
-      const res = (results[r.unit] ??= emptyScore(unit));
-      addProbe(res.probe!, out.probe!, b, r, unit, engine.config.numLayers * engine.config.numHeads);
+      const res = (results[r.unit] ??= emptyScore(unit, layerHeads(engine)));
+      addProbe(res.probe!, out.probe!, b, r, unit, layerHeads(engine));
     });
   }
   const entries: { position: number; target: number; entry: ScoreEntry; topK?: TopK }[][] = pass.rows.map(() => []);
@@ -185,7 +185,7 @@ async function runScorePass(
     const entry = { logprob: out.logprobs[n]!, greedy: out.greedy[n]! };
     if (d.unit !== undefined) {
       const unit = units[d.unit]!;
-      const res = (results[d.unit] ??= emptyScore(unit));
+      const res = (results[d.unit] ??= emptyScore(unit, layerHeads(engine)));
       res.logprobs[d.targetIndex] = entry.logprob;
       res.greedy[d.targetIndex] = entry.greedy;
       if (unit.topK > 0) res.topK![d.targetIndex] = { ids: top!.ids.slice(0, unit.topK), logprobs: top!.logprobs.slice(0, unit.topK) };
@@ -221,13 +221,13 @@ async function runScorePass(
 
 /** A unit's answer before its scores arrive (a unit's positions may come from several
  * passes and from the cache). */
-export function emptyScore(unit: Unit): UnitScore {
+export function emptyScore(unit: Unit, layerHeads: number): UnitScore {
   const n = unit.targets.length;
   return {
     logprobs: new Array(n),
     greedy: new Array(n),
     ...(unit.topK > 0 ? { topK: new Array(n) } : {}),
-    ...(unit.probe ? { probe: emptySums(unit, 0) } : {}),
+    ...(unit.probe ? { probe: emptySums(unit, layerHeads) } : {}),
   };
 }
 
@@ -267,7 +267,6 @@ function emptySums(unit: Unit, layerHeads: number): ProbeSums {
  * query rows (they add up across blocks); heatmap rows go to their positions; the pass's
  * bins map back to the unit's (its excluded bin was the pass's C). */
 function addProbe(sums: ProbeSums, out: PassProbe, b: number, r: ScoreRow, unit: Unit, layerHeads: number): void {
-  if (sums.votes.length === 0) Object.assign(sums, emptySums(unit, layerHeads));
   const own = sums.bins;
   const C = own - 2;
   const passBins = out.bins;
@@ -306,4 +305,9 @@ function addProbe(sums: ProbeSums, out: PassProbe, b: number, r: ScoreRow, unit:
       sums.raw.set(layer, slice);
     }
   }
+}
+
+/** Layers × heads: the rows of a probe unit's per-head sums. */
+function layerHeads(engine: Engine): number {
+  return engine.config.numLayers * engine.config.numHeads;
 }

@@ -214,7 +214,7 @@ export class Scorer {
       const scores = await runRows(rows);
       // Positions before a unit's start come from the cache (its match is still pinned).
       units.forEach((u, i) => {
-        const res = (scores[i] ??= emptyScore(u));
+        const res = (scores[i] ??= emptyScore(u, this.engine.config.numLayers * this.engine.config.numHeads));
         if (u.probe) {
           res.prefixReused = Math.min(reusedAtStart[i]!, u.prefix.length);
           return; // its scored positions all lie in its own rows

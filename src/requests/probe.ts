@@ -363,7 +363,6 @@ export class Prober {
         `${req.layers.length} layers × ${req.heads.length} heads × ${queries.length} queries × ${T} keys is ${(bytes / 2 ** 20).toFixed(1)} MiB, over the raw-attention limit of ${(this.maxRawBytes / 2 ** 20).toFixed(1)} MiB: ask for fewer layers, heads or queries`,
       );
     }
-    const T_ = T;
     const unit: Unit = {
       prefix: [],
       tail: p.row.tokens,
@@ -384,7 +383,7 @@ export class Prober {
         const Q = queries.length;
         return req.layers.flatMap((l) => {
           const data = out!.probe!.raw.get(l)!;
-          return req.heads.map((h, k) => ({ layer: l, head: h, queryStart: req.queryStart, keys: T_, values: data.slice(k * Q * T_, (k + 1) * Q * T_) }));
+          return req.heads.map((h, k) => ({ layer: l, head: h, queryStart: req.queryStart, keys: T, values: data.slice(k * Q * T, (k + 1) * Q * T) }));
         });
       },
     };
