@@ -12,12 +12,16 @@ export interface LogprobOutputs {
   greedy: string; // [scored] bool: the target's logit is the maximum
   topkLogprobs: string; // [scored, k] float32, descending
   topkIds: string; // [scored, k] int64
+  /** [M, vocab] float32: whole distributions of the scored positions `next_rows` names
+   * (a generation step samples its next token from one; M rows of vocab, not N). */
+  nextLogprobs: string;
 }
 
 //   logits [N,V] ──LogSoftmax──► logp [N,V] ─┬─GatherElements(target)──► logprobs [N]
 //                                            ├─ReduceMax──► best [N] ──GreaterOrEqual(logprobs)──► greedy [N]
-//                                            └─TopK(k)──► topk_logprobs [N,k], topk_ids [N,k]
-export function logprobKernel(g: GraphBuilder, logits: string, targetIds: string, topK: string): LogprobOutputs {
+//                                            ├─TopK(k)──► topk_logprobs [N,k], topk_ids [N,k]
+//                                            └─Gather(next_rows)──► next_logprobs [M,V]
+export function logprobKernel(g: GraphBuilder, logits: string, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
   return g.scope('logprobs', () => {
     const logp = g.node('LogSoftmax', [logits], { name: 'log_softmax', attrs: { axis: 1 } });
     const target = g.node('Unsqueeze', [targetIds, g.ints([1])], { name: 'target' });
@@ -28,6 +32,9 @@ export function logprobKernel(g: GraphBuilder, logits: string, targetIds: string
     const best = g.node('ReduceMax', [logp, g.ints([1])], { name: 'best', attrs: { keepdims: 0 } });
     const greedy = g.node('GreaterOrEqual', [logprobs, best], { name: 'greedy' });
     const [topkLogprobs, topkIds] = g.nodeN('TopK', 'topk', [logp, topK], { outputs: 2, attrs: { axis: 1, largest: 1, sorted: 1 } });
-    return { logprobs, greedy, topkLogprobs: topkLogprobs!, topkIds: topkIds! };
+    // The same LogSoftmax row a score gathers from: a sampled token's log-prob is the bits
+    // Score gives it.
+    const nextLogprobs = g.node('Gather', [logp, nextRows], { name: 'next_logprobs', attrs: { axis: 0 } });
+    return { logprobs, greedy, topkLogprobs: topkLogprobs!, topkIds: topkIds!, nextLogprobs };
   });
 }

@@ -12,7 +12,7 @@
 import type { Metrics } from '../serving/metrics.js';
 import { CancelledError, OverloadedError } from '../common/errors.js';
 import type { Scorer } from './scorer.js';
-import { unitTokens, type Unit, type UnitScore } from './units.js';
+import { queueTokens, type Unit, type UnitScore } from './units.js';
 
 export interface BatcherOptions {
   /** Tokens gathered into one scheduling round (the scorer splits it into passes). */
@@ -25,6 +25,9 @@ export interface BatcherOptions {
 
 interface Job {
   units: Unit[];
+  /** A generation's next step: it runs at the next round without waiting for company
+   * (the other running sequences resubmit in the same tick). */
+  continuing: boolean;
   tokens: number;
   enqueuedAt: number;
   cancelled: boolean;
@@ -66,14 +69,15 @@ export class Batcher {
     return this.queue.reduce((n, j) => n + jobItems(j), 0);
   }
 
-  submit(units: Unit[]): Submitted {
+  submit(units: Unit[], options: { continuing?: boolean } = {}): Submitted {
     return this.enqueue(
       units,
-      units.reduce((n, u) => n + unitTokens(u), 0),
+      units.reduce((n, u) => n + queueTokens(u), 0),
+      options.continuing ?? false,
     );
   }
 
-  private enqueue(units: Unit[], tokens: number): Submitted {
+  private enqueue(units: Unit[], tokens: number, continuing: boolean): Submitted {
     if (this.queuedTokens + tokens > this.maxQueuedTokens) {
       return {
         result: Promise.reject(
@@ -84,7 +88,7 @@ export class Batcher {
     }
     let job!: Job;
     const result = new Promise<UnitScore[]>((resolve, reject) => {
-      job = { units, tokens, enqueuedAt: performance.now(), cancelled: false, resolve, reject };
+      job = { units, tokens, continuing, enqueuedAt: performance.now(), cancelled: false, resolve, reject };
     });
     this.queue.push(job);
     this.queuedTokens += tokens;
@@ -138,15 +142,21 @@ export class Batcher {
       return;
     }
     const waited = performance.now() - this.queue[0]!.enqueuedAt;
-    if (this.queuedTokens >= this.maxRoundTokens || waited >= this.maxQueueDelayMs) {
+    // A decode step waits only for the others of its tick (a timer of 0 fires after them).
+    const delay = this.queue.some((j) => j.continuing) ? 0 : this.maxQueueDelayMs;
+    if (this.queuedTokens >= this.maxRoundTokens || (delay > 0 && waited >= delay)) {
       clearTimeout(this.timer);
       this.timer = undefined;
       void this.runRound();
-    } else if (!this.timer) {
-      this.timer = setTimeout(() => {
-        this.timer = undefined;
-        this.schedule();
-      }, this.maxQueueDelayMs - waited);
+    } else if (!this.timer || delay === 0) {
+      clearTimeout(this.timer);
+      this.timer = setTimeout(
+        () => {
+          this.timer = undefined;
+          if (!this.running && this.queue.length > 0) void this.runRound();
+        },
+        Math.max(0, delay - waited),
+      );
     }
   }
 

@@ -104,6 +104,8 @@ interface Destination {
   target: number;
   unit?: number;
   targetIndex: number;
+  /** A generation step's placeholder: not a score, not for the cache. */
+  next?: boolean;
 }
 
 async function runScorePass(
@@ -117,6 +119,7 @@ async function runScorePass(
 ): Promise<PastKV | undefined> {
   const scored: ScoredPosition[] = [];
   const dest: Destination[] = [];
+  const next: { unit: number; at: number }[] = [];
   pass.rows.forEach((r, row) => {
     if (r.unit !== undefined) {
       const unit = units[r.unit]!;
@@ -128,6 +131,13 @@ async function runScorePass(
         scored.push({ row, index, target });
         dest.push({ row, position: r.startPosition + index, target, unit: r.unit, targetIndex: j });
       }
+    }
+    // A generation step's distribution: the row that ends the unit, at its last token
+    // (scored against a placeholder target; only its whole row is read).
+    if (r.unit !== undefined && units[r.unit]!.next && r.startPosition + r.tokens.length === unitTokens(units[r.unit]!)) {
+      next.push({ unit: r.unit, at: scored.length });
+      scored.push({ row, index: r.tokens.length - 1, target: 0 });
+      dest.push({ row, position: r.startPosition + r.tokens.length - 1, target: 0, targetIndex: -1, next: true });
     }
     for (const s of r.cacheScores ?? []) {
       scored.push({ row, index: s.index, target: s.target });
@@ -162,6 +172,7 @@ async function runScorePass(
     past,
     scored,
     topK,
+    ...(next.length > 0 ? { next: next.map((n) => n.at) } : {}),
     keepPresent: (pass.keep ?? false) || toCache,
     heatmap: pass.rows.some((r) => probeOf(r)?.heatmap),
     ...(raw ? { raw } : {}),
@@ -174,10 +185,16 @@ async function runScorePass(
       addProbe(res.probe!, out.probe!, b, r, unit, layerHeads(engine));
     });
   }
+  const vocab = engine.config.vocabSize;
+  next.forEach((n, k) => {
+    const res = (results[n.unit] ??= emptyScore(units[n.unit]!, layerHeads(engine)));
+    res.next = out.next!.slice(k * vocab, (k + 1) * vocab);
+  });
   const entries: { position: number; target: number; entry: ScoreEntry; topK?: TopK }[][] = pass.rows.map(() => []);
   // Rows of the top-k outputs are as wide as the engine ran them: k, at most the vocabulary.
   const width = out.topK;
   dest.forEach((d, n) => {
+    if (d.next) return;
     const top =
       width > 0
         ? { ids: Array.from(out.topkIds!.subarray(n * width, (n + 1) * width), Number), logprobs: Array.from(out.topkLogprobs!.subarray(n * width, (n + 1) * width)) }

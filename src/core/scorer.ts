@@ -21,7 +21,7 @@ import {
   type RollingRequest,
   type RollingScore,
 } from '../requests/scoring.js';
-import { maskedFrom, type Prepared, type Unit } from './units.js';
+import { maskedFrom, scoredIndex, type Prepared, type Unit } from './units.js';
 
 export interface ScorerOptions {
   /** Padded tokens per forward pass (rows × longest row); default 512 on CPU, 8192 on CUDA. */
@@ -220,8 +220,8 @@ export class Scorer {
           return; // its scored positions all lie in its own rows
         }
         const end = Math.min(starts[i]!, seqs[i]!.length);
-        for (let pos = u.prefix.length; pos < end; pos++) {
-          const t = pos - u.prefix.length;
+        for (let t = 0; t < u.targets.length && u.prefix.length + scoredIndex(u, t) < end; t++) {
+          const pos = u.prefix.length + scoredIndex(u, t);
           const hit = cache.score(matches[i]!, pos, u.targets[t]!, u.topK)!;
           res.logprobs[t] = hit.logprob;
           res.greedy[t] = hit.greedy;
@@ -242,11 +242,16 @@ export class Scorer {
     // A probe needs its own rows run: at most its prefix comes from the cache.
     if (unit.probe) return Math.min(match.depth, unit.prefix.length);
     const n = unit.prefix.length + unit.tail.length;
-    const kv = Math.min(match.depth, n);
-    for (let pos = unit.prefix.length; pos < n; pos++) {
-      if (pos >= match.depth || !cache.hasScore(match, pos, unit.targets[pos - unit.prefix.length]!, unit.topK)) return Math.min(pos, kv);
+    // A generation step's distribution is computed, never read from the cache.
+    const last = unit.next ? n - 1 : n;
+    const kv = Math.min(match.depth, last);
+    for (let j = 0; j < unit.targets.length; j++) {
+      const pos = unit.prefix.length + scoredIndex(unit, j);
+      if (pos >= match.depth || !cache.hasScore(match, pos, unit.targets[j]!, unit.topK)) return Math.min(pos, kv);
     }
-    return n;
+    // Every target cached: nothing left to compute; a step still computes what the cache
+    // does not hold and its last token.
+    return unit.next ? kv : n;
   }
 
   /** A trunk as a row: its tokens after the cached past, every member's scored positions
@@ -260,8 +265,11 @@ export class Scorer {
       if (u.probe) return; // shares its prefix only: no scored position in a trunk
       // Only the positions where the member is still on the spine are its own.
       const end = Math.min(t.reach[j]!, seqs[m]!.length);
-      for (let pos = Math.max(t.from, u.prefix.length); pos < end; pos++) {
-        const target = u.targets[pos - u.prefix.length]!;
+      for (let k = 0; k < u.targets.length; k++) {
+        const pos = u.prefix.length + scoredIndex(u, k);
+        if (pos < t.from) continue;
+        if (pos >= end) break;
+        const target = u.targets[k]!;
         const key = `${pos}:${target}`;
         if (seen.has(key)) continue;
         seen.add(key);

@@ -6,7 +6,9 @@
 // take it from the prefix cache. What a unit asks of its rows:
 //   - log-probs of its targets (every tail position, or the `scored` ones), top-k;
 //   - with `probe`: attention statistics over its rows (votes, mass, heatmap rows, raw
-//     slices), from the same pass, which may hold other units' rows.
+//     slices), from the same pass, which may hold other units' rows;
+//   - with `next`: the whole distribution after its last token (a generation step, which
+//     samples the next token from it; requests/generate.ts).
 
 import type { KeyRange } from '../engine/engine.js';
 
@@ -30,6 +32,12 @@ export interface Unit {
   sequenceLength?: number;
   /** Attention statistics over the tail's rows (a probe). */
   probe?: ProbeAsk;
+  /** The log-prob distribution after the last input token comes back (`UnitScore.next`);
+   * that token is computed even when the prefix cache holds it. */
+  next?: boolean;
+  /** The prefix is expected in the prefix cache (a generation step continues the KV its
+   * previous step put there): the queue weighs the tail only. */
+  continues?: boolean;
 }
 
 /** What a probe unit asks of the attention of its rows. */
@@ -83,13 +91,19 @@ export interface UnitScore {
   topK?: TopK[];
   /** Probe units: their attention sums. */
   probe?: ProbeSums;
+  /** Units with `next`: log-probs over the vocabulary after the last input token. */
+  next?: Float32Array;
   /** Prefix positions whose KV came from the prefix cache as the round began (units that
    * share a prefix through the cache). */
   prefixReused?: number;
 }
 
-/** Tokens a unit costs to compute in full (its queue and budget weight). */
+/** Tokens a unit costs to compute in full. */
 export const unitTokens = (u: Unit) => u.prefix.length + u.tail.length;
+
+/** Tokens a unit is expected to cost (its queue and round weight): a generation step's
+ * prefix is cached. */
+export const queueTokens = (u: Unit) => (u.continues ? u.tail.length : unitTokens(u));
 
 /** Requests turned into units, and how to turn the units' outputs back into answers. */
 export interface Prepared<T> {

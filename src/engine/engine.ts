@@ -77,6 +77,9 @@ export interface ForwardRequest {
   past?: PastKV;
   scored: ScoredPosition[];
   topK: number;
+  /** Indices into `scored` whose whole log-prob distribution comes back (`next`): what a
+   * generation step samples from. */
+  next?: number[];
   keepPresent: boolean;
   /** With probe rows: compute the per-row maps a heatmap is made of. */
   heatmap?: boolean;
@@ -98,6 +101,8 @@ export interface ForwardResult {
   topK: number;
   topkLogprobs?: Float32Array; // [scored, topK]
   topkIds?: BigInt64Array;
+  /** [next.length, vocab] log-probs, with `next`. */
+  next?: Float32Array;
   present?: PastKV;
   /** With probe rows: the pass's attention statistics. */
   probe?: PassProbe;
@@ -247,7 +252,7 @@ export class Engine {
    * alternatives. Reductions over an empty [0, vocab] tensor crash onnxruntime's CPU
    * kernels (SIGFPE), so a pass that scores nothing scores one dummy position, unread;
    * TopK runs whether or not its outputs are fetched, so k = 0 unless asked. */
-  private scoreFeeds(scored: ScoredPosition[], T: number, topK = 0): Record<string, HostTensor> {
+  private scoreFeeds(scored: ScoredPosition[], T: number, topK = 0, next: number[] = []): Record<string, HostTensor> {
     const scoredOrDummy = scored.length > 0 ? scored : [{ row: 0, index: 0, target: 0 }];
     const scoreRows = BigInt64Array.from(scoredOrDummy, (s) => BigInt(s.row * T + s.index));
     const targetIds = BigInt64Array.from(scoredOrDummy, (s) => BigInt(s.target));
@@ -256,6 +261,7 @@ export class Engine {
       score_rows: int64(scoreRows, [scoreRows.length]),
       target_ids: int64(targetIds, [targetIds.length]),
       top_k: int64(BigInt64Array.from([BigInt(k)]), [1]),
+      next_rows: int64(BigInt64Array.from(next, BigInt), [next.length]),
     };
   }
 
@@ -319,7 +325,7 @@ export class Engine {
       position_ids: int64(positionIds, [B, T]),
       key_positions: int64(keyPositions, [B, P + T]),
       past_index: int64(pastIndex, [B]),
-      ...this.scoreFeeds(req.scored, T, req.topK),
+      ...this.scoreFeeds(req.scored, T, req.topK, req.next),
       ...(probing ? this.probeFeeds(req, P, T) : this.idleProbeFeeds(B, P + T)),
     };
     if (c.rope?.long) {
@@ -331,6 +337,11 @@ export class Engine {
     const fetches: string[] = [];
     if (N > 0) fetches.push('logprobs', 'greedy');
     if (N > 0 && req.topK > 0) fetches.push('topk_logprobs', 'topk_ids');
+    const M = req.next?.length ?? 0;
+    if (M > 0) {
+      if (req.next!.some((i) => !(i >= 0 && i < N))) throw new Error('engine: next names a position that is not scored');
+      fetches.push('next_logprobs');
+    }
     if (fetches.length === 0) fetches.push('logprobs');
     if (probing) {
       fetches.push(...PROBE_OUTPUTS);
@@ -357,6 +368,7 @@ export class Engine {
       result.topkLogprobs = out.topk_logprobs!.data as Float32Array;
       result.topkIds = out.topk_ids!.data as BigInt64Array;
     }
+    if (M > 0) result.next = out.next_logprobs!.data as Float32Array;
     if (req.keepPresent) {
       result.present = { handle: present!, validLengths: req.rows.map((r) => P + r.tokens.length), length: P + T, ...(gaps ? { gaps } : {}) };
     }

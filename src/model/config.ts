@@ -79,6 +79,8 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
       typeof (raw.torch_dtype ?? raw.dtype) === 'string' ? String(raw.torch_dtype ?? raw.dtype).replace(/^torch\./, '') : undefined,
     bosTokenId: typeof raw.bos_token_id === 'number' ? raw.bos_token_id : undefined,
     eosTokenId: typeof raw.eos_token_id === 'number' ? raw.eos_token_id : Array.isArray(raw.eos_token_id) ? raw.eos_token_id[0] : undefined,
+    // Every end-of-sequence id (Llama 3 lists two): generation stops at any of them.
+    eosTokenIds: (Array.isArray(raw.eos_token_id) ? raw.eos_token_id : [raw.eos_token_id]).filter((id: unknown): id is number => Number.isInteger(id)),
   };
 }
 

@@ -15,8 +15,9 @@
 //   score_rows    [N]    int64    flat index b·T + t of each scored position
 //   target_ids    [N]    int64    the token each scored position should predict
 //   top_k         [1]    int64
+//   next_rows     [M]    int64    scored positions whose whole distribution is fetched (generation)
 //   shape_salt    [h]    bool     unread; its length is a hash of the pass's shapes (session-host.ts)
-// Outputs: logprobs [N], greedy [N], topk_logprobs [N, k], topk_ids [N, k],
+// Outputs: logprobs [N], greedy [N], topk_logprobs [N, k], topk_ids [N, k], next_logprobs [M, vocab],
 //   present.L.key / present.L.value [B, kv_heads, S, head_dim].
 import { GraphBuilder, float, type ExternalTensor } from '../graph/builder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
@@ -130,11 +131,13 @@ class DecoderBuilder extends ModelOps {
     const scoreRows = g.input('score_rows', 'int64', ['scored']);
     const targetIds = g.input('target_ids', 'int64', ['scored']);
     const topK = g.input('top_k', 'int64', [1]);
-    const k = g.scope('model', () => logprobKernel(g, this.head(x, scoreRows), targetIds, topK));
+    const nextRows = g.input('next_rows', 'int64', ['next']);
+    const k = g.scope('model', () => logprobKernel(g, this.head(x, scoreRows), targetIds, topK, nextRows));
     g.output('logprobs', k.logprobs, 'float32', ['scored']);
     g.output('greedy', k.greedy, 'bool', ['scored']);
     g.output('topk_logprobs', k.topkLogprobs, 'float32', ['scored', 'k']);
     g.output('topk_ids', k.topkIds, 'int64', ['scored', 'k']);
+    g.output('next_logprobs', k.nextLogprobs, 'float32', ['next', c.vocabSize]);
   }
 
   // input_ids ──Gather(embed)──► x ──(+ Gather(wpe, position_ids) for learned positions)

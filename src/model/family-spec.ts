@@ -206,6 +206,8 @@ export interface ModelConfig extends Dims {
   finalSoftcap?: number;
   bosTokenId?: number;
   eosTokenId?: number;
+  /** Every `eos_token_id` of config.json (a number or a list). */
+  eosTokenIds: number[];
   /** config.json's `torch_dtype` (newer: `dtype`), as a dtype name. */
   torchDtype?: string;
 }
