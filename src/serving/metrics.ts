@@ -10,6 +10,7 @@ export class Metrics {
   readonly requestSeconds: client.Histogram<'method'>;
   readonly itemsScored: client.Counter<'model'>;
   readonly tokensScored: client.Counter<'model'>;
+  readonly tokensGenerated: client.Counter<'model'>;
   readonly tokensComputed: client.Counter<'model'>;
   readonly tokensRequested: client.Counter<'model'>;
   readonly cacheTokensReused: client.Counter<'model'>;
@@ -53,6 +54,12 @@ export class Metrics {
     this.tokensScored = new client.Counter({
       name: 'ctxprobe_tokens_scored_total',
       help: 'Tokens whose log-prob was returned',
+      labelNames: ['model'],
+      registers,
+    });
+    this.tokensGenerated = new client.Counter({
+      name: 'ctxprobe_generated_tokens_total',
+      help: 'Tokens generated (every choice, up to and with the one that ended it)',
       labelNames: ['model'],
       registers,
     });

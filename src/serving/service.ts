@@ -15,6 +15,7 @@ import { continuationScore, prepareChunkScores } from '../requests/chunk-scores.
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
 import type { Prepared, UnitScore } from '../core/units.js';
+import { checkSampling, Generation, generationModel, runGenerations, type ChoiceResult, type SamplingParams, type TokenEvent } from '../requests/generate.js';
 
 const DEADLINE_SLACK_MS = 20;
 
@@ -378,6 +379,40 @@ export class Service {
     this.checkTextBytes(sample, 'sample');
     const job = await m.prober.prepareRaw(sample, req, bytesPerValue);
     return job.finish(await this.queued(m.batcher.submit(job.units), call));
+  }
+
+  // ---- generation ----------------------------------------------------------------------
+
+  /** Generate from each prompt: every step of every running choice (of this call and of
+   * every other) is a unit of the model's one scheduler. `onTokens` hears each step's
+   * tokens as they come (prompt index, events), for streaming. */
+  async generate(
+    m: ServedModel,
+    prompts: number[][],
+    params: SamplingParams,
+    call: CallContext,
+    onTokens?: (prompt: number, events: TokenEvent[]) => void,
+  ): Promise<ChoiceResult[][]> {
+    this.checkGenerate(m, prompts, params);
+    const generations = prompts.map((p) => new Generation(generationModel(m.engine, m.scorer), p, params));
+    const results = await runGenerations(
+      generations,
+      (units, continuing) => this.queued(m.batcher.submit(units, { continuing }), call),
+      onTokens,
+      () => checkCall(call),
+    );
+    this.metrics.tokensGenerated.inc({ model: m.entry.name }, results.flat().reduce((n, r) => n + r.tokens.length, 0));
+    return results;
+  }
+
+  /** Refuse a generation request before anything runs (a stream's status is still free). */
+  checkGenerate(m: ServedModel, prompts: number[][], params: SamplingParams): void {
+    this.checkItems(prompts.length * params.n, 'prompt', 'choices (prompts × n)');
+    const model = generationModel(m.engine, m.scorer);
+    prompts.forEach((p, i) => {
+      checkTokenIds(p, m.engine.config.vocabSize, prompts.length > 1 ? `prompt[${i}]` : 'prompt');
+      checkSampling(params, p.length, model, m.scorer.maxTopK);
+    });
   }
 
   /** Wait for queued work; the caller going away or its deadline takes it out of the queue. */

@@ -73,6 +73,11 @@ export class TextTokenizer {
     return this.tok.decode(ids, { skip_special_tokens: false });
   }
 
+  /** Text of `ids` without special tokens (BOS, EOS, chat markers): what a client reads. */
+  decodeText(ids: number[]): string {
+    return this.tok.decode(ids, { skip_special_tokens: true });
+  }
+
   tokenString(id: number): string {
     return this.tok.id_to_token(id) ?? '';
   }

@@ -1,0 +1,358 @@
+// Generation as a request kind: each step's `prepare` makes one unit per running choice
+// (its sequence so far, the tokens not yet computed as the tail, `next` asking for the
+// distribution after the last one) and its `finish` samples the next token from that
+// distribution. The units go through the one scheduler like every other kind: decode
+// steps of every running request share passes, a new prompt joins at the next round, and
+// the prefix cache carries each sequence's KV from step to step (a step's row goes into
+// the cache like any scored row's; the next step's match finds it), so a dialogue's next
+// turn reuses the KV of the turn the model wrote.
+//
+//   prompt ─► prefill chunks (≤ one pass each, so running decodes keep stepping)
+//          ─► step: unit {prefix: computed, tail: rest, next} ─► scheduler ─► distribution
+//          ─► sample (temperature → top-k → top-p → min-p, seeded per choice) ─► token
+//          ─► text (incremental detokenisation, stop strings across tokens) ─► event
+//
+// Exactness: a generated token's log-prob is read from the same LogSoftmax row a Score of
+// that token after the same prefix gathers from, in a pass the engine keeps bit-identical
+// to any other (cached = uncached, batched = alone); at temperature 0 the token is that
+// row's argmax (the lowest id among exact ties, as torch.argmax).
+import { InvalidArgumentError } from '../common/errors.js';
+import { rng, streamSeed } from '../common/random.js';
+import type { TopK, Unit, UnitScore } from '../core/units.js';
+import type { Engine } from '../engine/engine.js';
+import type { Scorer } from '../core/scorer.js';
+
+export interface SamplingParams {
+  /** 0: greedy. */
+  temperature: number;
+  /** 1: off. */
+  topP: number;
+  /** 0: off. */
+  topK: number;
+  /** 0: off. */
+  minP: number;
+  /** Same seed, same tokens (whatever else shares the passes); absent: a random one. */
+  seed?: number;
+  maxTokens: number;
+  /** Strings that end a choice, matched on its text across token boundaries; not returned. */
+  stop: string[];
+  /** Choices per prompt. */
+  n: number;
+  /** Alternatives reported per generated token (0: none). */
+  logprobs: number;
+  /** Do not stop at the end-of-sequence token. */
+  ignoreEos?: boolean;
+}
+
+export type FinishReason = 'stop' | 'length';
+
+/** One generated token of one choice. */
+export interface TokenEvent {
+  choice: number;
+  token: number;
+  logprob: number;
+  /** The `logprobs` most likely tokens of the distribution it was drawn from. */
+  top?: TopK;
+  /** Text this token makes final (held back while it could still be part of a stop
+   * string or an incomplete character). */
+  text: string;
+  finish?: FinishReason;
+}
+
+export interface ChoiceResult {
+  choice: number;
+  tokens: number[];
+  logprobs: number[];
+  top: TopK[];
+  text: string;
+  finish: FinishReason;
+}
+
+/** What generation needs of a model. */
+export interface GenerationModel {
+  vocabSize: number;
+  maxLength: number;
+  /** Tokens that end a choice (EOS). */
+  stopIds: number[];
+  /** Decode without special tokens. */
+  decode(ids: number[]): string;
+  /** Whether steps can continue cached KV (a prefix cache that keeps rows). */
+  cached: boolean;
+  /** Prompt tokens per prefill unit when cached (one pass's worth). */
+  prefillChunk: number;
+}
+
+/** Check sampling parameters, naming the field (OpenAI's names). */
+export function checkSampling(p: SamplingParams, promptLength: number, model: Pick<GenerationModel, 'maxLength'>, maxTopK: number): void {
+  const need = (ok: boolean, field: string, what: string) => {
+    if (!ok) throw new InvalidArgumentError(field, what);
+  };
+  need(Number.isFinite(p.temperature) && p.temperature >= 0, 'temperature', 'must be a number ≥ 0');
+  need(Number.isFinite(p.topP) && p.topP > 0 && p.topP <= 1, 'top_p', 'must be in (0, 1]');
+  need(Number.isInteger(p.topK) && p.topK >= 0, 'top_k', 'must be a whole number ≥ 0 (0 or -1: off)');
+  need(Number.isFinite(p.minP) && p.minP >= 0 && p.minP <= 1, 'min_p', 'must be in [0, 1]');
+  need(p.seed === undefined || Number.isSafeInteger(p.seed), 'seed', 'must be a whole number');
+  need(Number.isInteger(p.maxTokens) && p.maxTokens >= 1, 'max_tokens', 'must be a whole number ≥ 1 to generate');
+  need(Number.isInteger(p.n) && p.n >= 1 && p.n <= 64, 'n', 'must be a whole number in [1, 64]');
+  need(Number.isInteger(p.logprobs) && p.logprobs >= 0 && p.logprobs <= maxTopK, 'logprobs', `must be a whole number in [0, ${maxTopK}]`);
+  need(p.stop.length <= 16 && p.stop.every((s) => s.length > 0 && s.length <= 256), 'stop', 'at most 16 non-empty strings of at most 256 characters');
+  need(promptLength >= 1, 'prompt', 'must hold at least one token');
+  if (promptLength + p.maxTokens > model.maxLength)
+    throw new InvalidArgumentError(
+      'max_tokens',
+      `the prompt's ${promptLength} tokens plus ${p.maxTokens} to generate exceed the model's ${model.maxLength} positions`,
+    );
+}
+
+/** Sample a token from log-probs `logp`: temperature, then top-k, top-p and min-p (the order
+ * of Hugging Face's logits warpers), then one uniform draw `u` in [0, 1). */
+export function sampleToken(logp: Float32Array, p: Pick<SamplingParams, 'temperature' | 'topK' | 'topP' | 'minP'>, u: number): number {
+  if (p.temperature === 0) return argmax(logp);
+  const V = logp.length;
+  const best = logp[argmax(logp)]!;
+  // Weights relative to the most likely token: exp((logp − max) / T), in float64.
+  let ids: number[] | undefined;
+  const weight = new Float64Array(V);
+  for (let i = 0; i < V; i++) weight[i] = Math.exp((logp[i]! - best) / p.temperature);
+  if ((p.topK > 0 && p.topK < V) || p.topP < 1) {
+    ids = Array.from({ length: V }, (_, i) => i).sort((a, b) => weight[b]! - weight[a]! || a - b);
+    if (p.topK > 0 && p.topK < V) {
+      // Ties with the k-th keep their place (as masking logits below the k-th does).
+      const kth = weight[ids[p.topK - 1]!]!;
+      let k = p.topK;
+      while (k < V && weight[ids[k]!]! === kth) k++;
+      ids = ids.slice(0, k);
+    }
+    if (p.topP < 1) {
+      const total = ids.reduce((n, i) => n + weight[i]!, 0);
+      let cum = 0;
+      let keep = 0;
+      while (keep < ids.length && (keep === 0 || cum < p.topP * total)) cum += weight[ids[keep++]!]!;
+      ids = ids.slice(0, keep);
+    }
+  }
+  const candidates = ids ?? Array.from({ length: V }, (_, i) => i);
+  // min-p: tokens at least min_p times as likely as the most likely one (weight 1).
+  const kept = p.minP > 0 ? candidates.filter((i) => weight[i]! >= p.minP) : candidates;
+  const total = kept.reduce((n, i) => n + weight[i]!, 0);
+  let r = u * total;
+  for (const i of kept) {
+    r -= weight[i]!;
+    if (r < 0) return i;
+  }
+  return kept.at(-1)!;
+}
+
+/** The first index of the maximum (torch.argmax on ties). */
+export function argmax(values: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < values.length; i++) if (values[i]! > values[best]!) best = i;
+  return best;
+}
+
+/** The `k` most likely tokens, most likely first (ties: lower id first). */
+export function topOf(logp: Float32Array, k: number): TopK {
+  const ids: number[] = [];
+  for (let i = 0; i < logp.length; i++) {
+    if (ids.length === k && logp[i]! <= logp[ids[k - 1]!]!) continue;
+    let at = ids.length === k ? k - 1 : ids.length;
+    if (ids.length < k) ids.push(i);
+    while (at > 0 && logp[ids[at - 1]!]! < logp[i]!) {
+      ids[at] = ids[at - 1]!;
+      at--;
+    }
+    ids[at] = i;
+  }
+  return { ids, logprobs: ids.map((i) => logp[i]!) };
+}
+
+/** One choice: its tokens so far, its text, its stop state. */
+class Choice {
+  readonly tokens: number[] = [];
+  readonly logprobs: number[] = [];
+  readonly top: TopK[] = [];
+  /** Text made final so far (what events carried). */
+  emitted = '';
+  finish?: FinishReason;
+  private readonly random: () => number;
+  /** Prompt tokens decoded before the generated ones: word spaces and merges at the seam
+   * come out as in the whole text. */
+  private readonly lead: number[];
+  private readonly leadText: string;
+
+  constructor(
+    readonly index: number,
+    private readonly model: GenerationModel,
+    private readonly params: SamplingParams,
+    prompt: number[],
+    seed: number,
+  ) {
+    this.random = rng(streamSeed(seed, index));
+    this.lead = prompt.slice(-6);
+    this.leadText = model.decode(this.lead);
+  }
+
+  /** All of the text generated so far, final or not. */
+  private text(): string {
+    const ids = this.tokens.filter((t, k) => !(k === this.tokens.length - 1 && this.finish === 'stop' && this.isEos(t)));
+    const whole = this.model.decode(this.lead.concat(ids));
+    return whole.startsWith(this.leadText) ? whole.slice(this.leadText.length) : this.model.decode(ids);
+  }
+
+  private isEos(token: number): boolean {
+    return !this.params.ignoreEos && this.model.stopIds.includes(token);
+  }
+
+  /** Take the distribution after the sequence so far: sample, record, return the event. */
+  accept(logp: Float32Array): TokenEvent {
+    const token = sampleToken(logp, this.params, this.random());
+    this.tokens.push(token);
+    this.logprobs.push(logp[token]!);
+    const top = this.params.logprobs > 0 ? topOf(logp, this.params.logprobs) : undefined;
+    if (top) this.top.push(top);
+    if (this.isEos(token)) this.finish = 'stop';
+    else if (this.tokens.length >= this.params.maxTokens) this.finish = 'length';
+    let text = this.text();
+    // A stop string ends the choice where it begins; its text is not returned.
+    const cut = firstStop(text, this.params.stop, Math.max(0, this.emitted.length - longest(this.params.stop)));
+    if (cut !== undefined) {
+      text = text.slice(0, cut);
+      this.finish = 'stop';
+    }
+    const final = this.finish ? text : text.slice(0, safeEnd(text, this.params.stop));
+    const delta = final.length > this.emitted.length ? final.slice(this.emitted.length) : '';
+    this.emitted += delta;
+    return { choice: this.index, token, logprob: logp[token]!, ...(top ? { top } : {}), text: delta, ...(this.finish ? { finish: this.finish } : {}) };
+  }
+
+  result(): ChoiceResult {
+    return { choice: this.index, tokens: this.tokens, logprobs: this.logprobs, top: this.top, text: this.emitted, finish: this.finish ?? 'length' };
+  }
+}
+
+const longest = (stops: string[]) => Math.max(0, ...stops.map((s) => s.length));
+
+/** Where the earliest stop string begins in `text` (searching from `from`). */
+function firstStop(text: string, stops: string[], from: number): number | undefined {
+  let best: number | undefined;
+  for (const s of stops) {
+    const at = text.indexOf(s, from);
+    if (at >= 0 && (best === undefined || at < best)) best = at;
+  }
+  return best;
+}
+
+/** How much of an unfinished text is final: not an incomplete character at the end (a
+ * byte token's U+FFFD) and not a tail that may yet become a stop string. */
+function safeEnd(text: string, stops: string[]): number {
+  let end = text.length;
+  while (end > 0 && text[end - 1] === '\uFFFD') end--;
+  let held = 0;
+  for (const s of stops) {
+    for (let k = Math.min(s.length - 1, end); k > held; k--) {
+      if (text.endsWith(s.slice(0, k), end)) {
+        held = k;
+        break;
+      }
+    }
+  }
+  return end - held;
+}
+
+/** One request's generation: its choices from one prompt, stepped through the scheduler
+ * by `run`. */
+export class Generation {
+  private readonly choices: Choice[];
+  /** Prompt tokens in the prefix cache (shared by every choice). */
+  private computed = 0;
+
+  constructor(
+    private readonly model: GenerationModel,
+    readonly prompt: number[],
+    readonly params: SamplingParams,
+  ) {
+    const seed = params.seed ?? Math.floor(Math.random() * 2 ** 32);
+    this.choices = Array.from({ length: params.n }, (_, i) => new Choice(i, model, params, prompt, seed));
+  }
+
+  get done(): boolean {
+    return this.choices.every((c) => c.finish);
+  }
+
+  /** The units of the next step: a prefill chunk while more than one pass of the prompt is
+   * left, then one step unit per running choice. */
+  units(): Unit[] {
+    const { model, prompt } = this;
+    const rest = prompt.length - this.computed;
+    if (model.cached && rest > model.prefillChunk) {
+      // The distribution after a chunk is not read: `next` makes the chunk computed (and
+      // cached) like a step's row.
+      return [this.unit(prompt, this.computed, this.computed + model.prefillChunk)];
+    }
+    return this.choices.filter((c) => !c.finish).map((c) => this.unit(prompt.concat(c.tokens), this.stepFrom(c)));
+  }
+
+  /** Where a running choice's computed KV ends: the prompt's, then every token but the last. */
+  private stepFrom(c: Choice): number {
+    if (!this.model.cached) return 0;
+    return c.tokens.length === 0 ? this.computed : this.prompt.length + c.tokens.length - 1;
+  }
+
+  private unit(seq: number[], from: number, to = seq.length): Unit {
+    return { prefix: seq.slice(0, from), tail: seq.slice(from, to), targets: [], scored: [], topK: 0, next: true, continues: from > 0 };
+  }
+
+  /** Take the outputs of the step `units()` made: the events of the tokens it produced
+   * (none after a prefill chunk). */
+  accept(outputs: UnitScore[]): TokenEvent[] {
+    const rest = this.prompt.length - this.computed;
+    if (this.model.cached && rest > this.model.prefillChunk) {
+      this.computed += this.model.prefillChunk;
+      return [];
+    }
+    const running = this.choices.filter((c) => !c.finish);
+    return running.map((c, k) => c.accept(outputs[k]!.next!));
+  }
+
+  results(): ChoiceResult[] {
+    return this.choices.map((c) => c.result());
+  }
+}
+
+/** What generation needs of a model served by `engine` and `scorer`. */
+export function generationModel(engine: Engine, scorer: Scorer): GenerationModel {
+  const tok = engine.tokenizer;
+  return {
+    vocabSize: engine.config.vocabSize,
+    maxLength: scorer.maxLength,
+    stopIds: [...new Set([...engine.config.eosTokenIds, ...(tok.eosId === undefined ? [] : [tok.eosId])])],
+    decode: (ids) => tok.decodeText(ids),
+    cached: (scorer.cache?.budget ?? 0) > 0,
+    prefillChunk: scorer.maxBatchTokens,
+  };
+}
+
+/** Step generations until every choice has finished: each step's units of every running
+ * generation go to the scheduler as one job (`step`; `continuing` after the first). */
+export async function runGenerations(
+  generations: Generation[],
+  step: (units: Unit[], continuing: boolean) => Promise<UnitScore[]>,
+  onTokens?: (generation: number, events: TokenEvent[]) => void,
+  beforeStep?: () => void,
+): Promise<ChoiceResult[][]> {
+  let continuing = false;
+  for (;;) {
+    const live = generations.filter((g) => !g.done);
+    if (live.length === 0) break;
+    beforeStep?.();
+    const steps = live.map((g) => g.units());
+    const outputs = await step(steps.flat(), continuing);
+    continuing = true;
+    let at = 0;
+    live.forEach((g, k) => {
+      const events = g.accept(outputs.slice(at, (at += steps[k]!.length)));
+      if (events.length > 0) onTokens?.(generations.indexOf(g), events);
+    });
+  }
+  return generations.map((g) => g.results());
+}
