@@ -114,7 +114,7 @@ describe('/v1/completions', () => {
 
   it('answers bad requests with 4xx and an OpenAI-style error', async () => {
     const cases: [unknown, number, RegExp][] = [
-      [{ prompt: 'x', max_tokens: 5 }, 400, /max_tokens: 5 is not supported/],
+      [{ prompt: 'x', max_tokens: 5, presence_penalty: 1 }, 400, /presence_penalty: is not supported/],
       [{ prompt: [] }, 400, /prompt: a string, a list of token ids/],
       [{ prompt: [[1, 2], [999999]], max_tokens: 1 }, 400, /prompt\[1\]\[0\]: token id 999999/],
       [{ prompt: 'x', logprobs: -2, max_tokens: 1 }, 400, /logprobs/],
@@ -312,9 +312,13 @@ describe('the rest of the HTTP surface', () => {
       ['/v1/completions', { prompt: 'x', model: { name: 'qwen-tiny' } }, 400, /^model: must be string/],
       ['/v1/completions', { prompt: 'x', echo: 'yes' }, 400, /^echo: must be boolean/],
       ['/v1/completions', { prompt: 'x', max_tokens: '1' }, 400, /^max_tokens: must be integer/],
-      ['/v1/completions', { prompt: 'x', max_tokens: 2 }, 400, /^max_tokens: 2 is not supported/],
-      ['/v1/completions', { prompt: 'x', max_tokens: 0, stream: true }, 400, /^stream: streaming is not supported/],
-      ['/v1/completions', { prompt: 'x', frequency_penalty: 1 }, 400, /^frequency_penalty: unknown field/],
+      ['/v1/completions', { prompt: 'x', max_tokens: 2, top_p: 0 }, 400, /^top_p: must be in \(0, 1\]/],
+      ['/v1/completions', { prompt: 'x', max_tokens: 0, stream: true }, 400, /^max_tokens: must be ≥ 1 to generate/],
+      ['/v1/completions', { prompt: 'x', max_tokens: 2, suffix: 'y' }, 400, /^suffix: is not supported/],
+      ['/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }] }, 400, /^messages: the model has no chat template/],
+      ['/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'image_url', text: 'x' }] }] }, 400, /^messages\[0\]\.content/],
+      ['/v1/completions', { prompt: 'x', frequency_penalty: 1 }, 400, /^frequency_penalty: is not supported/],
+      ['/v1/completions', { prompt: 'x', mirostat: 1 }, 400, /^mirostat: unknown field/],
       ['/v1/completions', { prompt: [[1, 2], 'a', [-1]] }, 400, /^prompt\[2\]: a string or a non-empty list of token ids/],
       ['/v1/completions', { prompt: { text: 'x' } }, 400, /^prompt: a string, a list of token ids, or a list of either/],
       ['/v1/completions', { max_tokens: 0 }, 400, /^prompt: is required/],

@@ -1,7 +1,8 @@
 // An OpenAI-compatible HTTP endpoint for log-likelihood work, so lm-evaluation-harness's
 // `local-completions` model drives the server unchanged (its remote tokenizer included):
 //   POST /v1/completions   prompt: text or token ids (one or a batch), echo, logprobs,
-//                          max_tokens 0 or 1 (this server scores; it does not generate)
+//                          max_tokens 0 or 1 at temperature 0: scoring; otherwise it
+//                          generates (generation.ts, with /v1/chat/completions)
 //   POST /tokenize, POST /detokenize, GET /tokenizer_info, GET /v1/models, GET /health
 // On fastify: JSON bodies only (other content types: 415), each validated against a
 // JSON schema (no type coercion; unknown fields refused), translated into the serving
@@ -19,6 +20,8 @@ import {
 import { httpsOptions, type TlsMaterial } from '../serving/security.js';
 import type { CallRecord, ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
+import { OrderedObject, toJson } from './json.js';
+import { CHAT_SCHEMA, SAMPLING_PROPERTIES, chatCompletions, generateCompletions, wantsGeneration } from './generation.js';
 
 export interface HttpOptions {
   /** When given, `Authorization: Bearer <token>` must satisfy it (all but /health). */
@@ -34,11 +37,6 @@ export interface HttpOptions {
 // (seen: 8 of 286 positions short at logprobs 12). `return_tokens_as_token_ids` keys by id.
 const TOP_SPARE = 8;
 
-/** An object whose keys keep their order in the JSON (a plain object would move
- * integer-like keys such as "1" to the front). */
-class OrderedObject {
-  constructor(readonly entries: [string, number][]) {}
-}
 
 export function buildHttpApp(service: Service, options: HttpOptions = {}): FastifyInstance {
   const app = Fastify({
@@ -91,7 +89,12 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
   app.post('/v1/completions', { schema: { body: schema } }, async (req, reply) => {
     const body = req.body as CompletionsBody;
     const m = service.model(modelName(body.model));
+    if (wantsGeneration(body)) return generateCompletions(service, m, body, await encodeGiven(service, m, body), reply);
     return reply.type('application/json').send(toJson(await completions(service, m, body, reply)));
+  });
+  app.post('/v1/chat/completions', { schema: { body: CHAT_SCHEMA } }, async (req, reply) => {
+    const body = req.body as Parameters<typeof chatCompletions>[2];
+    return chatCompletions(service, service.model(modelName(body.model)), body, reply);
   });
   app.get('/v1/models', async () => ({
     object: 'list',
@@ -132,19 +135,9 @@ interface CompletionsBody {
 
 async function completions(service: Service, m: ServedModel, body: CompletionsBody, reply: FastifyReply) {
   const maxTokens = body.max_tokens ?? 16;
-  if (maxTokens > 1)
-    throw new InvalidArgumentError('max_tokens', `${maxTokens} is not supported; this server scores (0) or predicts one greedy token (1)`);
-  if (body.stream) throw new InvalidArgumentError('stream', 'streaming is not supported; this server answers whole');
-  if ((body.n ?? 1) !== 1) throw new InvalidArgumentError('n', 'only 1 is supported');
   const echo = body.echo === true;
   const logprobs = body.logprobs ?? null;
-  const addSpecial = body.add_special_tokens ?? true;
-  const given = toPrompts(body.prompt);
-  const texts = given.filter((p): p is string => typeof p === 'string');
-  const encoded = await service.encodePrompts(m, texts, addSpecial);
-  const prompts = given.map((p) =>
-    typeof p === 'string' ? { ...encoded[texts.indexOf(p)]!, text: p } : { ids: p, added: [] as boolean[], text: undefined },
-  );
+  const prompts = await encodeGiven(service, m, body);
   // A client that goes away takes its work out of the queue.
   const gone = new AbortController();
   reply.raw.once('close', () => reply.raw.writableFinished || gone.abort());
@@ -217,6 +210,17 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
   };
 }
 
+/** The prompts of a completions body as token ids (text prompts encoded, with which of
+ * their tokens the encoding added). */
+async function encodeGiven(service: Service, m: ServedModel, body: CompletionsBody) {
+  const given = toPrompts(body.prompt);
+  const texts = given.filter((p): p is string => typeof p === 'string');
+  const encoded = await service.encodePrompts(m, texts, body.add_special_tokens ?? true);
+  return given.map((p) =>
+    typeof p === 'string' ? { ...encoded[texts.indexOf(p)]!, text: p } : { ids: p, added: [] as boolean[], text: undefined },
+  );
+}
+
 /** `prompt` as the OpenAI API allows it (the schema checked the shapes): a string, a
  * list of strings, a list of token ids, or a list of lists of token ids. */
 function toPrompts(prompt: CompletionsBody['prompt']): (string | number[])[] {
@@ -255,15 +259,10 @@ function completionsSchema(maxPrompts: number) {
       max_tokens: { type: 'integer', minimum: 0 },
       echo: { type: 'boolean' },
       logprobs: { anyOf: [{ type: 'integer', minimum: 0 }, { type: 'null' }], description: 'a whole number ≥ 0 (or null) is required' },
-      n: { type: 'integer', minimum: 1 },
-      stream: { type: 'boolean' },
       add_special_tokens: { type: 'boolean' },
       return_tokens_as_token_ids: { type: 'boolean' },
-      // What lm-evaluation-harness sends besides; none changes a score or a greedy token.
-      temperature: { type: 'number', minimum: 0 },
-      seed: { type: 'integer' },
-      stop: { anyOf: [{ type: 'string' }, { type: 'array', items: { type: 'string' } }, { type: 'null' }] },
-      user: { type: 'string' },
+      suffix: { anyOf: [{ type: 'string' }, { type: 'null' }] },
+      ...SAMPLING_PROPERTIES,
     },
   };
 }
@@ -334,15 +333,4 @@ function fromFastify(err: FastifyError): unknown {
   }
   if (typeof err.statusCode === 'number' && err.statusCode < 500) return new InvalidArgumentError('request', err.message);
   return err;
-}
-
-/** JSON text, keeping the key order of OrderedObject values. */
-function toJson(v: unknown): string {
-  if (v instanceof OrderedObject) return `{${v.entries.map(([k, x]) => `${JSON.stringify(k)}:${JSON.stringify(x) ?? 'null'}`).join(',')}}`;
-  if (Array.isArray(v)) return `[${v.map(toJson).join(',')}]`;
-  if (v !== null && typeof v === 'object') {
-    const fields = Object.entries(v).filter(([, x]) => x !== undefined);
-    return `{${fields.map(([k, x]) => `${JSON.stringify(k)}:${toJson(x)}`).join(',')}}`;
-  }
-  return JSON.stringify(v) ?? 'null';
 }

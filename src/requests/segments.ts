@@ -90,8 +90,41 @@ export function segmentIds(chunks: IdChunk[], field = 'chunks'): Segmented {
   return { ids, segments };
 }
 
-/** Render chat messages with the model's chat template (tokenizer_config.json), one text
- * chunk per message: message k is what rendering messages[0..k] adds to messages[0..k-1]. */
+/** Render a conversation with the model's chat template (tokenizer_config.json or
+ * chat_template.jinja) as one text: what a chat completion's prompt is. */
+export function renderChatText(
+  tok: TextTokenizer,
+  messages: { role: string; content: string }[],
+  field = 'messages',
+  template = tok.chatTemplate,
+  options: ChatRenderOptions = {},
+): string {
+  if (!template)
+    throw new InvalidArgumentError(field, 'the model has no chat template (tokenizer_config.json or chat_template.jinja)');
+  if (messages.length === 0) throw new InvalidArgumentError(field, 'at least one message is needed');
+  let compiled: Template;
+  try {
+    compiled = new Template(template);
+  } catch (e) {
+    throw new InvalidArgumentError(field, `the model's chat template does not parse: ${(e as Error).message}`);
+  }
+  const special = (name: string) => {
+    const v = tok.config[name];
+    return typeof v === 'string' ? v : (v?.content ?? '');
+  };
+  try {
+    return compiled.render({
+      bos_token: special('bos_token'),
+      eos_token: special('eos_token'),
+      ...options.kwargs,
+      messages,
+      add_generation_prompt: options.addGenerationPrompt ?? false, // raise_exception is built into @huggingface/jinja
+    });
+  } catch (e) {
+    throw new InvalidArgumentError(field, `the chat template cannot render these messages: ${(e as Error).message}`);
+  }
+}
+
 /** How a conversation is rendered: the template's own arguments. */
 export interface ChatRenderOptions {
   /** Render the prompt of the next assistant turn too (default false). */
@@ -125,28 +158,7 @@ export function renderChat(
     } else if (typeof m.content !== 'string') throw new InvalidArgumentError(`${field}[${k}].content`, 'must be a string');
   });
   const contents = messages.map((m) => (m.chunks?.length ? m.chunks.map((c) => c.text).join('') : m.content));
-  let compiled: Template;
-  try {
-    compiled = new Template(template);
-  } catch (e) {
-    throw new InvalidArgumentError(field, `the model's chat template does not parse: ${(e as Error).message}`);
-  }
-  const special = (name: string) => {
-    const v = tok.config[name];
-    return typeof v === 'string' ? v : (v?.content ?? '');
-  };
-  let text: string;
-  try {
-    text = compiled.render({
-      bos_token: special('bos_token'),
-      eos_token: special('eos_token'),
-      ...options.kwargs,
-      messages: messages.map((m, k) => ({ role: m.role, content: contents[k]! })),
-      add_generation_prompt: options.addGenerationPrompt ?? false, // raise_exception is built into @huggingface/jinja
-    });
-  } catch (e) {
-    throw new InvalidArgumentError(field, `the chat template cannot render these messages: ${(e as Error).message}`);
-  }
+  const text = renderChatText(tok, messages.map((m, k) => ({ role: m.role, content: contents[k]! })), field, template, options);
   // Where each message's content sits in the rendering: [start, end), and whether it is
   // the content as given (templates trim; Qwen3 drops earlier turns' reasoning).
   const spans: { start: number; end: number; exact: boolean }[] = [];

@@ -1,0 +1,258 @@
+// Generation: the exactness contract on every fixture (a generated token's log-prob is the
+// bits Score gives it after the same prefix; greedy tokens are the argmax; seeded samples
+// are the same batched or alone), the sampler against closed forms, stop strings and EOS,
+// and the OpenAI routes as lm-evaluation-harness's generate_until and the openai client send them.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Batcher } from '../src/core/batcher.js';
+import { Scorer } from '../src/core/scorer.js';
+import type { Unit, UnitScore } from '../src/core/units.js';
+import { rng } from '../src/common/random.js';
+import { Generation, generationModel, runGenerations, sampleToken, type GenerationModel, type SamplingParams } from '../src/requests/generate.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
+import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
+import { referenceTokenLogprobs } from './reference.js';
+
+const GREEDY: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 8, stop: [], n: 1, logprobs: 0 };
+
+const randomTokens = (r: () => number, n: number, vocab: number) => Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3)));
+
+describe.each(Object.keys(FAMILY_FIXTURES))('%s: generation exactness', (family) => {
+  const ctx = familyEngine(family);
+
+  it('each generated log-prob is the bits Score gives that token after the same prefix; greedy tokens are its argmax; seeded samples are the same batched or alone', async () => {
+    const engine = ctx.engine;
+    const vocab = engine.config.vocabSize;
+    const r = rng(5);
+    const scorer = new Scorer(engine, { maxBatchTokens: 16 });
+    const batcher = new Batcher('m', scorer);
+    const step = (units: Unit[], continuing: boolean) => batcher.submit(units, { continuing }).result;
+    const model = generationModel(engine, scorer);
+    // A prompt longer than one pass (16 tokens): it is prefilled in chunks when cached.
+    const prompts = [randomTokens(r, 21, vocab), randomTokens(r, 5, vocab)];
+    prompts.push([...prompts[0]!.slice(0, 12), ...randomTokens(r, 3, vocab)]);
+    const greedy = await runGenerations(
+      prompts.map((p) => new Generation(model, p, GREEDY)),
+      step,
+    );
+
+    const alone = new Scorer(engine, { prefixSharing: false });
+    for (const [i, [choice]] of greedy.entries()) {
+      const seq = prompts[i]!.concat(choice!.tokens);
+      for (const [k, token] of choice!.tokens.entries()) {
+        // Score of this token after the same prefix, computed whole, uncached, alone.
+        const context = seq.slice(0, prompts[i]!.length + k);
+        const score = (await alone.loglikelihood([{ context, continuations: [[token]], topK: 1 }]))[0]![0];
+        expect(choice!.logprobs[k]).toBe(score!.tokenLogprobs[0]);
+        // The argmax: the most likely token of that distribution (on an exact tie the
+        // lowest id, as torch.argmax; TopK lists it first too).
+        expect(score!.topK![0]!.ids[0]).toBe(token);
+        expect(score!.isGreedy).toBe(true);
+      }
+      // And the float64 reference agrees with the numbers (each after its own prefix:
+      // longrope's positions depend on the sequence's length).
+      choice!.logprobs.forEach((lp, k) => {
+        const ref = referenceTokenLogprobs(ctx.fx, seq.slice(0, prompts[i]!.length + k + 1), 1);
+        expect(Math.abs(lp - ref.logprobs[0]!)).toBeLessThan(1e-4);
+      });
+    }
+
+    // Seeded sampling: batched with the others, or alone on a fresh scheduler, the same.
+    const sampling = { ...GREEDY, temperature: 1, topP: 0.9, seed: 42, n: 2 };
+    const together = await runGenerations(
+      prompts.map((p) => new Generation(model, p, sampling)),
+      step,
+    );
+    for (const [i, p] of prompts.entries()) {
+      const solo = new Scorer(engine, { maxBatchTokens: 64 });
+      const soloBatcher = new Batcher('solo', solo);
+      const [choices] = await runGenerations([new Generation(generationModel(engine, solo), p, sampling)], (u, c) => soloBatcher.submit(u, { continuing: c }).result);
+      expect(choices!.map((c) => c.tokens)).toEqual(together[i]!.map((c) => c.tokens));
+      expect(choices!.map((c) => c.logprobs)).toEqual(together[i]!.map((c) => c.logprobs));
+    }
+  });
+});
+
+describe('sampling', () => {
+  const logp = Float32Array.from([0.5, 0.2, 0.2, 0.1], Math.log);
+  /** How often each token comes out over an even grid of uniforms. */
+  const frequencies = (p: Parameters<typeof sampleToken>[1]) => {
+    const N = 2000;
+    const counts = [0, 0, 0, 0];
+    for (let i = 0; i < N; i++) counts[sampleToken(logp, p, (i + 0.5) / N)]!++;
+    return counts.map((c) => c / N);
+  };
+  const plain = { temperature: 1, topK: 0, topP: 1, minP: 0 };
+
+  it('draws in proportion to softmax(logp / T)', () => {
+    const at = (T: number) => {
+      const w = [0.5, 0.2, 0.2, 0.1].map((p) => p ** (1 / T));
+      const total = w.reduce((a, b) => a + b, 0);
+      return w.map((x) => x / total);
+    };
+    for (const T of [1, 0.5, 2]) frequencies({ ...plain, temperature: T }).forEach((f, i) => expect(Math.abs(f - at(T)[i]!)).toBeLessThan(1e-3));
+  });
+
+  it('top-k, top-p and min-p keep the tokens their definitions keep, renormalised', () => {
+    // top-k 2: 0.5 and the first 0.2 tie with the second at the boundary: both 0.2s stay.
+    expect(frequencies({ ...plain, topK: 1 })).toEqual([1, 0, 0, 0]);
+    frequencies({ ...plain, topK: 2 }).forEach((f, i) => expect(Math.abs(f - [0.5, 0.2, 0.2, 0][i]! / 0.9)).toBeLessThan(1e-3));
+    // top-p 0.6: the smallest set reaching 0.6 is {0, 1} (0.5 + 0.2).
+    frequencies({ ...plain, topP: 0.6 }).forEach((f, i) => expect(Math.abs(f - [0.5 / 0.7, 0.2 / 0.7, 0, 0][i]!)).toBeLessThan(1e-3));
+    // min-p 0.3: at least 0.3 × 0.5 = 0.15 → token 3 (0.1) goes.
+    frequencies({ ...plain, minP: 0.3 }).forEach((f, i) => expect(Math.abs(f - [0.5, 0.2, 0.2, 0][i]! / 0.9)).toBeLessThan(1e-3));
+  });
+
+  it('temperature 0 is the first maximum', () => {
+    expect(sampleToken(Float32Array.from([-2, -1, -1, -3]), { ...plain, temperature: 0 }, 0.99)).toBe(1);
+  });
+});
+
+describe('a generation step by step (stop strings, EOS, streamed text)', () => {
+  // A model whose distribution puts all its mass on one scripted token per step.
+  const vocabText = ['<eos>', 'Hel', 'lo', ' wor', 'ld', '!', ' again'];
+  const model: GenerationModel = {
+    vocabSize: vocabText.length,
+    maxLength: 100,
+    stopIds: [0],
+    decode: (ids) => ids.map((i) => (i === 0 ? '' : vocabText[i]!)).join(''),
+    cached: true,
+    prefillChunk: 4,
+  };
+  const play = (script: number[], params: Partial<SamplingParams>) => {
+    const g = new Generation(model, [1, 2, 3], { ...GREEDY, maxTokens: 20, ...params });
+    const deltas: string[] = [];
+    const finishes: string[] = [];
+    let k = 0;
+    while (!g.done) {
+      const units = g.units();
+      const outputs: UnitScore[] = units.map(() => {
+        const lp = new Float32Array(vocabText.length).fill(-30);
+        lp[script[k]!] = 0;
+        return { logprobs: [], greedy: [], next: lp };
+      });
+      k++;
+      for (const e of g.accept(outputs)) {
+        deltas.push(e.text);
+        if (e.finish) finishes.push(e.finish);
+      }
+    }
+    return { result: g.results()[0]!, deltas, finishes };
+  };
+
+  it('a stop string spanning tokens ends the text where it begins; streamed deltas never show it', () => {
+    const { result, deltas } = play([1, 2, 3, 4, 5, 6], { stop: ['o wo'] });
+    expect(result.text).toBe('Hell');
+    expect(result.finish).toBe('stop');
+    expect(result.tokens).toEqual([1, 2, 3]); // through the token that completed it
+    expect(deltas.join('')).toBe('Hell');
+  });
+
+  it('EOS ends with stop and adds no text; max_tokens ends with length', () => {
+    const eos = play([1, 2, 0, 5], {});
+    expect([eos.result.text, eos.result.finish, eos.result.tokens]).toEqual(['Hello', 'stop', [1, 2, 0]]);
+    const length = play([1, 2, 3, 4, 5, 6], { maxTokens: 4 });
+    expect([length.result.text, length.result.finish, length.deltas.join('')]).toEqual(['Hello world', 'length', 'Hello world']);
+  });
+});
+
+describe('/v1/completions and /v1/chat/completions generate', () => {
+  let model: LoadedModel;
+  let server: CtxprobeServer;
+  let base: string;
+  beforeAll(async () => {
+    const fx = makeFixture({ ...FAMILY_FIXTURES.qwen2!, maxPositions: 128, chatTemplate: 'chatml' });
+    model = await loadModel({ name: 'qwen-chat', path: fx.dir, threads: 1 });
+    server = await CtxprobeServer.start({ port: 0, metricsPort: 0, httpPort: 0 });
+    server.addModel(model);
+    server.setServing();
+    base = `http://127.0.0.1:${server.httpPort}`;
+  });
+  afterAll(async () => server?.close());
+
+  const post = async (route: string, body: unknown) => {
+    const res = await fetch(base + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+    const text = await res.text();
+    return { status: res.status, type: res.headers.get('content-type') ?? '', text, body: text.startsWith('{') ? JSON.parse(text) : undefined };
+  };
+  /** Server-sent events as a list of parsed chunks, and whether the stream ended with [DONE]. */
+  const events = (text: string) => {
+    const data = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+    return { done: data.at(-1) === '[DONE]', chunks: data.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d)) };
+  };
+
+  it("answers lm-evaluation-harness's generate_until body (local-completions), greedy = the argmax chain of Score", async () => {
+    const tok = model.engine.tokenizer;
+    // openai_completions.py _create_payload(generate=True): prompt batch, max_tokens, temperature 0, stop (until + eos), seed.
+    const body = { prompt: ['Question: What is the tower? Answer:', 'Knowledge: it is tall.'], model: 'qwen-chat', max_tokens: 10, temperature: 0, stop: ['\n\n', '<|im_end|>'], seed: 1234 };
+    const out = await post('/v1/completions', body);
+    expect(out.status).toBe(200);
+    expect(out.body.choices).toHaveLength(2);
+    for (const [i, prompt] of body.prompt.entries()) {
+      const choice = out.body.choices.find((c: any) => c.index === i);
+      const ids = tok.encode(prompt, true);
+      // The argmax chain, one Score (echo) per step, independent of the generation loop.
+      const chain: number[] = [];
+      for (let k = 0; k < choice.token_ids.length; k++) {
+        // The scoring path's greedy next token (max_tokens 1), keyed by id.
+        const scored = await post('/v1/completions', { prompt: [...ids, ...chain], max_tokens: 1, temperature: 0, logprobs: 1, return_tokens_as_token_ids: true });
+        chain.push(Number(scored.body.choices[0].logprobs.tokens.at(-1).slice('token_id:'.length)));
+      }
+      expect(choice.token_ids).toEqual(chain);
+      if (choice.finish_reason === 'length') expect(choice.text).toBe(tok.decodeText(chain));
+      expect(out.body.usage.completion_tokens).toBe(out.body.choices.reduce((n: number, c: any) => n + c.token_ids.length, 0));
+    }
+
+    // The same request streamed: the deltas add up to the same texts, then [DONE].
+    const streamed = await post('/v1/completions', { ...body, stream: true });
+    expect(streamed.status).toBe(200);
+    expect(streamed.type).toContain('text/event-stream');
+    const { done, chunks } = events(streamed.text);
+    expect(done).toBe(true);
+    for (const c of out.body.choices) {
+      const mine = chunks.flatMap((ch) => ch.choices).filter((x: any) => x.index === c.index);
+      expect(mine.map((x: any) => x.text).join('')).toBe(c.text);
+      expect(mine.at(-1).finish_reason).toBe(c.finish_reason);
+    }
+  });
+
+  it("answers local-chat-completions' body with the model's chat template, as /v1/completions on the rendered prompt", async () => {
+    const messages = [{ role: 'user', content: 'Where is the tower?' }];
+    const chat = await post('/v1/chat/completions', { messages, model: 'qwen-chat', max_tokens: 6, temperature: 0, stop: ['\n\n'], seed: 1234 });
+    expect(chat.status).toBe(200);
+    expect(chat.body.object).toBe('chat.completion');
+    const rendered = '<|im_start|>user\nWhere is the tower?<|im_end|>\n<|im_start|>assistant\n';
+    const plain = await post('/v1/completions', { prompt: rendered, add_special_tokens: false, max_tokens: 6, temperature: 0, stop: ['\n\n'] });
+    expect(chat.body.choices[0].message).toEqual({ role: 'assistant', content: plain.body.choices[0].text });
+    expect(chat.body.choices[0].token_ids).toEqual(plain.body.choices[0].token_ids);
+
+    const withLogprobs = await post('/v1/chat/completions', { messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2 });
+    const content = withLogprobs.body.choices[0].logprobs.content;
+    const plainLogprobs = await post('/v1/completions', { prompt: rendered, add_special_tokens: false, max_tokens: 6, temperature: 0, logprobs: 2 });
+    expect(content).toHaveLength(withLogprobs.body.usage.completion_tokens);
+    expect(content.map((c: any) => c.logprob)).toEqual(plainLogprobs.body.choices[0].logprobs.token_logprobs);
+    content.forEach((c: any) => {
+      expect(c.top_logprobs.length).toBeLessThanOrEqual(2);
+      expect(c.top_logprobs[0].logprob).toBe(c.logprob); // greedy: the most likely
+    });
+
+    const streamed = await post('/v1/chat/completions', { messages, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } });
+    const { done, chunks } = events(streamed.text);
+    expect(done).toBe(true);
+    expect(chunks[0].choices[0].delta.role).toBe('assistant');
+    expect(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe(chat.body.choices[0].message.content);
+    expect(chunks.at(-1).usage.completion_tokens).toBe(chat.body.usage.completion_tokens);
+  });
+
+  it('the same seed gives the same text whatever runs beside it; what is not implemented is refused by name', async () => {
+    const body = { prompt: 'Once upon a time', max_tokens: 12, temperature: 1, top_k: 50, seed: 7, n: 2 };
+    const alone = await post('/v1/completions', body);
+    const [together] = await Promise.all([post('/v1/completions', body), post('/v1/completions', { ...body, prompt: 'Something else entirely', seed: 8 })]);
+    expect(together.body.choices.map((c: any) => c.token_ids)).toEqual(alone.body.choices.map((c: any) => c.token_ids));
+    for (const [field, value] of [['presence_penalty', 0.5], ['frequency_penalty', 1], ['logit_bias', { '5': 1 }], ['top_p', 0], ['max_tokens', 1000]] as const) {
+      const res = await post('/v1/completions', { prompt: 'x', max_tokens: 4, [field]: value });
+      expect(res.status).toBe(400);
+      expect(res.body.error.message.startsWith(`${field}:`)).toBe(true);
+    }
+  });
+});
