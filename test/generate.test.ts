@@ -12,6 +12,7 @@ import { loadModel, type LoadedModel } from '../src/serving/repository.js';
 import { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
+import { client, scrape, streamed, unary } from './helpers.js';
 
 const GREEDY: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 8, stop: [], n: 1, logprobs: 0 };
 
@@ -118,6 +119,8 @@ describe('a generation step by step (stop strings, EOS, streamed text)', () => {
     decode: (ids) => ids.map((i) => (i === 0 ? '' : vocabText[i]!)).join(''),
     cached: true,
     prefillChunk: 4,
+    layers: 1,
+    heads: 1,
   };
   const play = (script: number[], params: Partial<SamplingParams>) => {
     const g = new Generation(model, [1, 2, 3], { ...GREEDY, maxTokens: 20, ...params });
@@ -253,6 +256,92 @@ describe('/v1/completions and /v1/chat/completions generate', () => {
       const res = await post('/v1/completions', { prompt: 'x', max_tokens: 4, [field]: value });
       expect(res.status).toBe(400);
       expect(res.body.error.message.startsWith(`${field}:`)).toBe(true);
+    }
+  });
+});
+
+describe('gRPC Generate', () => {
+  let model: LoadedModel;
+  let server: CtxprobeServer;
+  beforeAll(async () => {
+    const fx = makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 128 });
+    model = await loadModel({ name: 'llama-tiny', path: fx.dir, threads: 1 });
+    server = await CtxprobeServer.start({ port: 0, metricsPort: 0, httpPort: 0 });
+    server.addModel(model);
+    server.setServing();
+  });
+  afterAll(async () => server?.close());
+
+  it("streams each token as HTTP's completions make it, and each token's attention is a Probe's of the same sequence", async () => {
+    const vocab = model.engine.config.vocabSize;
+    const r = rng(9);
+    const parts = { instruction: randomTokens(r, 5, vocab), knowledge: randomTokens(r, 9, vocab), history: randomTokens(r, 6, vocab) };
+    const chunks = Object.entries(parts).map(([label, ids]) => ({ label, ids: { ids } }));
+    const gen = client('Generation', server.port);
+    const before = await scrape(server.metricsPort!);
+    const messages = await streamed(gen, 'Generate', {
+      prompt: { chunks, excludePositions: [0] },
+      sampling: { temperature: 0, maxTokens: 6, logprobs: 2 },
+      attention: true,
+    });
+    expect(messages).toHaveLength(6);
+    expect(messages[0].spans.map((s: any) => s.label)).toEqual(['instruction', 'knowledge', 'history']);
+    expect(messages[0].promptTokens).toBe(20);
+    expect(messages.at(-1).finishReason).toBe('length');
+    const tokens = messages.map((m: any) => m.tokenId);
+    const prompt = Object.values(parts).flat();
+    // The same tokens and log-probs as HTTP's completions on the same ids.
+    const res = await fetch(`http://127.0.0.1:${server.httpPort}/v1/completions`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt, max_tokens: 6, temperature: 0, logprobs: 0 }),
+    });
+    const http = (await res.json()) as any;
+    expect(http.choices[0].token_ids).toEqual(tokens);
+    expect(http.choices[0].logprobs.token_logprobs).toEqual(messages.map((m: any) => m.logprob));
+    messages.forEach((m: any) => expect(m.top[0].logprob).toBe(m.logprob));
+
+    // Token k was made by the pass whose query is the token before it: a Probe of prompt +
+    // tokens[0..k) with that token as its own query chunk sees the same attention (the
+    // query's own key counts to the response in Generate).
+    const probing = client('Probing', server.port);
+    for (let k = 2; k < tokens.length; k++) {
+      const sample = {
+        chunks: [...chunks, { label: 'response', ids: { ids: tokens.slice(0, k - 1) } }, { label: 'query', ids: { ids: [tokens[k - 1]] } }],
+        queryLabels: ['query'],
+        excludePositions: [0],
+      };
+      const probe = await unary(probing, 'Probe', { samples: [sample], skipHeatmap: true });
+      const p = probe.samples[0];
+      const layers = model.engine.config.numLayers;
+      for (const what of ['votes', 'mass'] as const) {
+        const want = p[what].values;
+        const got = messages[k][what].values;
+        expect(messages[k][what].cols).toBe(4);
+        for (let l = 0; l < layers; l++) {
+          for (let c = 0; c < 3; c++) expect(got[l * 4 + c]).toBeCloseTo(want[l * 5 + c], 5);
+          expect(got[l * 4 + 3]).toBeCloseTo(want[l * 5 + 3] + want[l * 5 + 4], 5);
+        }
+        expect(messages[k][`${what}Excluded`].map((v: number) => v.toFixed(5))).toEqual(p[`${what}Excluded`].map((v: number) => v.toFixed(5)));
+      }
+    }
+    const after = await scrape(server.metricsPort!);
+    const key = 'ctxprobe_generated_tokens_total{model="llama-tiny"}';
+    expect((after.get(key) ?? 0) - (before.get(key) ?? 0)).toBe(12); // the gRPC call's and HTTP's
+  });
+
+  it('refuses a bad request naming the field, before streaming', async () => {
+    const gen = client('Generation', server.port);
+    const cases: [unknown, RegExp][] = [
+      [{ sampling: { maxTokens: 4 } }, /^prompt: required/],
+      [{ prompt: { chunks: [{ label: 'a', text: 'hi' }] }, sampling: { maxTokens: 4, topP: 1.5 } }, /^top_p: must be in/],
+      [{ prompt: { chunks: [{ label: 'a', text: 'hi' }], queryLabels: ['a'] } }, /^prompt\.query_labels: does not apply/],
+      [{ prompt: { chunks: [{ label: 'a', text: 'hi' }] }, sampling: { maxTokens: 1000 } }, /^max_tokens: the prompt's/],
+    ];
+    for (const [req, message] of cases) {
+      const err = await streamed(gen, 'Generate', req).then(() => undefined, (e) => e);
+      expect(err?.code, JSON.stringify(req)).toBe(3);
+      expect(err.details).toMatch(message);
     }
   });
 });

@@ -13,6 +13,22 @@ export function scoringClient(port: number): any {
   return new v1.Scoring(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
 }
 
+export function client(service: 'Scoring' | 'Probing' | 'Generation', port: number): any {
+  const { v1 } = loadPackage();
+  return new v1[service](`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+}
+
+/** A server-streaming call's messages, or its error. */
+export function streamed(c: any, method: string, req: unknown, options: grpc.CallOptions = {}): Promise<any[]> {
+  return new Promise((resolve, reject) => {
+    const out: any[] = [];
+    const call = c[method](req, options);
+    call.on('data', (m: any) => out.push(m));
+    call.on('error', reject);
+    call.on('end', () => resolve(out));
+  });
+}
+
 export function unary(client: any, method: string, req: unknown, options: grpc.CallOptions = {}): Promise<any> {
   return new Promise((resolve, reject) =>
     client[method](req, options, (err: grpc.ServiceError | null, res: any) => (err ? reject(err) : resolve(res))),

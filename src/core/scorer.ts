@@ -205,7 +205,8 @@ export class Scorer {
           // With no budget a row's KV could not stay: do not copy it out of the pass. A
           // probe row's KV is not kept (its prefix is; copying its rows out costs more
           // than a later probe of the same rows would save).
-          ...(cache.budget > 0 && !u.hidden?.length && !u.probe ? { path: seq } : {}),
+          // A generation step's row is kept whatever it asks: the next step continues it.
+          ...(cache.budget > 0 && !u.hidden?.length && (!u.probe || u.next) ? { path: seq } : {}),
           ...(u.hidden?.length ? { hidden: u.hidden } : {}),
           ...(u.sequenceLength !== undefined ? { sequenceLength: u.sequenceLength } : {}),
           ...rowKind(u),

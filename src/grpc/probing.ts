@@ -175,7 +175,7 @@ function toAttributionMessage(id: string, a: SampleAttribution): SampleAttributi
 type SampleFields = Pick<ProbeSample__Output, 'chunks' | 'messages' | 'addSpecialTokens' | 'addGenerationPrompt' | 'chatTemplateKwargsJson'> &
   Partial<Pick<ProbeSample__Output, 'queryLabels' | 'excludePositions'>>;
 
-function toSample(s: SampleFields, field: string): ProbeSample {
+export function toSample(s: SampleFields, field: string): ProbeSample {
   const chunks = s.chunks;
   const kinds = new Set(chunks.map((c) => c.content));
   if (kinds.size > 1 || kinds.has(undefined)) {

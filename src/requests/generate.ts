@@ -18,7 +18,7 @@
 // row's argmax (the lowest id among exact ties, as torch.argmax).
 import { InvalidArgumentError } from '../common/errors.js';
 import { rng, streamSeed } from '../common/random.js';
-import type { TopK, Unit, UnitScore } from '../core/units.js';
+import type { ProbeAsk, ProbeSums, TopK, Unit, UnitScore } from '../core/units.js';
 import type { Engine } from '../engine/engine.js';
 import type { Scorer } from '../core/scorer.js';
 
@@ -57,6 +57,25 @@ export interface TokenEvent {
    * string or an incomplete character). */
   text: string;
   finish?: FinishReason;
+  /** With attention: where this token looked while it was written. */
+  attention?: TokenAttention;
+}
+
+/** One generated token's attention, per layer (mean over heads) over the prompt's chunks
+ * and, last, the response so far; excluded keys (sinks) apart. */
+export interface TokenAttention {
+  votes: number[][];
+  votesExcluded: number[];
+  mass: number[][];
+  massExcluded: number[];
+}
+
+/** What attention per generated token needs of the prompt: each prompt token's chunk
+ * (0..C−1, or −1 for a position excluded from the keys), and C. */
+export interface PromptBins {
+  keyBins: number[];
+  chunks: number;
+  excluded: Set<number>;
 }
 
 export interface ChoiceResult {
@@ -66,6 +85,7 @@ export interface ChoiceResult {
   top: TopK[];
   text: string;
   finish: FinishReason;
+  attention?: TokenAttention[];
 }
 
 /** What generation needs of a model. */
@@ -80,6 +100,9 @@ export interface GenerationModel {
   cached: boolean;
   /** Prompt tokens per prefill unit when cached (one pass's worth). */
   prefillChunk: number;
+  /** Layers × heads (attention per token). */
+  layers: number;
+  heads: number;
 }
 
 /** Check sampling parameters, naming the field (OpenAI's names). */
@@ -171,6 +194,7 @@ class Choice {
   readonly tokens: number[] = [];
   readonly logprobs: number[] = [];
   readonly top: TopK[] = [];
+  readonly attention: TokenAttention[] = [];
   /** Text made final so far (what events carried). */
   emitted = '';
   finish?: FinishReason;
@@ -203,8 +227,10 @@ class Choice {
     return !this.params.ignoreEos && this.model.stopIds.includes(token);
   }
 
-  /** Take the distribution after the sequence so far: sample, record, return the event. */
-  accept(logp: Float32Array): TokenEvent {
+  /** Take the distribution after the sequence so far (and, when asked, the attention of
+   * the token that made it): sample, record, return the event. */
+  accept(logp: Float32Array, attention?: TokenAttention): TokenEvent {
+    if (attention) this.attention.push(attention);
     const token = sampleToken(logp, this.params, this.random());
     this.tokens.push(token);
     this.logprobs.push(logp[token]!);
@@ -222,11 +248,27 @@ class Choice {
     const final = this.finish ? text : text.slice(0, safeEnd(text, this.params.stop));
     const delta = final.length > this.emitted.length ? final.slice(this.emitted.length) : '';
     this.emitted += delta;
-    return { choice: this.index, token, logprob: logp[token]!, ...(top ? { top } : {}), text: delta, ...(this.finish ? { finish: this.finish } : {}) };
+    return {
+      choice: this.index,
+      token,
+      logprob: logp[token]!,
+      ...(top ? { top } : {}),
+      text: delta,
+      ...(this.finish ? { finish: this.finish } : {}),
+      ...(attention ? { attention } : {}),
+    };
   }
 
   result(): ChoiceResult {
-    return { choice: this.index, tokens: this.tokens, logprobs: this.logprobs, top: this.top, text: this.emitted, finish: this.finish ?? 'length' };
+    return {
+      choice: this.index,
+      tokens: this.tokens,
+      logprobs: this.logprobs,
+      top: this.top,
+      text: this.emitted,
+      finish: this.finish ?? 'length',
+      ...(this.attention.length > 0 ? { attention: this.attention } : {}),
+    };
   }
 }
 
@@ -270,6 +312,8 @@ export class Generation {
     private readonly model: GenerationModel,
     readonly prompt: number[],
     readonly params: SamplingParams,
+    /** Attention per generated token over these chunks of the prompt (and the response). */
+    private readonly bins?: PromptBins,
   ) {
     const seed = params.seed ?? Math.floor(Math.random() * 2 ** 32);
     this.choices = Array.from({ length: params.n }, (_, i) => new Choice(i, model, params, prompt, seed));
@@ -289,7 +333,21 @@ export class Generation {
       // cached) like a step's row.
       return [this.unit(prompt, this.computed, this.computed + model.prefillChunk)];
     }
-    return this.choices.filter((c) => !c.finish).map((c) => this.unit(prompt.concat(c.tokens), this.stepFrom(c)));
+    return this.choices.filter((c) => !c.finish).map((c) => {
+      const unit = this.unit(prompt.concat(c.tokens), this.stepFrom(c));
+      return this.bins ? { ...unit, probe: this.probeAsk(c) } : unit;
+    });
+  }
+
+  /** A step's probe: the last token is the query; keys in the prompt's chunks, the
+   * response so far in bin C, excluded prompt positions in C+1. */
+  private probeAsk(c: Choice): ProbeAsk {
+    const { keyBins, chunks: C } = this.bins!;
+    const n = this.prompt.length + c.tokens.length;
+    const bins = keyBins.map((b) => (b < 0 ? C + 1 : b)).concat(new Array(c.tokens.length).fill(C));
+    const queryWeights = new Array<number>(n).fill(0);
+    queryWeights[n - 1] = 1;
+    return { keyBins: bins, chunks: C + 1, queryWeights, heatmap: false };
   }
 
   /** Where a running choice's computed KV ends: the prompt's, then every token but the last. */
@@ -311,7 +369,29 @@ export class Generation {
       return [];
     }
     const running = this.choices.filter((c) => !c.finish);
-    return running.map((c, k) => c.accept(outputs[k]!.next!));
+    return running.map((c, k) => c.accept(outputs[k]!.next!, this.bins ? this.attentionOf(outputs[k]!.probe!) : undefined));
+  }
+
+  /** The step's query token's attention, per layer (mean over heads). */
+  private attentionOf(sums: ProbeSums): TokenAttention {
+    const { layers: L, heads: H } = this.model;
+    const bins = sums.bins; // C+1 chunks (prompt's and the response), excluded, unused
+    const columns = bins - 2;
+    const perLayer = (data: Float32Array) =>
+      Array.from({ length: L }, (_, l) =>
+        Array.from({ length: columns }, (_, u) => {
+          let sum = 0;
+          for (let h = 0; h < H; h++) sum += data[(l * H + h) * bins + u]!;
+          return sum / H;
+        }),
+      );
+    const apart = (data: Float32Array) =>
+      Array.from({ length: L }, (_, l) => {
+        let sum = 0;
+        for (let h = 0; h < H; h++) sum += data[l * H + h]!;
+        return sum / H;
+      });
+    return { votes: perLayer(sums.votes), votesExcluded: apart(sums.sinkVotes), mass: perLayer(sums.mass), massExcluded: apart(sums.sinkMass) };
   }
 
   results(): ChoiceResult[] {
@@ -329,6 +409,8 @@ export function generationModel(engine: Engine, scorer: Scorer): GenerationModel
     decode: (ids) => tok.decodeText(ids),
     cached: (scorer.cache?.budget ?? 0) > 0,
     prefillChunk: scorer.maxBatchTokens,
+    layers: engine.config.numLayers,
+    heads: engine.config.numHeads,
   };
 }
 

@@ -1,4 +1,4 @@
-// The server: gRPC (Scoring, Probing, grpc.health.v1, reflection), an OpenAI-compatible
+// The server: gRPC (Scoring, Probing, Generation, grpc.health.v1, reflection), an OpenAI-compatible
 // HTTP endpoint for lm-evaluation-harness, and Prometheus /metrics.
 //
 // Lifecycle, as the health service reports it:
@@ -14,6 +14,7 @@ import { healthPackageDefinition } from './health.js';
 import { HealthPort } from './health-port.js';
 import { scoringService } from '../grpc/scoring.js';
 import { probingService } from '../grpc/probing.js';
+import { generationService } from '../grpc/generation.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
 import { Service, type ServedModel, type ServiceOptions } from './service.js';
@@ -25,6 +26,7 @@ import { ConfigError } from '../common/errors.js';
 
 export const SCORING_SERVICE = 'ctxprobe.v1.Scoring';
 export const PROBING_SERVICE = 'ctxprobe.v1.Probing';
+export const GENERATION_SERVICE = 'ctxprobe.v1.Generation';
 
 /** The ports and their security; the serving layer's own options (limits, batcher, log)
  * come with them. */
@@ -64,6 +66,7 @@ export class CtxprobeServer {
     '': 'NOT_SERVING',
     [SCORING_SERVICE]: 'NOT_SERVING',
     [PROBING_SERVICE]: 'NOT_SERVING',
+    [GENERATION_SERVICE]: 'NOT_SERVING',
   });
   private healthPortServer?: HealthPort;
   private metricsServer?: { port: number; close(): Promise<void> };
@@ -95,6 +98,7 @@ export class CtxprobeServer {
     const { def, v1 } = loadPackage();
     grpcServer.addService(v1.Scoring.service, scoringService(server.service));
     grpcServer.addService(v1.Probing.service, probingService(server.service));
+    grpcServer.addService(v1.Generation.service, generationService(server.service));
     server.health.addToServer(grpcServer);
     // Reflection lists the health service too, so grpcurl and grpc_health_probe users find it.
     new ReflectionService({ ...def, ...healthPackageDefinition() }).addToServer(grpcServer);
@@ -112,7 +116,7 @@ export class CtxprobeServer {
       server.healthPortServer = await HealthPort.start({
         host,
         port: options.healthPort!,
-        statuses: { '': 'NOT_SERVING', [SCORING_SERVICE]: 'NOT_SERVING', [PROBING_SERVICE]: 'NOT_SERVING' },
+        statuses: { '': 'NOT_SERVING', [SCORING_SERVICE]: 'NOT_SERVING', [PROBING_SERVICE]: 'NOT_SERVING', [GENERATION_SERVICE]: 'NOT_SERVING' },
       });
     }
     if ((options.metricsPort ?? 9464) >= 0) {
@@ -151,7 +155,7 @@ export class CtxprobeServer {
 
   /** What both health services (main port, health port) report, for every service. */
   private setHealth(status: 'SERVING' | 'NOT_SERVING'): void {
-    for (const service of ['', SCORING_SERVICE, PROBING_SERVICE]) {
+    for (const service of ['', SCORING_SERVICE, PROBING_SERVICE, GENERATION_SERVICE]) {
       this.health.setStatus(service, status);
       this.healthPortServer?.setStatus(service, status);
     }

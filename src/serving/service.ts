@@ -15,7 +15,8 @@ import { continuationScore, prepareChunkScores } from '../requests/chunk-scores.
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
 import type { Prepared, UnitScore } from '../core/units.js';
-import { checkSampling, Generation, generationModel, runGenerations, type ChoiceResult, type SamplingParams, type TokenEvent } from '../requests/generate.js';
+import { checkSampling, Generation, generationModel, runGenerations, type ChoiceResult, type PromptBins, type SamplingParams, type TokenEvent } from '../requests/generate.js';
+import { segmentSample, type Segmented } from '../requests/segments.js';
 
 const DEADLINE_SLACK_MS = 20;
 
@@ -392,9 +393,10 @@ export class Service {
     params: SamplingParams,
     call: CallContext,
     onTokens?: (prompt: number, events: TokenEvent[]) => void,
+    bins?: PromptBins[],
   ): Promise<ChoiceResult[][]> {
     this.checkGenerate(m, prompts, params);
-    const generations = prompts.map((p) => new Generation(generationModel(m.engine, m.scorer), p, params));
+    const generations = prompts.map((p, i) => new Generation(generationModel(m.engine, m.scorer), p, params, bins?.[i]));
     const results = await runGenerations(
       generations,
       (units, continuing) => this.queued(m.batcher.submit(units, { continuing }), call),
@@ -403,6 +405,24 @@ export class Service {
     );
     this.metrics.tokensGenerated.inc({ model: m.entry.name }, results.flat().reduce((n, r) => n + r.tokens.length, 0));
     return results;
+  }
+
+  /** A generation prompt given as a sample (labelled chunks or chat messages): its tokens,
+   * its chunks, and each token's chunk for attention per generated token. */
+  async preparePrompt(m: ServedModel, sample: ProbeSample, field: string): Promise<Segmented & { bins: PromptBins }> {
+    this.checkTextBytes(sample, field);
+    if (sample.queryLabels?.length) throw new InvalidArgumentError(`${field}.query_labels`, 'does not apply: the generated tokens are the queries');
+    const seg = await segmentSample(m.engine, sample, field);
+    const excluded = new Set(sample.excludePositions ?? []);
+    for (const [k, p] of [...excluded].entries()) {
+      if (!Number.isInteger(p) || p < 0 || p >= seg.ids.length)
+        throw new InvalidArgumentError(`${field}.exclude_positions[${k}]`, `position ${p} is outside the prompt's ${seg.ids.length} tokens`);
+    }
+    const keyBins = new Array<number>(seg.ids.length);
+    seg.segments.forEach((s, c) => {
+      for (let t = s.start; t < s.end; t++) keyBins[t] = excluded.has(t) ? -1 : c;
+    });
+    return { ...seg, bins: { keyBins, chunks: seg.segments.length, excluded } };
   }
 
   /** Refuse a generation request before anything runs (a stream's status is still free). */

@@ -12,6 +12,9 @@ import type { ContextScore as _ctxprobe_v1_ContextScore, ContextScore__Output as
 import type { ContinuationAttention as _ctxprobe_v1_ContinuationAttention, ContinuationAttention__Output as _ctxprobe_v1_ContinuationAttention__Output } from './ctxprobe/v1/ContinuationAttention.js';
 import type { ContinuationScore as _ctxprobe_v1_ContinuationScore, ContinuationScore__Output as _ctxprobe_v1_ContinuationScore__Output } from './ctxprobe/v1/ContinuationScore.js';
 import type { Effect as _ctxprobe_v1_Effect, Effect__Output as _ctxprobe_v1_Effect__Output } from './ctxprobe/v1/Effect.js';
+import type { GenerateRequest as _ctxprobe_v1_GenerateRequest, GenerateRequest__Output as _ctxprobe_v1_GenerateRequest__Output } from './ctxprobe/v1/GenerateRequest.js';
+import type { GenerateResponse as _ctxprobe_v1_GenerateResponse, GenerateResponse__Output as _ctxprobe_v1_GenerateResponse__Output } from './ctxprobe/v1/GenerateResponse.js';
+import type { GenerationClient as _ctxprobe_v1_GenerationClient, GenerationDefinition as _ctxprobe_v1_GenerationDefinition } from './ctxprobe/v1/Generation.js';
 import type { ItemScore as _ctxprobe_v1_ItemScore, ItemScore__Output as _ctxprobe_v1_ItemScore__Output } from './ctxprobe/v1/ItemScore.js';
 import type { KeepOnlyEffect as _ctxprobe_v1_KeepOnlyEffect, KeepOnlyEffect__Output as _ctxprobe_v1_KeepOnlyEffect__Output } from './ctxprobe/v1/KeepOnlyEffect.js';
 import type { ListModelsRequest as _ctxprobe_v1_ListModelsRequest, ListModelsRequest__Output as _ctxprobe_v1_ListModelsRequest__Output } from './ctxprobe/v1/ListModelsRequest.js';
@@ -31,6 +34,7 @@ import type { RollingResponse as _ctxprobe_v1_RollingResponse, RollingResponse__
 import type { RollingScore as _ctxprobe_v1_RollingScore, RollingScore__Output as _ctxprobe_v1_RollingScore__Output } from './ctxprobe/v1/RollingScore.js';
 import type { SampleAttribution as _ctxprobe_v1_SampleAttribution, SampleAttribution__Output as _ctxprobe_v1_SampleAttribution__Output } from './ctxprobe/v1/SampleAttribution.js';
 import type { SampleProbe as _ctxprobe_v1_SampleProbe, SampleProbe__Output as _ctxprobe_v1_SampleProbe__Output } from './ctxprobe/v1/SampleProbe.js';
+import type { SamplingOptions as _ctxprobe_v1_SamplingOptions, SamplingOptions__Output as _ctxprobe_v1_SamplingOptions__Output } from './ctxprobe/v1/SamplingOptions.js';
 import type { ScoreItem as _ctxprobe_v1_ScoreItem, ScoreItem__Output as _ctxprobe_v1_ScoreItem__Output } from './ctxprobe/v1/ScoreItem.js';
 import type { ScoreRequest as _ctxprobe_v1_ScoreRequest, ScoreRequest__Output as _ctxprobe_v1_ScoreRequest__Output } from './ctxprobe/v1/ScoreRequest.js';
 import type { ScoreResponse as _ctxprobe_v1_ScoreResponse, ScoreResponse__Output as _ctxprobe_v1_ScoreResponse__Output } from './ctxprobe/v1/ScoreResponse.js';
@@ -67,6 +71,12 @@ export interface ProtoGrpcType {
       ContinuationAttention: MessageTypeDefinition<_ctxprobe_v1_ContinuationAttention, _ctxprobe_v1_ContinuationAttention__Output>
       ContinuationScore: MessageTypeDefinition<_ctxprobe_v1_ContinuationScore, _ctxprobe_v1_ContinuationScore__Output>
       Effect: MessageTypeDefinition<_ctxprobe_v1_Effect, _ctxprobe_v1_Effect__Output>
+      GenerateRequest: MessageTypeDefinition<_ctxprobe_v1_GenerateRequest, _ctxprobe_v1_GenerateRequest__Output>
+      GenerateResponse: MessageTypeDefinition<_ctxprobe_v1_GenerateResponse, _ctxprobe_v1_GenerateResponse__Output>
+      /**
+       * The model writes: the responses a study then scores, probes and attributes.
+       */
+      Generation: SubtypeConstructor<typeof grpc.Client, _ctxprobe_v1_GenerationClient> & { service: _ctxprobe_v1_GenerationDefinition }
       Intervention: EnumTypeDefinition
       ItemScore: MessageTypeDefinition<_ctxprobe_v1_ItemScore, _ctxprobe_v1_ItemScore__Output>
       KeepOnlyEffect: MessageTypeDefinition<_ctxprobe_v1_KeepOnlyEffect, _ctxprobe_v1_KeepOnlyEffect__Output>
@@ -92,6 +102,7 @@ export interface ProtoGrpcType {
       RollingScore: MessageTypeDefinition<_ctxprobe_v1_RollingScore, _ctxprobe_v1_RollingScore__Output>
       SampleAttribution: MessageTypeDefinition<_ctxprobe_v1_SampleAttribution, _ctxprobe_v1_SampleAttribution__Output>
       SampleProbe: MessageTypeDefinition<_ctxprobe_v1_SampleProbe, _ctxprobe_v1_SampleProbe__Output>
+      SamplingOptions: MessageTypeDefinition<_ctxprobe_v1_SamplingOptions, _ctxprobe_v1_SamplingOptions__Output>
       ScoreItem: MessageTypeDefinition<_ctxprobe_v1_ScoreItem, _ctxprobe_v1_ScoreItem__Output>
       ScoreRequest: MessageTypeDefinition<_ctxprobe_v1_ScoreRequest, _ctxprobe_v1_ScoreRequest__Output>
       ScoreResponse: MessageTypeDefinition<_ctxprobe_v1_ScoreResponse, _ctxprobe_v1_ScoreResponse__Output>
