@@ -49,6 +49,38 @@ describe('the default model chats', () => {
   });
 });
 
+describe('ctxprobe generate', () => {
+  it('prints the greedy chain of Score as JSON, streams the same text, and refuses bad options naming them', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.qwen2!);
+    const cli = (...args: string[]) =>
+      spawnSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'generate', '--model', fx.dir, '--threads', '1', ...args], { encoding: 'utf8' });
+    const out = cli('--chunk', 'knowledge=The tower is tall.', 'user= How tall is it?', '--max-tokens', '6', '--logprobs', '1', '--attention');
+    expect(out.status, out.stderr).toBe(0);
+    const printed = JSON.parse(out.stdout);
+    const [choice] = printed.choices;
+    expect(printed.attentionLabels).toEqual(['knowledge', 'user', 'response']);
+    expect(choice.attention).toHaveLength(choice.tokens.length);
+    // Each token is the argmax after the prompt and the tokens before it; its log-prob is Score's.
+    const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
+    const tok = m.engine.tokenizer;
+    // The chunks are tokenised as one text (their boundary tokens go to the later chunk).
+    const prompt = tok.encode('The tower is tall. How tall is it?', true); // with BOS unless --no-special-tokens
+    expect(printed.prompt.ids).toEqual(prompt);
+    for (const [k, token] of choice.tokens.entries()) {
+      const [[s]] = (await m.scorer.loglikelihood([{ context: [...prompt, ...choice.tokens.slice(0, k)], continuations: [[token]], topK: 1 }])) as any;
+      expect(s.tokenLogprobs[0]).toBe(choice.logprobs[k]);
+      expect(s.topK[0].ids[0]).toBe(token);
+    }
+    await m.engine.release();
+    const streamed = cli('--chunk', 'knowledge=The tower is tall.', 'user= How tall is it?', '--max-tokens', '6', '--stream');
+    expect(streamed.stdout).toBe(`${choice.text}\n`);
+    const bad = cli('--prompt', 'x', '--top-p', '1.5');
+    expect(bad.status).toBe(1);
+    expect(bad.stderr).toMatch(/top_p: must be in \(0, 1\]/);
+    expect(cli('--prompt', 'x', '--chunk', 'a=b').stderr).toMatch(/give one of --prompt/);
+  });
+});
+
 describe('ctxprobe score', () => {
   it('prints the library answer as JSON', async () => {
     const fx = makeFixture(FAMILY_FIXTURES.qwen2!);

@@ -60,6 +60,15 @@ export interface ModelFlags {
   prefixCacheBytes?: number;
 }
 
+/** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
+export function chunkArguments(values: string[]): { label: string; text: string }[] {
+  return values.map((c) => {
+    const eq = c.indexOf('=');
+    if (eq <= 0) throw new InvalidArgumentError(`--chunk ${JSON.stringify(c)}: write label=text`);
+    return { label: c.slice(0, eq), text: textArgument(c.slice(eq + 1), `--chunk ${c.slice(0, eq)}`) };
+  });
+}
+
 export function withModelFlags(cmd: Command): Command {
   return cmd
     .addOption(new Option('--model <dir>', 'a Hugging Face checkpoint folder (default: the small default model)').env('CTXPROBE_MODEL'))

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { loadModel } from '../serving/repository.js';
 import type { ProbeSample } from '../requests/probe.js';
-import { entriesFrom, int, interventionList, sweepList, textArgument, withModelFlags, writeFile } from './common.js';
+import { chunkArguments, entriesFrom, int, interventionList, sweepList, textArgument, withModelFlags, writeFile } from './common.js';
 
 export function addOneOffCommands(program: Command): void {
   withModelFlags(program.command('score').description('score continuations of a context (or --rolling texts) and print JSON'))
@@ -96,15 +96,6 @@ export function addOneOffCommands(program: Command): void {
       console.log(JSON.stringify({ model: entry!.name, ...answer }, null, 2));
       await m.engine.release();
     });
-
-  /** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
-  function chunkArguments(values: string[]): { label: string; text: string }[] {
-    return values.map((c) => {
-      const eq = c.indexOf('=');
-      if (eq <= 0) throw new InvalidArgumentError(`--chunk ${JSON.stringify(c)}: write label=text`);
-      return { label: c.slice(0, eq), text: textArgument(c.slice(eq + 1), `--chunk ${c.slice(0, eq)}`) };
-    });
-  }
 
   withModelFlags(
     program

@@ -21,6 +21,7 @@ import { rng, streamSeed } from '../common/random.js';
 import type { ProbeAsk, ProbeSums, TopK, Unit, UnitScore } from '../core/units.js';
 import type { Engine } from '../engine/engine.js';
 import type { Scorer } from '../core/scorer.js';
+import { segmentSample, type SampleContent, type Segmented } from './segments.js';
 
 export interface SamplingParams {
   /** 0: greedy. */
@@ -437,4 +438,28 @@ export async function runGenerations(
     });
   }
   return generations.map((g) => g.results());
+}
+
+/** A prompt as tokens, its chunks, and each token's chunk for attention per token. */
+export type PreparedPrompt = Segmented & { bins: PromptBins };
+
+/** A generation prompt given as a sample (labelled chunks or chat messages; positions to
+ * leave out of the attention keys): its tokens, chunks and bins. */
+export async function preparePrompt(
+  engine: Pick<Engine, 'tokenizer' | 'config'>,
+  sample: SampleContent & { queryLabels?: string[]; excludePositions?: number[] },
+  field: string,
+): Promise<PreparedPrompt> {
+  if (sample.queryLabels?.length) throw new InvalidArgumentError(`${field}.query_labels`, 'does not apply: the generated tokens are the queries');
+  const seg = await segmentSample(engine, sample, field);
+  const excluded = new Set(sample.excludePositions ?? []);
+  for (const [k, p] of [...excluded].entries()) {
+    if (!Number.isInteger(p) || p < 0 || p >= seg.ids.length)
+      throw new InvalidArgumentError(`${field}.exclude_positions[${k}]`, `position ${p} is outside the prompt's ${seg.ids.length} tokens`);
+  }
+  const keyBins = new Array<number>(seg.ids.length);
+  seg.segments.forEach((s, c) => {
+    for (let t = s.start; t < s.end; t++) keyBins[t] = excluded.has(t) ? -1 : c;
+  });
+  return { ...seg, bins: { keyBins, chunks: seg.segments.length, excluded } };
 }

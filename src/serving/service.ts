@@ -15,8 +15,18 @@ import { continuationScore, prepareChunkScores } from '../requests/chunk-scores.
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
 import type { Prepared, UnitScore } from '../core/units.js';
-import { checkSampling, Generation, generationModel, runGenerations, type ChoiceResult, type PromptBins, type SamplingParams, type TokenEvent } from '../requests/generate.js';
-import { segmentSample, type Segmented } from '../requests/segments.js';
+import {
+  checkSampling,
+  Generation,
+  generationModel,
+  preparePrompt,
+  runGenerations,
+  type ChoiceResult,
+  type PreparedPrompt,
+  type PromptBins,
+  type SamplingParams,
+  type TokenEvent,
+} from '../requests/generate.js';
 
 const DEADLINE_SLACK_MS = 20;
 
@@ -407,22 +417,10 @@ export class Service {
     return results;
   }
 
-  /** A generation prompt given as a sample (labelled chunks or chat messages): its tokens,
-   * its chunks, and each token's chunk for attention per generated token. */
-  async preparePrompt(m: ServedModel, sample: ProbeSample, field: string): Promise<Segmented & { bins: PromptBins }> {
+  /** A generation prompt given as a sample (labelled chunks or chat messages). */
+  async preparePrompt(m: ServedModel, sample: ProbeSample, field: string): Promise<PreparedPrompt> {
     this.checkTextBytes(sample, field);
-    if (sample.queryLabels?.length) throw new InvalidArgumentError(`${field}.query_labels`, 'does not apply: the generated tokens are the queries');
-    const seg = await segmentSample(m.engine, sample, field);
-    const excluded = new Set(sample.excludePositions ?? []);
-    for (const [k, p] of [...excluded].entries()) {
-      if (!Number.isInteger(p) || p < 0 || p >= seg.ids.length)
-        throw new InvalidArgumentError(`${field}.exclude_positions[${k}]`, `position ${p} is outside the prompt's ${seg.ids.length} tokens`);
-    }
-    const keyBins = new Array<number>(seg.ids.length);
-    seg.segments.forEach((s, c) => {
-      for (let t = s.start; t < s.end; t++) keyBins[t] = excluded.has(t) ? -1 : c;
-    });
-    return { ...seg, bins: { keyBins, chunks: seg.segments.length, excluded } };
+    return preparePrompt(m.engine, sample, field);
   }
 
   /** Refuse a generation request before anything runs (a stream's status is still free). */
