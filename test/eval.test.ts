@@ -17,6 +17,7 @@ import { prepareAttribution } from '../src/requests/attribution.js';
 import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { Prober } from '../src/requests/probe.js';
+import { renderChatText } from '../src/requests/segments.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -219,6 +220,36 @@ describe('RefuteBench runner', () => {
       row.forEach((v, j) => expect(Math.abs(v - report.dialogues[0]!.heatmap[i]![j]!)).toBeLessThan(1e-6)),
     );
     expect(roundOf('assistant#3')).toBe('3');
+  });
+
+  it("--generate plays each dialogue with the model's own responses (each the greedy chain after the dialogue so far), then probes it", async () => {
+    const out = tempDir('refute-generate');
+    await promisify(execFile)(process.execPath, [
+      path.join(root, 'bin/ctxprobe.js'), 'eval', 'refute', path.join(root, 'data/refute-sample.jsonl'),
+      '--model', dir, '--threads', '1', '--generate', '--max-tokens', '5', '--out', out,
+    ]);
+    const played = readJsonl<Dialogue>(path.join(out, 'dialogues.jsonl'));
+    const results = JSON.parse(fs.readFileSync(path.join(out, 'results.json'), 'utf8'));
+    expect(results.dialogues.map((d: any) => d.labels)).toEqual(played.map(() => ['system', 'user#1', 'assistant#1', 'user#2', 'assistant#2', 'user#3', 'assistant#3']));
+    const scorer = new Scorer(engine, { prefixSharing: false });
+    const tok = engine.tokenizer;
+    const stops = new Set([...engine.config.eosTokenIds, tok.eosId]);
+    for (const [i, d] of played.entries()) {
+      // The user turns as given, in order; every assistant turn the model's.
+      expect(d.messages.filter((m) => m.role !== 'assistant')).toEqual(dialogues[i]!.messages.filter((m) => m.role !== 'assistant'));
+      for (const [k, m] of d.messages.entries()) {
+        if (m.role !== 'assistant') continue;
+        const prompt = tok.encode(renderChatText(tok, d.messages.slice(0, k), 'messages', tok.chatTemplate, { addGenerationPrompt: true }), false);
+        const chain: number[] = [];
+        while (chain.length < 5) {
+          const [[s]] = (await scorer.loglikelihood([{ context: [...prompt, ...chain], continuations: [[0]], topK: 1 }])) as any;
+          const next = s.topK[0].ids[0];
+          chain.push(next);
+          if (stops.has(next)) break;
+        }
+        expect(m.content).toBe(tok.decodeText(chain));
+      }
+    }
   });
 });
 

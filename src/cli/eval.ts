@@ -81,14 +81,29 @@ export function addEvalCommands(program: Command): void {
   )
     .option('--plain', 'render messages as "Role: content" instead of the model chat template', false)
     .addOption(new Option('--pool <pool>', 'pool over layers and heads').choices(['max', 'mean']).default('max'))
+    .option('--generate', "play each dialogue with the model's own responses (one per user turn), then probe it", false)
+    .option('--max-tokens <n>', 'with --generate: tokens per response', int('max-tokens'), 64)
+    .option('--temperature <t>', 'with --generate: 0 is greedy', parseFloat, 0)
+    .option('--seed <n>', 'with --generate: sampling seed', int('seed'))
     .action(async (file: string, flags) => {
-      const { runRefute, refuteMarkdown } = await import('../eval/refute.js');
+      const { runRefute, refuteMarkdown, playDialogues } = await import('../eval/refute.js');
       const { readJsonl } = await import('../eval/client.js');
       const { heatmapSvg } = await import('../eval/figures.js');
       const client = await connect(flags);
       try {
-        const report = await runRefute(client, readJsonl(file), { plain: flags.plain, pool: flags.pool, model: flags.modelName });
+        if (flags.generate && flags.plain) throw new Error('--generate renders with the chat template: leave out --plain');
+        let dialogues: import('../eval/refute.js').Dialogue[] = readJsonl(file);
+        if (flags.generate) {
+          dialogues = await playDialogues(client, dialogues, {
+            model: flags.modelName,
+            maxTokens: flags.maxTokens,
+            temperature: flags.temperature,
+            ...(flags.seed !== undefined ? { seed: flags.seed } : {}),
+          });
+        }
+        const report = await runRefute(client, dialogues, { plain: flags.plain, pool: flags.pool, model: flags.modelName });
         const files: Record<string, string> = { 'results.json': JSON.stringify(report, null, 2), 'report.md': refuteMarkdown(report) };
+        if (flags.generate) files['dialogues.jsonl'] = dialogues.map((d) => JSON.stringify(d)).join('\n') + '\n';
         report.dialogues.forEach(
           (d, i) =>
             (files[`heatmap-${i}.svg`] = heatmapSvg(

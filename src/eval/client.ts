@@ -8,6 +8,9 @@ import { loadModel, readRepository, type ModelEntry } from '../serving/repositor
 import { CtxprobeServer } from '../serving/server.js';
 import type { ScoringClient } from '../grpc/generated/ctxprobe/v1/Scoring.js';
 import type { ProbingClient } from '../grpc/generated/ctxprobe/v1/Probing.js';
+import type { GenerationClient } from '../grpc/generated/ctxprobe/v1/Generation.js';
+import type { GenerateRequest } from '../grpc/generated/ctxprobe/v1/GenerateRequest.js';
+import type { GenerateResponse__Output } from '../grpc/generated/ctxprobe/v1/GenerateResponse.js';
 import type { ScoreRequest } from '../grpc/generated/ctxprobe/v1/ScoreRequest.js';
 import type { ScoreResponse__Output } from '../grpc/generated/ctxprobe/v1/ScoreResponse.js';
 import type { RollingRequest } from '../grpc/generated/ctxprobe/v1/RollingRequest.js';
@@ -33,6 +36,7 @@ export class EvalClient {
   private constructor(
     private readonly scoring: ScoringClient,
     private readonly probing: ProbingClient,
+    private readonly generation: GenerationClient,
     private readonly metadata: grpc.Metadata,
     private readonly ownServer?: CtxprobeServer,
   ) {}
@@ -54,7 +58,13 @@ export class EvalClient {
     const channelOptions = { 'grpc.max_receive_message_length': 256 * 2 ** 20 };
     const md = new grpc.Metadata();
     if (options.token) md.set('authorization', `Bearer ${options.token}`);
-    return new EvalClient(new v1.Scoring(address, creds, channelOptions), new v1.Probing(address, creds, channelOptions), md, own);
+    return new EvalClient(
+      new v1.Scoring(address, creds, channelOptions),
+      new v1.Probing(address, creds, channelOptions),
+      new v1.Generation(address, creds, channelOptions),
+      md,
+      own,
+    );
   }
 
   /** A unary call as a promise, with the connection's metadata. */
@@ -81,9 +91,21 @@ export class EvalClient {
     return this.call(this.probing.Attribute.bind(this.probing), req);
   }
 
+  /** Every message of a Generate stream. */
+  generate(req: GenerateRequest): Promise<GenerateResponse__Output[]> {
+    return new Promise((resolve, reject) => {
+      const out: GenerateResponse__Output[] = [];
+      const call = this.generation.Generate(req, this.metadata);
+      call.on('data', (m: GenerateResponse__Output) => out.push(m));
+      call.on('error', reject);
+      call.on('end', () => resolve(out));
+    });
+  }
+
   async close(): Promise<void> {
     this.scoring.close();
     this.probing.close();
+    this.generation.close();
     await this.ownServer?.close();
   }
 }

@@ -7,7 +7,10 @@
 //     "messages": [{"role": "system", "content": "…"}, {"role": "user", "content": "query"},
 //                  {"role": "assistant", "content": "…"}, {"role": "user", "content": "refutation"}, …] }
 // Messages are rendered with the model's chat template (one segment per message) or,
-// with `plain`, as "Role: content" paragraphs for models without one.
+// with `plain`, as "Role: content" paragraphs for models without one. With `generate`
+// (playDialogues), the model writes every assistant turn itself: each user turn in order,
+// the response generated after the dialogue so far, then the next user turn appended —
+// the dialogue RefuteBench plays — and that dialogue is what gets probed.
 import { messageLabels, type ChatMessage } from '../common/labels.js';
 import { EvalClient, forEachBatch, matrixRows } from './client.js';
 import { meanMatrix } from '../common/matrix.js';
@@ -36,6 +39,35 @@ export interface RefuteReport {
   /** Mean heatmap over dialogues with the same labels as the first. */
   meanHeatmap?: { labels: string[]; values: number[][]; dialogues: number };
   meanLastResponseShare: Record<string, number>;
+}
+
+export interface PlayOptions {
+  model?: string;
+  maxTokens?: number;
+  temperature?: number;
+  seed?: number;
+}
+
+/** Replace every assistant turn by the model's own response, generated round by round
+ * (the system prompt and user turns kept; a dialogue ends with its last response). */
+export async function playDialogues(client: EvalClient, dialogues: Dialogue[], options: PlayOptions = {}): Promise<Dialogue[]> {
+  const played: Dialogue[] = new Array(dialogues.length);
+  await forEachBatch(dialogues, 1, 2, 'RefuteBench (generating)', async ([d], start) => {
+    const given = d!.messages.filter((m) => m.role !== 'assistant');
+    const messages: ChatMessage[] = [];
+    for (const m of given) {
+      messages.push(m);
+      if (m.role !== 'user') continue;
+      const steps = await client.generate({
+        model: options.model ?? '',
+        prompt: { messages: messages.map((x) => ({ role: x.role, content: x.content })), addGenerationPrompt: true },
+        sampling: { temperature: options.temperature ?? 0, maxTokens: options.maxTokens ?? 64, ...(options.seed !== undefined ? { seed: options.seed } : {}) },
+      });
+      messages.push({ role: 'assistant', content: steps.map((s) => s.text).join('') });
+    }
+    played[start] = { ...d!, messages };
+  });
+  return played;
 }
 
 export const roundOf = (label: string) => (label === 'system' ? '0' : (label.split('#')[1] ?? '0'));
