@@ -330,6 +330,21 @@ describe('gRPC Generate', () => {
     expect((after.get(key) ?? 0) - (before.get(key) ?? 0)).toBe(12); // the gRPC call's and HTTP's
   });
 
+  it('a seed gives the same sampled tokens alone or beside another call; without one, each call draws anew', async () => {
+    const gen = client('Generation', server.port);
+    const req = (seed?: number) => ({
+      prompt: { chunks: [{ label: 'prompt', text: 'Once upon a time' }] },
+      sampling: { temperature: 1.5, maxTokens: 12, n: 2, ...(seed !== undefined ? { seed: { value: seed } } : {}) },
+    });
+    const tokens = (ms: any[]) => [0, 1].map((c) => ms.filter((m) => m.choice === c).map((m) => m.tokenId));
+    const alone = tokens(await streamed(gen, 'Generate', req(11)));
+    const [beside] = await Promise.all([streamed(gen, 'Generate', req(11)), streamed(gen, 'Generate', req(12))]);
+    expect(tokens(beside)).toEqual(alone);
+    expect(alone[0]).not.toEqual(alone[1]); // two choices, two streams of draws
+    const unseeded = await Promise.all([1, 2, 3].map(() => streamed(gen, 'Generate', req())));
+    expect(new Set(unseeded.map((ms) => JSON.stringify(tokens(ms)))).size).toBeGreaterThan(1);
+  });
+
   it('refuses a bad request naming the field, before streaming', async () => {
     const gen = client('Generation', server.port);
     const cases: [unknown, RegExp][] = [

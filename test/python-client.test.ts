@@ -60,6 +60,24 @@ describe.skipIf(!available)('Python client', () => {
     expect(out.selected.acc).toBe(best);
   });
 
+  it('generates through the generated Generation stub: the tokens, log-probs and text the serving layer gives', async () => {
+    const { stdout } = await promisify(execFile)(python, [path.join(root, 'examples/python/ctxprobe_client.py'), '--address', server.address, '--generate', 'User: Hi Bot:', '--max-tokens', '6'], {
+      encoding: 'utf8',
+      env: { ...process.env, CTXPROBE_STUBS: stubs },
+    });
+    const out = JSON.parse(stdout);
+    const [want] = (await server.service.generate(
+      server.service.model(undefined),
+      [model.engine.tokenizer.encode('User: Hi Bot:', true)],
+      { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 6, stop: [], n: 1, logprobs: 1 },
+      {},
+    ))[0]!;
+    expect(out.steps.map((s: any) => s.token_id)).toEqual(want!.tokens);
+    expect(out.steps.map((s: any) => s.logprob)).toEqual(want!.logprobs.map((x: number) => Math.fround(x)));
+    expect(out.text).toBe(want!.text);
+    expect(out.steps.at(-1).finish_reason).toBe(want!.finish);
+  });
+
   it('attributes through the generated Probing stub as the library does', async () => {
     const { prepareAttribution } = await import('../src/requests/attribution.js');
     const chunks = ['instruction=Answer from the knowledge. ', 'history=User: Who built it? ', 'knowledge=Knowledge: Eiffel built it. ', 'response=Bot: Eiffel.'];

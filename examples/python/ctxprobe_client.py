@@ -15,6 +15,8 @@ As a library:
     scores = client.score("User: Hi Bot:", [" hello", " bye"])       # one context, several continuations
     answers = client.score_stream(items)                              # thousands of items, answers as they come
     best = select(scores)                                             # CHARPEval-style selection: acc and acc_norm
+    for step in client.generate([("user", "Hi")], max_tokens=32):     # the model writes, token by token
+        print(step["text"], end="")
 """
 
 import argparse
@@ -91,6 +93,7 @@ class Client:
                 self.metadata = (("authorization", f"Bearer {token}"),)
         self.stub = rpc.ScoringStub(self.channel)
         self.probing = rpc.ProbingStub(self.channel)
+        self.generation = rpc.GenerationStub(self.channel)
         self.model = model
 
     def models(self):
@@ -134,6 +137,29 @@ class Client:
             "chunks": [{"index": c.index, "label": c.label, "remove": delta(c, "remove"), "mask": delta(c, "mask")} for c in a.chunks],
         }
 
+    def generate(self, prompt, max_tokens=64, temperature=0.0, top_p=1.0, top_k=0, seed=None, stop=(), logprobs=0, attention=False, n=1, timeout=None):
+        """Yield one dict per generated token as the server makes it. prompt: a text, a list
+        of (label, text) chunks, or a list of (role, content) chat messages (rendered with
+        the model's chat template, the assistant's turn opened)."""
+        if isinstance(prompt, str):
+            sample = pb.ProbeSample(chunks=[pb.Chunk(label="prompt", text=prompt)], add_special_tokens=True)
+        elif prompt and prompt[0][0] in ("system", "user", "assistant"):
+            sample = pb.ProbeSample(messages=[pb.ChatMessage(role=r, content=c) for r, c in prompt], add_generation_prompt=True)
+        else:
+            sample = pb.ProbeSample(chunks=[pb.Chunk(label=l, text=t) for l, t in prompt])
+        sampling = pb.SamplingOptions(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, stop=list(stop), n=n, logprobs=logprobs)
+        if seed is not None:
+            sampling.seed.value = seed
+        req = pb.GenerateRequest(model=self.model, prompt=sample, sampling=sampling, attention=attention)
+        for m in self.generation.Generate(req, timeout=timeout, metadata=self.metadata):
+            step = {"choice": m.choice, "token_id": m.token_id, "logprob": m.logprob, "text": m.text, "finish_reason": m.finish_reason or None}
+            if logprobs:
+                step["top"] = [(t.id, t.logprob) for t in m.top]
+            if attention:
+                step["mass"] = [list(m.mass.values[r * m.mass.cols:(r + 1) * m.mass.cols]) for r in range(m.mass.rows)]
+                step["votes"] = [list(m.votes.values[r * m.votes.cols:(r + 1) * m.votes.cols]) for r in range(m.votes.rows)]
+            yield step
+
     def close(self):
         self.channel.close()
 
@@ -154,14 +180,16 @@ def main():
     parser.add_argument("--continuation", nargs="+")
     parser.add_argument("--attribute", nargs="+", metavar="LABEL=TEXT", help="chunks, in order: print each one's Δ of the last chunk's log-likelihood")
     parser.add_argument("--stream", action="store_true", help="send through ScoreStream, one item per continuation")
+    parser.add_argument("--generate", metavar="PROMPT", help="generate from PROMPT (greedy) and print the steps as JSON")
+    parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--tls-ca", default=env("CTXPROBE_TLS_CA"), help="PEM CA of the server: connect over TLS")
     parser.add_argument("--tls-cert", default=env("CTXPROBE_TLS_CERT"), help="PEM client certificate (mutual TLS)")
     parser.add_argument("--tls-key", default=env("CTXPROBE_TLS_KEY"), help="PEM key of --tls-cert")
     parser.add_argument("--server-name", default=env("CTXPROBE_SERVER_NAME"), help="the name in the server certificate")
     parser.add_argument("--token-file", default=env("CTXPROBE_TOKEN_FILE"), help="bearer token (first line of the file)")
     args = parser.parse_args()
-    if not args.continuation and not args.attribute:
-        parser.error("give --continuation TEXT... or --attribute LABEL=TEXT...")
+    if not args.continuation and not args.attribute and args.generate is None:
+        parser.error("give --continuation TEXT..., --attribute LABEL=TEXT... or --generate PROMPT")
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
     token = None
@@ -171,6 +199,11 @@ def main():
         if not token:
             parser.error(f"--token-file {args.token_file} holds no token")
     client = Client(args.address, args.model, args.tls_ca, args.tls_cert, args.tls_key, args.server_name, token)
+    if args.generate is not None:
+        steps = list(client.generate(args.generate, max_tokens=args.max_tokens, logprobs=1))
+        print(json.dumps({"text": "".join(s["text"] for s in steps), "steps": steps}))
+        client.close()
+        return
     if args.attribute:
         chunks = [tuple(c.split("=", 1)) for c in args.attribute]
         if any(len(c) != 2 or not c[0] for c in chunks):

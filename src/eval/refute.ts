@@ -61,7 +61,7 @@ export async function playDialogues(client: EvalClient, dialogues: Dialogue[], o
       const steps = await client.generate({
         model: options.model ?? '',
         prompt: { messages: messages.map((x) => ({ role: x.role, content: x.content })), addGenerationPrompt: true },
-        sampling: { temperature: options.temperature ?? 0, maxTokens: options.maxTokens ?? 64, ...(options.seed !== undefined ? { seed: options.seed } : {}) },
+        sampling: { temperature: options.temperature ?? 0, maxTokens: options.maxTokens ?? 64, ...(options.seed !== undefined ? { seed: { value: options.seed } } : {}) },
       });
       messages.push({ role: 'assistant', content: steps.map((s) => s.text).join('') });
     }

@@ -81,7 +81,7 @@ function sampling(s: SamplingOptions__Output | null): SamplingParams {
     topP: s?.topP || 1,
     topK: s?.topK ?? 0,
     minP: s?.minP ?? 0,
-    ...(s?._seed === 'seed' ? { seed: Number(s.seed) } : {}),
+    ...(s?.seed ? { seed: Number(s.seed.value) } : {}),
     maxTokens: s?.maxTokens || 16,
     stop: s?.stop ?? [],
     n: s?.n || 1,

@@ -51,6 +51,15 @@ import type { Tokens as _ctxprobe_v1_Tokens, Tokens__Output as _ctxprobe_v1_Toke
 import type { TopToken as _ctxprobe_v1_TopToken, TopToken__Output as _ctxprobe_v1_TopToken__Output } from './ctxprobe/v1/TopToken.js';
 import type { TopTokens as _ctxprobe_v1_TopTokens, TopTokens__Output as _ctxprobe_v1_TopTokens__Output } from './ctxprobe/v1/TopTokens.js';
 import type { UnconditionalScore as _ctxprobe_v1_UnconditionalScore, UnconditionalScore__Output as _ctxprobe_v1_UnconditionalScore__Output } from './ctxprobe/v1/UnconditionalScore.js';
+import type { BoolValue as _google_protobuf_BoolValue, BoolValue__Output as _google_protobuf_BoolValue__Output } from './google/protobuf/BoolValue.js';
+import type { BytesValue as _google_protobuf_BytesValue, BytesValue__Output as _google_protobuf_BytesValue__Output } from './google/protobuf/BytesValue.js';
+import type { DoubleValue as _google_protobuf_DoubleValue, DoubleValue__Output as _google_protobuf_DoubleValue__Output } from './google/protobuf/DoubleValue.js';
+import type { FloatValue as _google_protobuf_FloatValue, FloatValue__Output as _google_protobuf_FloatValue__Output } from './google/protobuf/FloatValue.js';
+import type { Int32Value as _google_protobuf_Int32Value, Int32Value__Output as _google_protobuf_Int32Value__Output } from './google/protobuf/Int32Value.js';
+import type { Int64Value as _google_protobuf_Int64Value, Int64Value__Output as _google_protobuf_Int64Value__Output } from './google/protobuf/Int64Value.js';
+import type { StringValue as _google_protobuf_StringValue, StringValue__Output as _google_protobuf_StringValue__Output } from './google/protobuf/StringValue.js';
+import type { UInt32Value as _google_protobuf_UInt32Value, UInt32Value__Output as _google_protobuf_UInt32Value__Output } from './google/protobuf/UInt32Value.js';
+import type { UInt64Value as _google_protobuf_UInt64Value, UInt64Value__Output as _google_protobuf_UInt64Value__Output } from './google/protobuf/UInt64Value.js';
 
 type SubtypeConstructor<Constructor extends new (...args: any) => any, Subtype> = {
   new(...args: ConstructorParameters<Constructor>): Subtype;
@@ -120,6 +129,19 @@ export interface ProtoGrpcType {
       TopTokens: MessageTypeDefinition<_ctxprobe_v1_TopTokens, _ctxprobe_v1_TopTokens__Output>
       Truncation: EnumTypeDefinition
       UnconditionalScore: MessageTypeDefinition<_ctxprobe_v1_UnconditionalScore, _ctxprobe_v1_UnconditionalScore__Output>
+    }
+  }
+  google: {
+    protobuf: {
+      BoolValue: MessageTypeDefinition<_google_protobuf_BoolValue, _google_protobuf_BoolValue__Output>
+      BytesValue: MessageTypeDefinition<_google_protobuf_BytesValue, _google_protobuf_BytesValue__Output>
+      DoubleValue: MessageTypeDefinition<_google_protobuf_DoubleValue, _google_protobuf_DoubleValue__Output>
+      FloatValue: MessageTypeDefinition<_google_protobuf_FloatValue, _google_protobuf_FloatValue__Output>
+      Int32Value: MessageTypeDefinition<_google_protobuf_Int32Value, _google_protobuf_Int32Value__Output>
+      Int64Value: MessageTypeDefinition<_google_protobuf_Int64Value, _google_protobuf_Int64Value__Output>
+      StringValue: MessageTypeDefinition<_google_protobuf_StringValue, _google_protobuf_StringValue__Output>
+      UInt32Value: MessageTypeDefinition<_google_protobuf_UInt32Value, _google_protobuf_UInt32Value__Output>
+      UInt64Value: MessageTypeDefinition<_google_protobuf_UInt64Value, _google_protobuf_UInt64Value__Output>
     }
   }
 }

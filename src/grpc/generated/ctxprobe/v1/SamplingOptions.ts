@@ -1,6 +1,6 @@
 // Generated from proto/ctxprobe/v1/ctxprobe.proto by scripts/proto-types.mjs: do not edit.
 
-import type { Long } from '@grpc/proto-loader';
+import type { UInt64Value as _google_protobuf_UInt64Value, UInt64Value__Output as _google_protobuf_UInt64Value__Output } from '../../google/protobuf/UInt64Value.js';
 
 export interface SamplingOptions {
   /**
@@ -22,7 +22,7 @@ export interface SamplingOptions {
   /**
    * same seed, same tokens, whatever shares the passes; unset: random
    */
-  'seed'?: (number | string | Long);
+  'seed'?: (_google_protobuf_UInt64Value | null);
   /**
    * tokens to generate per choice (0: 16)
    */
@@ -40,7 +40,6 @@ export interface SamplingOptions {
    */
   'logprobs'?: (number);
   'ignoreEos'?: (boolean);
-  '_seed'?: "seed";
 }
 
 export interface SamplingOptions__Output {
@@ -63,7 +62,7 @@ export interface SamplingOptions__Output {
   /**
    * same seed, same tokens, whatever shares the passes; unset: random
    */
-  'seed'?: (number);
+  'seed': (_google_protobuf_UInt64Value__Output | null);
   /**
    * tokens to generate per choice (0: 16)
    */
@@ -81,5 +80,4 @@ export interface SamplingOptions__Output {
    */
   'logprobs': (number);
   'ignoreEos': (boolean);
-  '_seed'?: "seed";
 }
