@@ -32,7 +32,7 @@ const LEFT_OUT: [RegExp, string][] = [
   [/^\(cd node_modules\/onnxruntime-node && ONNXRUNTIME_NODE_INSTALL=cuda12/, "downloads onnxruntime's CUDA binaries: GPU hosts only"],
   [
     /^lm_eval /,
-    'lm-evaluation-harness comes from PyPI, which this machine cannot reach; test/harness.test.ts replays the requests its local-completions model sends',
+    "lm-evaluation-harness comes from PyPI, which this machine cannot reach; test/harness.test.ts replays its local-completions scoring requests, test/generate.test.ts the generate_until bodies of local-completions and local-chat-completions",
   ],
 ];
 

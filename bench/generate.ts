@@ -1,0 +1,93 @@
+// Generation on the 56M bench model (CPU, F32, 2 threads, greedy): batch-1 decode speed,
+// the aggregate of 16 concurrent streams, and the step time with a long past against a
+// short one — each decode step a unit of the one scheduler, its KV carried from step to
+// step by the prefix cache. With BENCH_PEER=on (node-llama-cpp installed by bench/peer.ts
+// into .bench/peer/), llama.cpp's batch-1 greedy decode on the same weights, F32 KV.
+// Prints figures, asserts nothing.
+//   npx tsx bench/generate.ts          BENCH_TOKENS=64 BENCH_STREAMS=16
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
+import { Batcher } from '../src/core/batcher.js';
+import { Generation, generationModel, runGenerations, type SamplingParams } from '../src/requests/generate.js';
+import { benchModelDir, randomIds } from './model.js';
+
+const THREADS = Number(process.env.BENCH_THREADS ?? 2);
+const TOKENS = Number(process.env.BENCH_TOKENS ?? 64);
+const STREAMS = Number(process.env.BENCH_STREAMS ?? 16);
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+const dir = benchModelDir();
+const engine = await Engine.load(dir, { threads: THREADS });
+const scorer = new Scorer(engine);
+const batcher = new Batcher('bench', scorer);
+const model = generationModel(engine, scorer);
+const params = (maxTokens: number): SamplingParams => ({ temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens, stop: [], n: 1, logprobs: 0, ignoreEos: true });
+
+/** Generate from `prompts` together; seconds from the first step to the last. */
+async function decode(prompts: number[][], maxTokens: number): Promise<{ seconds: number; tokens: number; firstTokenSeconds: number; stepSeconds: number[] }> {
+  const t0 = performance.now();
+  let first = 0;
+  const steps: number[] = [];
+  let last = t0;
+  const results = await runGenerations(
+    prompts.map((p) => new Generation(model, p, params(maxTokens))),
+    (units, continuing) => batcher.submit(units, { continuing }).result,
+    () => {
+      const now = performance.now();
+      if (!first) first = now;
+      steps.push(now - last);
+      last = now;
+    },
+  );
+  const seconds = (performance.now() - t0) / 1000;
+  return { seconds, tokens: results.flat().reduce((n, r) => n + r.tokens.length, 0), firstTokenSeconds: (first - t0) / 1000, stepSeconds: steps.slice(1).map((s) => s / 1000) };
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+console.log(`generation — 56M bench model, ${THREADS} threads, F32, greedy, ${TOKENS} tokens per stream`);
+await decode([randomIds(1, 32)], 8); // warm-up
+const one = await decode([randomIds(2, 32)], TOKENS);
+// Each stream's step resolves when its round does: one decode step is one round.
+const oneRate = (TOKENS - 1) / (one.seconds - one.firstTokenSeconds);
+console.log(`batch 1: ${oneRate.toFixed(1)} tokens/s (median step ${(median(one.stepSeconds) * 1000).toFixed(1)} ms; first token ${(one.firstTokenSeconds * 1000).toFixed(0)} ms)`);
+const many = await decode(Array.from({ length: STREAMS }, (_, k) => randomIds(100 + k, 32)), TOKENS);
+const manyRate = many.tokens / many.seconds;
+console.log(`${STREAMS} streams: ${manyRate.toFixed(1)} tokens/s aggregate = ${(manyRate / oneRate).toFixed(2)}x batch 1`);
+for (const past of [256, 1900]) {
+  const r = await decode([randomIds(300 + past, past)], 16);
+  console.log(`past ${past}: median step ${(median(r.stepSeconds) * 1000).toFixed(1)} ms (prompt in ${r.firstTokenSeconds.toFixed(2)} s)`);
+}
+await engine.release();
+
+if (process.env.BENCH_PEER === 'on') {
+  const entry = path.join(ROOT, '.bench/peer/node_modules/node-llama-cpp/dist/index.js');
+  const gguf = path.join(ROOT, '.bench/peer/bench-56m-f32.gguf');
+  if (!fs.existsSync(entry) || !fs.existsSync(gguf)) {
+    console.log('llama.cpp: run bench/peer.ts once first (it installs node-llama-cpp and writes the GGUF)');
+  } else {
+    const { getLlama } = await import(pathToFileURL(entry).href);
+    const llama = await getLlama({ gpu: false, logLevel: 'error' });
+    const m = await llama.loadModel({ modelPath: gguf });
+    const context = await m.createContext({ contextSize: 2048, batchSize: 512, threads: THREADS, experimentalKvCacheKeyType: 'F32', experimentalKvCacheValueType: 'F32', flashAttention: false });
+    const seq = context.getSequence();
+    const run = async (prompt: number[], n: number) => {
+      await seq.clearHistory();
+      let count = 0;
+      let start = 0;
+      for await (const _ of seq.evaluate(prompt as never, { temperature: 0 })) {
+        if (count === 0) start = performance.now();
+        if (++count >= n) break;
+      }
+      return (n - 1) / ((performance.now() - start) / 1000);
+    };
+    await run(randomIds(1, 32), 8);
+    const peer = await run(randomIds(2, 32), TOKENS);
+    console.log(`llama.cpp batch 1: ${peer.toFixed(1)} tokens/s → ctxprobe ${(oneRate / peer).toFixed(2)}x`);
+    await context.dispose();
+    await m.dispose();
+  }
+}
