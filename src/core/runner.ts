@@ -214,10 +214,14 @@ async function runScorePass(
     const present = out.present;
     const P = past?.length ?? 0;
     try {
-      for (const [b, r] of pass.rows.entries()) {
-        if (!r.path || r.tokens.length === 0) continue;
-        const segment = await engine.gatherPast([[{ handle: present.handle, row: b, offset: P, count: r.tokens.length }]]);
-        const match = sink!.cache.insert(r.path, r.startPosition, r.tokens.length, segment.handle, 0, entries[b]!);
+      // Each row's new KV as a segment of its own, all in one round trip (a decode round
+      // inserts a row per running sequence).
+      const inserted = pass.rows.flatMap((r, b) => (r.path && r.tokens.length > 0 ? [b] : []));
+      const segments = await engine.gatherPasts(inserted.map((b) => [[{ handle: present.handle, row: b, offset: P, count: pass.rows[b]!.tokens.length }]]));
+      for (const [k, b] of inserted.entries()) {
+        const r = pass.rows[b]!;
+        const segment = segments[k]!;
+        const match = sink!.cache.insert(r.path!, r.startPosition, r.tokens.length, segment.handle, 0, entries[b]!);
         // A trunk's KV stays pinned for the rest of the round: its members continue it.
         if (match && r.unit === undefined) sink!.pinned.push(match);
         else if (match) sink!.cache.release(match);

@@ -82,6 +82,11 @@ export class SessionHost {
     return (await this.call<{ handle: number }>({ op: 'gather', rows, length })).handle;
   }
 
+  /** Several layouts in one message (a pass's rows going into the prefix cache). */
+  async gatherEach(layouts: { rows: KvPieceRef[][]; length: number }[]): Promise<number[]> {
+    return (await this.call<{ handles: number[] }>({ op: 'gatherEach', layouts })).handles;
+  }
+
   /** Call `listener` once if the worker ends without `close` (a crash, an out-of-memory
    * kill of the thread): every later call fails, so the process is of no use any more. */
   onLost(listener: (err: Error) => void): void {

@@ -42,6 +42,7 @@ export type SessionMessage =
   | { op: 'create'; name: string; model: Uint8Array; options: ort.InferenceSession.SessionOptions }
   | { op: 'run'; run: RunRequest }
   | { op: 'gather'; rows: KvPieceRef[][]; length: number }
+  | { op: 'gatherEach'; layouts: { rows: KvPieceRef[][]; length: number }[] }
   | { op: 'dropPast'; handle: number }
   | { op: 'keptPasts' }
   | { op: 'release' }
@@ -141,6 +142,8 @@ async function handle(msg: SessionMessage): Promise<unknown> {
       return run(msg.run);
     case 'gather':
       return gather(msg.rows, msg.length);
+    case 'gatherEach':
+      return { handles: msg.layouts.map((l) => gather(l.rows, l.length).handle) };
     case 'dropPast':
       pasts.delete(msg.handle);
       return {};
