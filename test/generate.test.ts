@@ -74,6 +74,36 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: generation exactness', (family)
   });
 });
 
+describe('a long generation in the prefix cache', () => {
+  const ctx = familyEngine('llama');
+
+  it('reads its path as a few pieces (compacted as it grows) and its log-probs stay the bits of an echo of the whole sequence', async () => {
+    const engine = ctx.engine;
+    const scorer = new Scorer(engine, { maxBatchTokens: 16 });
+    const batcher = new Batcher('m', scorer);
+    const prompt = randomTokens(rng(3), 9, engine.config.vocabSize);
+    const [[choice]] = (await runGenerations(
+      [new Generation(generationModel(engine, scorer), prompt, { ...GREEDY, maxTokens: 50, ignoreEos: true })],
+      (units, continuing) => batcher.submit(units, { continuing }).result,
+    )) as any;
+    expect(choice.tokens).toHaveLength(50);
+    const seq = [...prompt, ...choice.tokens];
+    const cache = scorer.cache!;
+    const match = cache.match(seq);
+    // 49 of the tokens went in one at a time; without compaction, 49 pieces and more.
+    expect(match.depth).toBe(seq.length - 1);
+    expect(cache.pieces(match, match.depth).length).toBeLessThan(18);
+    cache.release(match);
+    const alone = new Scorer(engine, { prefixSharing: false });
+    const echo = alone.prepareEcho([seq], 0);
+    const [e] = echo.finish((await alone.scoreUnits(echo.units)).scores);
+    expect(choice.logprobs).toEqual(e!.promptLogprobs.slice(prompt.length - 1));
+    // Bytes counted are the segments the cache holds: the session thread keeps exactly those.
+    expect(cache.bytes).toBeLessThanOrEqual(cache.budget);
+    expect(await engine.keptPasts()).toBe(cache.stats().segments);
+  });
+});
+
 describe('sampling', () => {
   const logp = Float32Array.from([0.5, 0.2, 0.2, 0.1], Math.log);
   /** How often each token comes out over an even grid of uniforms. */

@@ -28,14 +28,10 @@ describe('PrefixCache', () => {
     cache.release(m0);
     const m = cache.match([1, 2, 3, 4, 5, 6]);
     expect(m.depth).toBe(5);
-    expect(cache.pieces(m, 5)).toEqual([
-      { handle: 100, offset: 0, count: 2 },
-      { handle: 100, offset: 2, count: 3 },
-    ]);
-    expect(cache.pieces(m, 3)).toEqual([
-      { handle: 100, offset: 0, count: 2 },
-      { handle: 100, offset: 2, count: 1 },
-    ]);
+    // The two halves of the split node continue each other in one segment: one piece.
+    expect(m.nodes).toHaveLength(2);
+    expect(cache.pieces(m, 5)).toEqual([{ handle: 100, offset: 0, count: 5 }]);
+    expect(cache.pieces(m, 3)).toEqual([{ handle: 100, offset: 0, count: 3 }]);
     expect(cache.score(m, 4, 6, 0)).toEqual(entry(-1));
     expect(cache.score(m, 4, 7, 0)).toBeUndefined();
     cache.release(m);
@@ -47,7 +43,30 @@ describe('PrefixCache', () => {
     ]);
     cache.release(other);
     // Bytes count whole segments: 5 + 2 positions of 10 bytes; three nodes.
-    expect(cache.stats()).toEqual({ bytes: 70, entries: 3, tokens: 5 + 2, evictions: 0 });
+    expect(cache.stats()).toEqual({ bytes: 70, entries: 3, segments: 2, tokens: 5 + 2, evictions: 0 });
+  });
+
+  it('rebases a path grown a node at a time onto the whole copy its last node brings, freeing what it no longer uses', () => {
+    const { cache, dropped } = trie(1e9);
+    cache.release(cache.insert([1, 2, 3], 0, 3, 100, 0, [])!);
+    cache.release(cache.insert([1, 2, 3, 4], 3, 1, 101, 0, [])!);
+    // Another path shares [1, 2, 3]: the split keeps segment 100 in use.
+    cache.release(cache.insert([1, 2, 7], 2, 1, 102, 0, [])!);
+    // Position 4 arrives with a copy of the whole path [1 … 5] (offset 4 in segment 103).
+    const m = cache.insert([1, 2, 3, 4, 5], 4, 1, 103, 4, [])!;
+    cache.rebase(m);
+    expect(cache.pieces(m, 5)).toEqual([{ handle: 103, offset: 0, count: 5 }]);
+    cache.release(m);
+    // Every node of the path moved to 103, the shared [1, 2] too (the same values), so
+    // 100 and 101 are unused and freed; 102 ([7], off the path) stays.
+    expect(dropped.sort()).toEqual([100, 101]);
+    const other = cache.match([1, 2, 7]);
+    expect(cache.pieces(other, 3)).toEqual([
+      { handle: 103, offset: 0, count: 2 },
+      { handle: 102, offset: 0, count: 1 },
+    ]);
+    cache.release(other);
+    expect(cache.stats()).toMatchObject({ bytes: (5 + 1) * 10, segments: 2 });
   });
 
   it('keeps KV it already holds and drops a segment nobody uses; refuses a path whose prefix is gone', () => {
@@ -94,7 +113,7 @@ describe('PrefixCache', () => {
     big.cache.release(keep);
     big.cache.evict();
     expect(big.dropped).toEqual([100, 101]);
-    expect(big.cache.stats()).toEqual({ bytes: 0, entries: 0, tokens: 0, evictions: 2 });
+    expect(big.cache.stats()).toEqual({ bytes: 0, entries: 0, segments: 0, tokens: 0, evictions: 2 });
     cache.release(pinned);
   });
 
@@ -108,7 +127,7 @@ describe('PrefixCache', () => {
     cache.release(b);
     cache.evict();
     expect(dropped.sort()).toEqual([100, 101]);
-    expect(cache.stats()).toEqual({ bytes: 0, entries: 0, tokens: 0, evictions: 3 });
+    expect(cache.stats()).toEqual({ bytes: 0, entries: 0, segments: 0, tokens: 0, evictions: 3 });
   });
 });
 

@@ -71,6 +71,8 @@ export interface Match {
 export interface CacheStats {
   bytes: number;
   entries: number;
+  /** KV tensors held (each a handle in the session thread). */
+  segments: number;
   tokens: number;
   evictions: number;
 }
@@ -122,13 +124,16 @@ export class PrefixCache {
     for (const n of match.nodes) n.pins--;
   }
 
-  /** The KV of positions [0, upTo) of a match, as segment pieces in order. */
+  /** The KV of positions [0, upTo) of a match, as segment pieces in order (nodes that
+   * continue each other in one segment make one piece). */
   pieces(match: Match, upTo: number): Piece[] {
     const out: Piece[] = [];
     for (const n of match.nodes) {
       if (n.depth >= upTo) break;
       const count = Math.min(n.end, upTo) - n.depth;
-      out.push({ handle: n.segment!.handle, offset: n.offset, count });
+      const last = out.at(-1);
+      if (last && last.handle === n.segment!.handle && last.offset + last.count === n.offset) last.count += count;
+      else out.push({ handle: n.segment!.handle, offset: n.offset, count });
     }
     return out;
   }
@@ -202,6 +207,31 @@ export class PrefixCache {
       if (s.topK && (n.topK[i]?.ids.length ?? 0) < s.topK.ids.length) n.topK[i] = s.topK;
     }
     return match;
+  }
+
+  /** Point every node of `match` at the segment of its last node, which holds the whole
+   * path's KV from position 0 (a compacted copy made as the last node was inserted): a
+   * path grown a token at a time (generation) is read as one piece again, and the
+   * segments it no longer uses are freed. */
+  rebase(match: Match): void {
+    const last = match.nodes.at(-1);
+    if (!last) return;
+    const target = last.segment!;
+    if (last.offset !== last.depth) throw new Error('prefix cache: rebase needs a segment that starts at position 0');
+    this.bytes += (last.end - target.tokens) * this.bytesPerToken;
+    target.tokens = last.end;
+    for (const n of match.nodes) {
+      if (n === last || n.segment === target) continue;
+      const old = n.segment!;
+      n.segment = target;
+      n.offset = n.depth;
+      target.refs++;
+      if (--old.refs === 0) {
+        this.segments.delete(old);
+        this.bytes -= old.tokens * this.bytesPerToken;
+        this.drop(old.handle);
+      }
+    }
   }
 
   /** Split `node` after `k` tokens; returns the upper half (the lower keeps the children). */
@@ -287,7 +317,7 @@ export class PrefixCache {
       }
     };
     walk(this.root);
-    return { bytes: this.bytes, entries: this.entries, tokens, evictions: this.evictions };
+    return { bytes: this.bytes, entries: this.entries, segments: this.segments.size, tokens, evictions: this.evictions };
   }
 }
 

@@ -215,13 +215,22 @@ async function runScorePass(
     const P = past?.length ?? 0;
     try {
       // Each row's new KV as a segment of its own, all in one round trip (a decode round
-      // inserts a row per running sequence).
+      // inserts a row per running sequence). A row whose past came in many pieces (a
+      // sequence grown a token at a time) goes in whole, its path then read as one piece.
       const inserted = pass.rows.flatMap((r, b) => (r.path && r.tokens.length > 0 ? [b] : []));
-      const segments = await engine.gatherPasts(inserted.map((b) => [[{ handle: present.handle, row: b, offset: P, count: pass.rows[b]!.tokens.length }]]));
+      const whole = (b: number) => past !== undefined && (pass.rows[b]!.cached?.length ?? 0) >= COMPACT_PIECES;
+      const segments = await engine.gatherPasts(
+        inserted.map((b) => {
+          const r = pass.rows[b]!;
+          const fresh = { handle: present.handle, row: b, offset: P, count: r.tokens.length };
+          return [whole(b) ? [{ handle: present.handle, row: b, offset: 0, count: r.startPosition }, fresh] : [fresh]];
+        }),
+      );
       for (const [k, b] of inserted.entries()) {
         const r = pass.rows[b]!;
         const segment = segments[k]!;
-        const match = sink!.cache.insert(r.path!, r.startPosition, r.tokens.length, segment.handle, 0, entries[b]!);
+        const match = sink!.cache.insert(r.path!, r.startPosition, r.tokens.length, segment.handle, whole(b) ? r.startPosition : 0, entries[b]!);
+        if (match && whole(b) && match.nodes.at(-1)!.segment?.handle === segment.handle) sink!.cache.rebase(match);
         // A trunk's KV stays pinned for the rest of the round: its members continue it.
         if (match && r.unit === undefined) sink!.pinned.push(match);
         else if (match) sink!.cache.release(match);
@@ -239,6 +248,9 @@ async function runScorePass(
   }
   return out.present;
 }
+
+/** Pieces a row's cached past may come in before the row goes into the cache whole. */
+const COMPACT_PIECES = 16;
 
 /** A unit's answer before its scores arrive (a unit's positions may come from several
  * passes and from the cache). */
