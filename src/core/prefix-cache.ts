@@ -83,6 +83,8 @@ export class PrefixCache {
   private segments = new Set<Segment>();
   /** Matches not yet released: a split must keep their paths and pins right. */
   private live = new Set<Match>();
+  /** Segments `rebase` left unused, freed by `settle`. */
+  private retired: Segment[] = [];
   bytes = 0;
   entries = 0;
   evictions = 0;
@@ -211,8 +213,9 @@ export class PrefixCache {
 
   /** Point every node of `match` at the segment of its last node, which holds the whole
    * path's KV from position 0 (a compacted copy made as the last node was inserted): a
-   * path grown a token at a time (generation) is read as one piece again, and the
-   * segments it no longer uses are freed. */
+   * path grown a token at a time (generation) is read as one piece again. Segments it no
+   * longer uses are freed by `settle` (pieces of them may have been handed out to passes
+   * of the round still running). */
   rebase(match: Match): void {
     const last = match.nodes.at(-1);
     if (!last) return;
@@ -226,11 +229,17 @@ export class PrefixCache {
       n.segment = target;
       n.offset = n.depth;
       target.refs++;
-      if (--old.refs === 0) {
-        this.segments.delete(old);
-        this.bytes -= old.tokens * this.bytesPerToken;
-        this.drop(old.handle);
-      }
+      if (--old.refs === 0) this.retired.push(old);
+    }
+  }
+
+  /** Free the segments `rebase` left unused: call when no round is running. */
+  settle(): void {
+    for (const s of this.retired.splice(0)) {
+      if (s.refs > 0) continue;
+      this.segments.delete(s);
+      this.bytes -= s.tokens * this.bytesPerToken;
+      this.drop(s.handle);
     }
   }
 
@@ -303,6 +312,7 @@ export class PrefixCache {
   clear(): void {
     for (const s of this.segments) this.drop(s.handle);
     this.segments.clear();
+    this.retired = [];
     this.root.children.clear();
     this.bytes = 0;
     this.entries = 0;

@@ -233,6 +233,7 @@ export class Scorer {
     } finally {
       for (const m of matches) cache.release(m);
       for (const m of pinned) cache.release(m);
+      cache.settle();
       cache.evict();
     }
   }
