@@ -1,7 +1,9 @@
 // Generation on the 56M bench model (CPU, F32, 2 threads, greedy): batch-1 decode speed,
-// the aggregate of 16 concurrent streams, and the step time with a long past against a
-// short one — each decode step a unit of the one scheduler, its KV carried from step to
-// step by the prefix cache. With BENCH_PEER=on (node-llama-cpp installed by bench/peer.ts
+// the aggregate of 16 concurrent streams, the step time with a long past against a short
+// one, the first token of a 1900-token prompt while 8 streams decode (and their step
+// latency meanwhile), and the bytes that cross session.run per generated token — each
+// decode step a unit of the one scheduler, its KV carried from step to step by the prefix
+// cache. With BENCH_PEER=on (node-llama-cpp installed by bench/peer.ts
 // into .bench/peer/), llama.cpp's batch-1 greedy decode on the same weights, F32 KV.
 // Prints figures, asserts nothing.
 //   npx tsx bench/generate.ts          BENCH_TOKENS=64 BENCH_STREAMS=16
@@ -60,6 +62,57 @@ console.log(`${STREAMS} streams: ${manyRate.toFixed(1)} tokens/s aggregate = ${(
 for (const past of [256, 1900]) {
   const r = await decode([randomIds(300 + past, past)], 16);
   console.log(`past ${past}: median step ${(median(r.stepSeconds) * 1000).toFixed(1)} ms (prompt in ${r.firstTokenSeconds.toFixed(2)} s)`);
+}
+
+// A long prompt arriving while 8 streams decode: it is prefilled in chunks of one pass
+// (maxBatchTokens), each round also stepping the streams.
+{
+  const gaps: number[] = [];
+  let last = 0;
+  let during = false;
+  const streams = runGenerations(
+    Array.from({ length: 8 }, (_, k) => new Generation(model, randomIds(500 + k, 32), params(48))),
+    (units, continuing) => batcher.submit(units, { continuing }).result,
+    (g) => {
+      if (g !== 0) return; // one stream's steps (all eight step together)
+      const now = performance.now();
+      if (during && last) gaps.push(now - last);
+      last = now;
+    },
+  );
+  await new Promise((r) => setTimeout(r, 150));
+  during = true;
+  const t = performance.now();
+  await runGenerations([new Generation(model, randomIds(999, 1900), params(1))], (units, continuing) => batcher.submit(units, { continuing }).result);
+  const ttft = (performance.now() - t) / 1000;
+  during = false;
+  await streams;
+  const alone = await decode([randomIds(998, 1900)], 1);
+  console.log(
+    `1900-token prompt while 8 streams decode: first token in ${ttft.toFixed(2)} s (alone ${alone.seconds.toFixed(2)} s); ` +
+      `the streams' steps meanwhile: median ${median(gaps).toFixed(0)} ms, longest ${Math.max(...gaps).toFixed(0)} ms`,
+  );
+}
+
+// What crosses session.run per generated token, batch 1, a 256-token past.
+{
+  const totals = { inputs: 0, pastKv: 0, outputs: 0, presentKv: 0, passes: 0 };
+  let counting = false;
+  engine.onPass((p) => {
+    if (!counting) return;
+    totals.passes++;
+    for (const k of ['inputs', 'pastKv', 'outputs', 'presentKv'] as const) totals[k] += p.bytes[k];
+  });
+  const prompt = randomIds(77, 256);
+  await decode([prompt], 1); // the prompt into the cache
+  counting = true;
+  const r = await decode([prompt], 33);
+  counting = false;
+  const per = (n: number) => `${(n / (r.tokens - 1) / 1024).toFixed(0)} KiB`;
+  console.log(
+    `per generated token (256-token past): inputs ${per(totals.inputs)} + past KV ${per(totals.pastKv)} read in place; ` +
+      `outputs ${per(totals.outputs)} + present KV ${per(totals.presentKv)} (${totals.passes} passes)`,
+  );
 }
 await engine.release();
 

@@ -92,6 +92,10 @@ export interface PassRecord {
   kind: 'score' | 'probe';
   rows: number;
   tokens: number;
+  /** Bytes that crossed session.run: inputs (token ids, positions, masks; the past KV,
+   * which a CPU session reads where it lies) and outputs (log-probs, distributions,
+   * statistics; the present KV when kept). On a GPU each would be a host transfer. */
+  bytes: { inputs: number; pastKv: number; outputs: number; presentKv: number };
 }
 
 export interface ForwardResult {
@@ -200,8 +204,8 @@ export class Engine {
     this.passListeners.push(listener);
   }
 
-  private passed(kind: PassRecord['kind'], rows: number, tokens: number): void {
-    for (const listener of this.passListeners) listener({ kind, rows, tokens });
+  private passed(record: PassRecord): void {
+    for (const listener of this.passListeners) listener(record);
   }
 
   /** `listener` is called once if the thread that runs this model's sessions dies. */
@@ -369,7 +373,20 @@ export class Engine {
       keepPresent: req.keepPresent,
       emptyPast: this.emptyPast,
     });
-    this.passed(probing ? 'probe' : 'score', B, B * T);
+    if (this.passListeners.length > 0) {
+      const size = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
+      this.passed({
+        kind: probing ? 'probe' : 'score',
+        rows: B,
+        tokens: B * T,
+        bytes: {
+          inputs: size(Object.values(feeds)),
+          pastKv: B * P * this.kvBytesPerToken,
+          outputs: size(Object.values(out)),
+          presentKv: req.keepPresent ? B * (P + T) * this.kvBytesPerToken : 0,
+        },
+      });
+    }
     const result: ForwardResult = {
       logprobs: N > 0 ? (out.logprobs!.data as Float32Array) : new Float32Array(0),
       greedy: N > 0 ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
