@@ -356,8 +356,12 @@ describe('gRPC Generate', () => {
       }
     }
     const after = await scrape(server.metricsPort!);
-    const key = 'ctxprobe_generated_tokens_total{model="llama-tiny"}';
-    expect((after.get(key) ?? 0) - (before.get(key) ?? 0)).toBe(12); // the gRPC call's and HTTP's
+    const delta = (k: string) => (after.get(k) ?? 0) - (before.get(k) ?? 0);
+    expect(delta('ctxprobe_generated_tokens_total{model="llama-tiny"}')).toBe(12); // the gRPC call's and HTTP's
+    // Every step's whole distribution came out of the graph (4 bytes a token of the vocabulary).
+    const bytes = (what: string) => delta(`ctxprobe_forward_pass_bytes_total{model="llama-tiny",what="${what}"}`);
+    expect(bytes('outputs')).toBeGreaterThanOrEqual(12 * vocab * 4);
+    expect(bytes('present_kv')).toBeGreaterThan(0);
   });
 
   it('a seed gives the same sampled tokens alone or beside another call; without one, each call draws anew', async () => {

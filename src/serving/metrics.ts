@@ -24,6 +24,7 @@ export class Metrics {
   readonly forwardSeconds: client.Histogram<'model'>;
   readonly forwardPasses: client.Counter<'model' | 'kind'>;
   readonly forwardPassTokens: client.Counter<'model' | 'kind'>;
+  readonly forwardPassBytes: client.Counter<'model' | 'what'>;
   readonly unitsQueued: client.Gauge<'model'>;
   readonly unitsInFlight: client.Gauge<'model'>;
   readonly modelLoadSeconds: client.Gauge<'model'>;
@@ -137,6 +138,12 @@ export class Metrics {
       name: 'ctxprobe_forward_passes_total',
       help: 'Forward passes run by the engine (kind: probe when some of its rows probe, else score), whatever requests they served',
       labelNames: ['model', 'kind'],
+      registers,
+    });
+    this.forwardPassBytes = new client.Counter({
+      name: 'ctxprobe_forward_pass_bytes_total',
+      help: 'Bytes across the session boundary of forward passes: inputs, past_kv (read in place on the CPU), outputs, present_kv (kept KV)',
+      labelNames: ['model', 'what'],
       registers,
     });
     this.forwardPassTokens = new client.Counter({

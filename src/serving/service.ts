@@ -104,6 +104,9 @@ export class Service {
     loaded.engine.onPass((pass) => {
       this.metrics.forwardPasses.inc({ model: name, kind: pass.kind });
       this.metrics.forwardPassTokens.inc({ model: name, kind: pass.kind }, pass.tokens);
+      const b = pass.bytes;
+      for (const [what, n] of [['inputs', b.inputs], ['past_kv', b.pastKv], ['outputs', b.outputs], ['present_kv', b.presentKv]] as const)
+        this.metrics.forwardPassBytes.inc({ model: name, what }, n);
     });
     this.models.set(name, served);
     this.order.push(name);
