@@ -142,5 +142,35 @@ if (process.env.BENCH_PEER === 'on') {
     console.log(`llama.cpp batch 1: ${peer.toFixed(1)} tokens/s → ctxprobe ${(oneRate / peer).toFixed(2)}x`);
     await context.dispose();
     await m.dispose();
+
+    // Greedy text of a trained model (../shared's stories260K, the GGUF llama.cpp reads and
+    // the checkpoint ctxprobe reads) from the same prompt ids, on both sides.
+    const shared = path.join(ROOT, '../shared/models');
+    if (fs.existsSync(path.join(shared, 'stories260K.gguf'))) {
+      const ours = await Engine.load(path.join(shared, 'stories260K'), { threads: THREADS });
+      const oursScorer = new Scorer(ours);
+      const oursBatcher = new Batcher('stories', oursScorer);
+      const prompt = ours.tokenizer.encode('Once upon a time, there was a little girl named Lily.', true);
+      const mine = (
+        await runGenerations(
+          [new Generation(generationModel(ours, oursScorer), prompt, { ...params(96), ignoreEos: false })],
+          (units, continuing) => oursBatcher.submit(units, { continuing }).result,
+        )
+      )[0]![0];
+      await ours.release();
+      const sm = await llama.loadModel({ modelPath: path.join(shared, 'stories260K.gguf') });
+      const sc = await sm.createContext({ contextSize: 512, threads: THREADS, experimentalKvCacheKeyType: 'F32', experimentalKvCacheValueType: 'F32', flashAttention: false });
+      const theirs: number[] = [];
+      for await (const t of sc.getSequence().evaluate(prompt as never, { temperature: 0 })) {
+        theirs.push(Number(t));
+        if (theirs.length >= mine!.tokens.length) break;
+      }
+      const same = theirs.findIndex((t, k) => t !== mine!.tokens[k]);
+      console.log(
+        `stories260K greedy, ${mine!.tokens.length} tokens: ${same < 0 ? 'identical to llama.cpp' : `first difference at token ${same} (ctxprobe ${mine!.tokens[same]}, llama.cpp ${theirs[same]})`}`,
+      );
+      await sc.dispose();
+      await sm.dispose();
+    }
   }
 }
