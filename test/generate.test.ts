@@ -379,6 +379,33 @@ describe('gRPC Generate', () => {
     expect(new Set(unseeded.map((ms) => JSON.stringify(tokens(ms)))).size).toBeGreaterThan(1);
   });
 
+  it('a deadline or a client going away stops a generation at its next step', async () => {
+    const gen = client('Generation', server.port);
+    const key = 'ctxprobe_generated_tokens_total{model="llama-tiny"}';
+    const count = async () => (await scrape(server.metricsPort!)).get(key) ?? 0;
+    const req = { prompt: { chunks: [{ label: 'p', text: 'Once' }] }, sampling: { temperature: 1, maxTokens: 100, ignoreEos: true } };
+    const err = await streamed(gen, 'Generate', req, { deadline: Date.now() + 40 }).then(() => undefined, (e) => e);
+    expect(err?.code).toBe(4); // DEADLINE_EXCEEDED
+    // Over HTTP: read the first event of a stream, then hang up.
+    const controller = new AbortController();
+    const res = await fetch(`http://127.0.0.1:${server.httpPort}/v1/completions`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once', max_tokens: 100, temperature: 1, stream: true, ignore_eos: true }),
+      signal: controller.signal,
+    });
+    const reader = res.body!.getReader();
+    await reader.read();
+    const before = await count();
+    controller.abort();
+    await new Promise((r) => setTimeout(r, 300));
+    // The model is idle again: nothing more is generated, and the call ended short of 100 tokens.
+    const settled = await count();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await count()).toBe(settled);
+    expect(settled - before).toBeLessThan(100);
+  });
+
   it('refuses a bad request naming the field, before streaming', async () => {
     const gen = client('Generation', server.port);
     const cases: [unknown, RegExp][] = [

@@ -72,6 +72,10 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
   };
   app.addHook('onResponse', async (req, reply) => end(req, String(reply.statusCode)));
   app.addHook('onRequestAbort', async (req) => end(req, '499'));
+  // A stream whose client hangs up mid-answer never finishes: its call ends with the socket.
+  app.addHook('onSend', async (req, reply) => {
+    reply.raw.once('close', () => reply.raw.writableFinished || end(req, '499'));
+  });
   app.setErrorHandler((err: FastifyError, req, reply) => {
     const failure = fromFastify(err);
     const r = records.get(req);
