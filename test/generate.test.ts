@@ -8,11 +8,11 @@ import { Scorer } from '../src/core/scorer.js';
 import type { Unit, UnitScore } from '../src/core/units.js';
 import { rng } from '../src/common/random.js';
 import { Generation, generationModel, runGenerations, sampleToken, type GenerationModel, type SamplingParams } from '../src/requests/generate.js';
-import { loadModel, type LoadedModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import type { LoadedModel } from '../src/serving/repository.js';
+import type { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
-import { client, scrape, streamed, unary } from './helpers.js';
+import { client, postJson, scrape, serveModel, streamed, unary } from './helpers.js';
 
 const GREEDY: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 8, stop: [], n: 1, logprobs: 0 };
 
@@ -195,19 +195,11 @@ describe('/v1/completions and /v1/chat/completions generate', () => {
   let base: string;
   beforeAll(async () => {
     const fx = makeFixture({ ...FAMILY_FIXTURES.qwen2!, maxPositions: 128, chatTemplate: 'chatml' });
-    model = await loadModel({ name: 'qwen-chat', path: fx.dir, threads: 1 });
-    server = await CtxprobeServer.start({ port: 0, metricsPort: 0, httpPort: 0 });
-    server.addModel(model);
-    server.setServing();
-    base = `http://127.0.0.1:${server.httpPort}`;
+    ({ model, server, base } = await serveModel('qwen-chat', fx.dir));
   });
   afterAll(async () => server?.close());
 
-  const post = async (route: string, body: unknown) => {
-    const res = await fetch(base + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
-    const text = await res.text();
-    return { status: res.status, type: res.headers.get('content-type') ?? '', text, body: text.startsWith('{') ? JSON.parse(text) : undefined };
-  };
+  const post = (route: string, body: unknown) => postJson(base, route, body);
   /** Server-sent events as a list of parsed chunks, and whether the stream ended with [DONE]. */
   const events = (text: string) => {
     const data = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
@@ -295,10 +287,7 @@ describe('gRPC Generate', () => {
   let server: CtxprobeServer;
   beforeAll(async () => {
     const fx = makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 128 });
-    model = await loadModel({ name: 'llama-tiny', path: fx.dir, threads: 1 });
-    server = await CtxprobeServer.start({ port: 0, metricsPort: 0, httpPort: 0 });
-    server.addModel(model);
-    server.setServing();
+    ({ model, server } = await serveModel('llama-tiny', fx.dir));
   });
   afterAll(async () => server?.close());
 

@@ -5,12 +5,30 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { loadPackage } from '../src/grpc/proto.js';
 import { healthClientConstructor } from '../src/serving/health.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
 
 const require = createRequire(import.meta.url);
 
 export function scoringClient(port: number): any {
   const { v1 } = loadPackage();
   return new v1.Scoring(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+}
+
+/** A server on free ports (gRPC, HTTP, metrics) serving one model of `dir`, serving. */
+export async function serveModel(name: string, dir: string): Promise<{ model: LoadedModel; server: CtxprobeServer; base: string }> {
+  const model = await loadModel({ name, path: dir, threads: 1 });
+  const server = await CtxprobeServer.start({ port: 0, metricsPort: 0, httpPort: 0 });
+  server.addModel(model);
+  server.setServing();
+  return { model, server, base: `http://127.0.0.1:${server.httpPort}` };
+}
+
+/** POST a JSON body; the answer's status, content type, text and (when JSON) body. */
+export async function postJson(base: string, route: string, body: unknown): Promise<{ status: number; type: string; text: string; body: any }> {
+  const res = await fetch(base + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, type: res.headers.get('content-type') ?? '', text, body: text.startsWith('{') ? JSON.parse(text) : undefined };
 }
 
 export function client(service: 'Scoring' | 'Probing' | 'Generation', port: number): any {

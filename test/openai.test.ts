@@ -1,11 +1,11 @@
 // The OpenAI-compatible endpoint as lm-evaluation-harness's local-completions model uses
 // it: its exact request bodies, its parsing rule, the same numbers as the gRPC Score call.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import type { LoadedModel } from '../src/serving/repository.js';
 import { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { referenceForward, referenceTokenLogprobs } from './reference.js';
-import { scoringClient, scrape, unary } from './helpers.js';
+import { postJson, scoringClient, scrape, serveModel, unary } from './helpers.js';
 
 let model: LoadedModel;
 let fxTensors: any;
@@ -15,18 +15,11 @@ let base: string;
 beforeAll(async () => {
   const fx = makeFixture({ ...FAMILY_FIXTURES.qwen2!, maxPositions: 128 });
   fxTensors = fx;
-  model = await loadModel({ name: 'qwen-tiny', path: fx.dir, threads: 1 });
-  server = await CtxprobeServer.start({ port: 0, metricsPort: 0, httpPort: 0 });
-  server.addModel(model);
-  server.setServing();
-  base = `http://127.0.0.1:${server.httpPort}`;
+  ({ model, server, base } = await serveModel('qwen-tiny', fx.dir));
 });
 afterAll(async () => server?.close());
 
-const post = async (route: string, body: unknown) => {
-  const res = await fetch(base + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
-  return { status: res.status, body: (await res.json()) as any };
-};
+const post = (route: string, body: unknown) => postJson(base, route, body);
 
 /** lm-evaluation-harness openai_completions.py: parse_logprobs. */
 function harnessParse(out: any, ctxlens: number[]): [number, boolean][] {

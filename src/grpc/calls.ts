@@ -53,6 +53,34 @@ export function unary<Req, Res>(
   };
 }
 
+/** A server-streaming handler: `body` writes the answers (`write` drops them once the
+ * client has gone); the call is recorded once and ends with OK or the error's status. */
+export function serverStream<Req, Res>(
+  service: Service,
+  method: string,
+  body: (req: Req, call: CallContext, write: (res: Res) => void) => Promise<void>,
+): grpc.handleServerStreamingCall<Req, Res> {
+  return (call) => {
+    const record = service.begin(method);
+    const write = (res: Res) => {
+      if (!call.cancelled) call.write(res);
+    };
+    Promise.resolve()
+      .then(() => body(checkedText(call.request), callContext(call), write))
+      .then(
+        () => {
+          record.end(codeName(grpc.status.OK));
+          call.end();
+        },
+        (err: unknown) => {
+          const status = toStatus(err);
+          record.end(codeName(status.code), err);
+          call.emit('error', status); // grpc-js ends the stream with this status
+        },
+      );
+  };
+}
+
 /** A row-major Matrix message. */
 export function matrix(rows: number[][]): Matrix {
   return { rows: rows.length, cols: rows[0]?.length ?? 0, values: rows.flat() };

@@ -1,76 +1,58 @@
 // gRPC Generation handler: a prompt sample and sampling options translated to the serving
 // layer's generate call (every step a unit of the model's one scheduler), one message per
 // generated token as it is made.
-import * as grpc from '@grpc/grpc-js';
 import { InvalidArgumentError } from '../common/errors.js';
 import type { SamplingParams, TokenEvent } from '../requests/generate.js';
 import type { Service } from '../serving/service.js';
 import type { GenerationHandlers } from './generated/ctxprobe/v1/Generation.js';
 import type { GenerateResponse } from './generated/ctxprobe/v1/GenerateResponse.js';
 import type { SamplingOptions__Output } from './generated/ctxprobe/v1/SamplingOptions.js';
-import { callContext, checkedText, matrix } from './calls.js';
+import { matrix, serverStream } from './calls.js';
 import { toSample } from './probing.js';
-import { codeName, toStatus } from './status.js';
 
 export function generationService(service: Service): GenerationHandlers {
   return {
-    Generate: (call) => {
-      const record = service.begin('Generate');
-      const req = call.request;
-      Promise.resolve()
-        .then(async () => {
-          checkedText(req);
-          const m = service.model(req.model);
-          if (!req.prompt) throw new InvalidArgumentError('prompt', 'required');
-          const context = callContext(call);
-          const prompt = await service.preparePrompt(m, toSample(req.prompt, 'prompt'), 'prompt');
-          const params = sampling(req.sampling);
-          service.checkGenerate(m, [prompt.ids], params);
-          const first = new Set<number>();
-          const message = (e: TokenEvent): GenerateResponse => {
-            const head = !first.has(e.choice);
-            first.add(e.choice);
-            return {
-              choice: e.choice,
-              tokenId: e.token,
-              logprob: e.logprob,
-              top: e.top ? e.top.ids.map((id, k) => ({ id, logprob: e.top!.logprobs[k]! })) : [],
-              text: e.text,
-              finishReason: e.finish ?? '',
-              ...(e.attention
-                ? {
-                    votes: matrix(e.attention.votes),
-                    votesExcluded: e.attention.votesExcluded,
-                    mass: matrix(e.attention.mass),
-                    massExcluded: e.attention.massExcluded,
-                  }
-                : {}),
-              ...(head ? { spans: prompt.segments.map((s) => ({ label: s.label, start: s.start, end: s.end })), promptTokens: prompt.ids.length } : {}),
-            };
-          };
-          await service.generate(
-            m,
-            [prompt.ids],
-            params,
-            context,
-            (_, events) => {
-              for (const e of events) if (!call.cancelled) call.write(message(e));
-            },
-            req.attention ? [prompt.bins] : undefined,
-          );
-        })
-        .then(
-          () => {
-            record.end(codeName(grpc.status.OK));
-            call.end();
-          },
-          (err: unknown) => {
-            const status = toStatus(err);
-            record.end(codeName(status.code), err);
-            call.emit('error', status); // grpc-js ends the stream with this status
-          },
-        );
-    },
+    Generate: serverStream(service, 'Generate', async (req, context, write) => {
+      const m = service.model(req.model);
+      if (!req.prompt) throw new InvalidArgumentError('prompt', 'required');
+      const prompt = await service.preparePrompt(m, toSample(req.prompt, 'prompt'), 'prompt');
+      const params = sampling(req.sampling);
+      service.checkGenerate(m, [prompt.ids], params);
+      const first = new Set<number>();
+      const message = (e: TokenEvent): GenerateResponse => {
+        const head = !first.has(e.choice);
+        first.add(e.choice);
+        return {
+          choice: e.choice,
+          tokenId: e.token,
+          logprob: e.logprob,
+          top: e.top ? e.top.ids.map((id, k) => ({ id, logprob: e.top!.logprobs[k]! })) : [],
+          text: e.text,
+          finishReason: e.finish ?? '',
+          ...(e.attention
+            ? {
+                votes: matrix(e.attention.votes),
+                votesExcluded: e.attention.votesExcluded,
+                mass: matrix(e.attention.mass),
+                massExcluded: e.attention.massExcluded,
+              }
+            : {}),
+          ...(head
+            ? { spans: prompt.segments.map((s) => ({ label: s.label, start: s.start, end: s.end })), promptTokens: prompt.ids.length }
+            : {}),
+        };
+      };
+      await service.generate(
+        m,
+        [prompt.ids],
+        params,
+        context,
+        (_, events) => {
+          for (const e of events) write(message(e));
+        },
+        req.attention ? [prompt.bins] : undefined,
+      );
+    }),
   };
 }
 

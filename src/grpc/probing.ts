@@ -1,6 +1,5 @@
 // gRPC Probing handlers: translate samples (generated types) to the serving layer's
 // probe calls (probes share the model's queue and its limits), and answers back.
-import * as grpc from '@grpc/grpc-js';
 import { toFloat16Bytes } from '../common/dtypes.js';
 import { InvalidArgumentError } from '../common/errors.js';
 import type { Service } from '../serving/service.js';
@@ -11,8 +10,7 @@ import type { SampleAttribution as SampleAttributionMessage } from './generated/
 import type { ProbingHandlers } from './generated/ctxprobe/v1/Probing.js';
 import type { ProbeSample__Output } from './generated/ctxprobe/v1/ProbeSample.js';
 import type { SampleProbe as SampleProbeMessage } from './generated/ctxprobe/v1/SampleProbe.js';
-import { callContext, checkedText, matrix, unary } from './calls.js';
-import { codeName, toStatus } from './status.js';
+import { matrix, serverStream, unary } from './calls.js';
 
 const REDUCERS: Record<string, Reducer | undefined> = {
   REDUCE_DEFAULT: undefined,
@@ -82,56 +80,38 @@ export function probingService(service: Service): ProbingHandlers {
           historyLabels: req.historyLabels,
           subsets: req.randomSubsets,
           seed: req.seed,
-          subsetIntervention: req.subsetIntervention === 'INTERVENTION_UNSPECIFIED' ? 'mask' : intervention(req.subsetIntervention, 'subset_intervention'),
+          subsetIntervention:
+            req.subsetIntervention === 'INTERVENTION_UNSPECIFIED' ? 'mask' : intervention(req.subsetIntervention, 'subset_intervention'),
         },
         call,
       );
       return { model: m.entry.name, samples: answers.map((a, i) => toAttributionMessage(req.samples[i]!.id, a)) };
     }),
 
-    RawAttention: (call) => {
-      const record = service.begin('RawAttention');
-      const req = call.request;
-      Promise.resolve()
-        .then(async () => {
-          checkedText(req);
-          const m = service.model(req.model);
-          if (!req.sample) throw new InvalidArgumentError('sample', 'required');
-          const half = req.dtype === 'ATTENTION_FLOAT16';
-          if (!half && req.dtype !== 'ATTENTION_FLOAT32')
-            throw new InvalidArgumentError('dtype', `unknown value ${JSON.stringify(req.dtype)}`);
-          const slices = await service.rawAttention(
-            m,
-            toSample(req.sample, 'sample'),
-            { layers: req.layers, heads: req.heads, queryStart: req.queryStart, queryEnd: req.queryEnd },
-            half ? 2 : 4,
-            callContext(call),
-          );
-          for (const s of slices) {
-            if (call.cancelled) break;
-            call.write({
-              layer: s.layer,
-              head: s.head,
-              queryStart: s.queryStart,
-              queries: s.values.length / s.keys,
-              keys: s.keys,
-              dtype: req.dtype,
-              data: half ? toFloat16Bytes(s.values) : Buffer.from(s.values.buffer, s.values.byteOffset, s.values.byteLength),
-            });
-          }
-        })
-        .then(
-          () => {
-            record.end(codeName(grpc.status.OK));
-            call.end();
-          },
-          (err: unknown) => {
-            const status = toStatus(err);
-            record.end(codeName(status.code), err);
-            call.emit('error', status); // grpc-js ends the stream with this status
-          },
-        );
-    },
+    RawAttention: serverStream(service, 'RawAttention', async (req, context, write) => {
+      const m = service.model(req.model);
+      if (!req.sample) throw new InvalidArgumentError('sample', 'required');
+      const half = req.dtype === 'ATTENTION_FLOAT16';
+      if (!half && req.dtype !== 'ATTENTION_FLOAT32') throw new InvalidArgumentError('dtype', `unknown value ${JSON.stringify(req.dtype)}`);
+      const slices = await service.rawAttention(
+        m,
+        toSample(req.sample, 'sample'),
+        { layers: req.layers, heads: req.heads, queryStart: req.queryStart, queryEnd: req.queryEnd },
+        half ? 2 : 4,
+        context,
+      );
+      for (const s of slices) {
+        write({
+          layer: s.layer,
+          head: s.head,
+          queryStart: s.queryStart,
+          queries: s.values.length / s.keys,
+          keys: s.keys,
+          dtype: req.dtype,
+          data: half ? toFloat16Bytes(s.values) : Buffer.from(s.values.buffer, s.values.byteOffset, s.values.byteLength),
+        });
+      }
+    }),
   };
 }
 
@@ -156,7 +136,14 @@ function toAttributionMessage(id: string, a: SampleAttribution): SampleAttributi
     logprob: a.base.logprob,
     targetTokens: a.base.numTokens,
     tokenLogprobs: a.base.tokenLogprobs,
-    chunks: a.chunks.map((c) => ({ index: c.index, label: c.label, start: c.start, end: c.end, remove: effect(c.remove), mask: effect(c.mask) })),
+    chunks: a.chunks.map((c) => ({
+      index: c.index,
+      label: c.label,
+      start: c.start,
+      end: c.end,
+      remove: effect(c.remove),
+      mask: effect(c.mask),
+    })),
     keepOnly: a.keepOnly && { kept: a.keepOnly.kept, remove: effect(a.keepOnly.remove), mask: effect(a.keepOnly.mask) },
     sweep: (a.sweep ?? []).map((p) => ({ keep: p.keep, dropped: p.dropped, remove: effect(p.remove), mask: effect(p.mask) })),
     subsets: a.subsets && {
@@ -172,7 +159,10 @@ function toAttributionMessage(id: string, a: SampleAttribution): SampleAttributi
 }
 
 /** The sample fields Probe and Attribute share. */
-type SampleFields = Pick<ProbeSample__Output, 'chunks' | 'messages' | 'addSpecialTokens' | 'addGenerationPrompt' | 'chatTemplateKwargsJson'> &
+type SampleFields = Pick<
+  ProbeSample__Output,
+  'chunks' | 'messages' | 'addSpecialTokens' | 'addGenerationPrompt' | 'chatTemplateKwargsJson'
+> &
   Partial<Pick<ProbeSample__Output, 'queryLabels' | 'excludePositions'>>;
 
 export function toSample(s: SampleFields, field: string): ProbeSample {
@@ -192,7 +182,8 @@ export function toSample(s: SampleFields, field: string): ProbeSample {
           ...(m.chunks.length
             ? {
                 chunks: m.chunks.map((c, j) => {
-                  if (c.content !== 'text') throw new InvalidArgumentError(`${field}.messages[${k}].chunks[${j}]`, 'chunks inside a message are text');
+                  if (c.content !== 'text')
+                    throw new InvalidArgumentError(`${field}.messages[${k}].chunks[${j}]`, 'chunks inside a message are text');
                   return { label: c.label, text: c.text! };
                 }),
               }
