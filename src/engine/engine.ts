@@ -11,6 +11,7 @@ import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, type DeviceOptions, type ResolvedDevice } from './device.js';
 import { TextTokenizer } from '../text/tokenizer.js';
+import { PROBE_OUTPUTS, idleProbeFeeds, probeBins, probeFeeds } from './probe-feeds.js';
 
 /** One row of new tokens, continuing row `pastRow` of the past KV (if any). */
 export interface Row {
@@ -279,23 +280,6 @@ export class Engine {
     };
   }
 
-  /** The probe inputs of a pass that only scores: one query row of weight 0, every key
-   * in bin 0, no heatmap, no raw slices — the probe nodes then work on a single row. */
-  private idleProbeFeeds(B: number, S: number): Record<string, HostTensor> {
-    // Fresh arrays each: feeds are transferred to the session worker, each buffer once.
-    const none = () => int64(new BigInt64Array(0), [0]);
-    return {
-      key_bin: int64(new BigInt64Array(B * S), [B, S]),
-      query_rows: int64(new BigInt64Array(1), [1]),
-      query_weight: { type: 'float32', data: new Float32Array(B), dims: [B, 1] },
-      num_bins: int64(BigInt64Array.of(2n), [1]),
-      raw_heads: none(),
-      raw_queries: none(),
-      probe_top_keys: int64(BigInt64Array.of(1n), [1]),
-      want_heatmap: { type: 'bool', data: Uint8Array.of(0), dims: [1] },
-    };
-  }
-
   async forward(req: ForwardRequest): Promise<ForwardResult> {
     const c = this.config;
     const past = req.past;
@@ -342,7 +326,7 @@ export class Engine {
       key_positions: int64(keyPositions, [B, P + T]),
       past_index: int64(pastIndex, [B]),
       ...this.scoreFeeds(req.scored, T, req.topK, req.next),
-      ...(probing ? this.probeFeeds(req, P, T) : this.idleProbeFeeds(B, P + T)),
+      ...(probing ? probeFeeds(req, P, T) : idleProbeFeeds(B, P + T)),
     };
     if (c.rope?.long) {
       feeds.sequence_lengths = int64(
@@ -421,71 +405,6 @@ export class Engine {
     }
     return result;
   }
-
-  /** The probe inputs of a pass with probe rows. Every row's keys in the pass's bins
-   * (C the most chunks of any row: a row's own excluded bin moves to C, padding and the
-   * keys of rows that only score go to C+1); the query rows any row weights, one list for
-   * the pass (votes and mass scan only these; at least one, weight 0 where no row asks). */
-  private probeFeeds(req: ForwardRequest, P: number, T: number): Record<string, HostTensor> {
-    const B = req.rows.length;
-    const S = P + T;
-    const bins = probeBins(req.rows);
-    const excluded = bins - 2;
-    const keyBin = new BigInt64Array(B * S).fill(BigInt(bins - 1));
-    const rowSet = new Set<number>();
-    let mostExcluded = 0;
-    req.rows.forEach((row, b) => {
-      const probe = row.probe;
-      if (!probe) return;
-      probe.queryWeights.forEach((w, t) => w !== 0 && t < row.tokens.length && rowSet.add(t));
-      const valid = req.past?.validLengths[row.pastRow] ?? 0;
-      const bin = (j: number) => (probe.keyBins[j] === probe.chunks ? excluded : probe.keyBins[j]!);
-      let excludedKeys = 0;
-      const set = (slot: number, j: number) => {
-        const v = bin(j);
-        if (v === excluded) excludedKeys++;
-        keyBin[b * S + slot] = BigInt(v);
-      };
-      for (let j = 0; j < valid; j++) set(j, j);
-      for (let t = 0; t < row.tokens.length; t++) set(P + t, row.startPosition + t);
-      mostExcluded = Math.max(mostExcluded, excludedKeys);
-    });
-    const queryRows = rowSet.size > 0 ? [...rowSet].sort((a, b) => a - b) : [0];
-    const Q = queryRows.length;
-    const queryWeight = new Float32Array(B * Q);
-    req.rows.forEach((row, b) => queryRows.forEach((t, q) => (queryWeight[b * Q + q] = row.probe?.queryWeights[t] ?? 0)));
-    const raw = req.raw ?? { layers: [], heads: [], queries: [] };
-    const i64 = (values: number[]) => int64(BigInt64Array.from(values, BigInt), [values.length]);
-    return {
-      key_bin: int64(keyBin, [B, S]),
-      query_rows: i64(queryRows),
-      query_weight: { type: 'float32', data: queryWeight, dims: [B, Q] },
-      num_bins: i64([bins]),
-      raw_heads: i64(raw.heads),
-      raw_queries: i64(raw.queries),
-      // 1 + the most excluded keys of any row: the top keys always hold a kept one.
-      probe_top_keys: i64([1 + mostExcluded]),
-      want_heatmap: { type: 'bool', data: Uint8Array.of(req.heatmap ? 1 : 0), dims: [1] },
-    };
-  }
-}
-
-/** The probe graph's outputs a pass with probe rows fetches (besides raw slices). */
-const PROBE_OUTPUTS = [
-  'probe.votes',
-  'probe.sink_votes',
-  'probe.mass',
-  'probe.sink_mass',
-  'heat.key_count',
-  'heat.max.key_max',
-  'heat.max.key_sum',
-  'heat.mean.key_max',
-  'heat.mean.key_sum',
-];
-
-/** Bins of a pass with probe rows: the most chunks of any row, excluded, padding. */
-function probeBins(rows: Row[]): number {
-  return 2 + Math.max(0, ...rows.map((r) => r.probe?.chunks ?? 0));
 }
 
 /** The checkpoint's dtype: config `torch_dtype` (or `dtype`), else the one its weights
