@@ -269,6 +269,23 @@ describe('/v1/completions and /v1/chat/completions generate', () => {
     expect(chunks.at(-1).usage.completion_tokens).toBe(chat.body.usage.completion_tokens);
   });
 
+  it('logprobs N: N distinct alternatives per generated token, keyed by text or (return_tokens_as_token_ids) by id, the chosen one first at temperature 0', async () => {
+    const body = { prompt: 'Once upon a time', max_tokens: 8, temperature: 0, logprobs: 3 };
+    const byId = (await post('/v1/completions', { ...body, return_tokens_as_token_ids: true })).body.choices[0];
+    expect(byId.logprobs.tokens).toEqual(byId.token_ids.map((id: number) => `token_id:${id}`));
+    byId.logprobs.top_logprobs.forEach((top: Record<string, number>, k: number) => {
+      expect(Object.keys(top)).toHaveLength(3);
+      expect(Object.keys(top)[0]).toBe(`token_id:${byId.token_ids[k]}`);
+      expect(Object.values(top)[0]).toBe(byId.logprobs.token_logprobs[k]);
+    });
+    const byText = (await post('/v1/completions', body)).body.choices[0];
+    expect(byText.token_ids).toEqual(byId.token_ids);
+    byText.logprobs.top_logprobs.forEach((top: Record<string, number>) => {
+      expect(Object.keys(top)).toHaveLength(3);
+      expect(new Set(Object.keys(top)).size).toBe(3);
+    });
+  });
+
   it('the same seed gives the same text whatever runs beside it; what is not implemented is refused by name', async () => {
     const body = { prompt: 'Once upon a time', max_tokens: 12, temperature: 1, top_k: 50, seed: 7, n: 2 };
     const alone = await post('/v1/completions', body);

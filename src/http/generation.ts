@@ -115,6 +115,13 @@ export function clientGone(reply: FastifyReply): AbortSignal {
   return gone.signal;
 }
 
+/** Alternatives to draw per token when top_logprobs is keyed by text: N and a few more,
+ * so that N distinct texts remain when tokens decode alike (byte tokens of one character
+ * all decode to U+FFFD), as the scoring path does. */
+function withSpare(m: ServedModel, n: number, byId: boolean): number {
+  return n > 0 && !byId ? Math.min(n + 8, m.scorer.maxTopK, m.engine.config.vocabSize) : n;
+}
+
 /** The N most likely distinct texts of a distribution, most likely first (keys are texts,
  * as OpenAI's top_logprobs; tokens that decode alike count once). */
 export function topTexts(service: Service, m: ServedModel, top: { ids: number[]; logprobs: number[] }, n: number): [string, number][] {
@@ -206,6 +213,7 @@ export async function chatCompletions(service: Service, m: ServedModel, body: Ch
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? Math.max(1, m.scorer.maxLength - prompt.length);
   const params = samplingParams(body, maxTokens, logprobs);
   service.checkGenerate(m, [prompt], params);
+  params.logprobs = withSpare(m, logprobs, false);
   const id = `chatcmpl-${crypto.randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: 'chat.completion.chunk', created, model: m.entry.name };
@@ -265,6 +273,7 @@ export interface CompletionsGenerationBody extends SamplingBody {
   max_tokens?: number;
   echo?: boolean;
   logprobs?: number | null;
+  return_tokens_as_token_ids?: boolean;
 }
 
 /** Whether a completions request generates: more than one token, a stream, several
@@ -287,6 +296,7 @@ export async function generateCompletions(
   const params = samplingParams(body, maxTokens, want ?? 0);
   const ids = prompts.map((p) => p.ids);
   service.checkGenerate(m, ids, params);
+  params.logprobs = withSpare(m, want ?? 0, body.return_tokens_as_token_ids === true);
   const call = { signal: clientGone(reply) };
   const echo = body.echo === true;
   // The prompt's own log-probs, when echoed with them, come from a scoring pass (which also
@@ -298,12 +308,19 @@ export async function generateCompletions(
   const head = { id, object: 'text_completion', created, model: m.entry.name };
   const n = params.n;
   const offsets = prompts.map((_, i) => Array.from({ length: n }, () => (echo ? promptText(i).length : 0)));
-  const tokenLogprobs = (i: number, c: number, tokens: number[], lps: number[], tops: { ids: number[]; logprobs: number[] }[]) => {
+  // As vLLM's return_tokens_as_token_ids: tokens and top_logprobs keys as `token_id:N`.
+  const asIds = body.return_tokens_as_token_ids === true;
+  const keyed = (ids: number[]) => (asIds ? ids.map((id) => `token_id:${id}`) : service.tokenTexts(m, ids));
+  const tops = (t: { ids: number[]; logprobs: number[] }) => {
+    const n = Math.max(1, want ?? 0);
+    return new OrderedObject(asIds ? t.ids.slice(0, n).map((id, k) => [`token_id:${id}`, t.logprobs[k]!]) : topTexts(service, m, t, n));
+  };
+  const tokenLogprobs = (i: number, c: number, tokens: number[], lps: number[], alternatives: { ids: number[]; logprobs: number[] }[]) => {
     const texts = service.tokenTexts(m, tokens);
     return {
-      tokens: texts,
+      tokens: keyed(tokens),
       token_logprobs: lps,
-      top_logprobs: tops.map((t) => new OrderedObject(topTexts(service, m, t, Math.max(1, want ?? 0)))),
+      top_logprobs: alternatives.map(tops),
       text_offset: texts.map((t) => {
         const at = offsets[i]![c]!;
         offsets[i]![c] = at + t.length;
@@ -318,9 +335,9 @@ export async function generateCompletions(
     const added = prompts[i]!.added ?? [];
     let at = 0;
     return {
-      tokens: texts,
+      tokens: keyed(ids[i]!),
       token_logprobs: [null, ...e.promptLogprobs],
-      top_logprobs: [null, ...e.top.slice(0, -1).map((t) => new OrderedObject(topTexts(service, m, t, Math.max(1, want ?? 0))))],
+      top_logprobs: [null, ...e.top.slice(0, -1).map(tops)],
       text_offset: texts.map((t, k) => ((at += added[k] ? 0 : t.length), at - (added[k] ? 0 : t.length))),
     };
   };
