@@ -284,15 +284,12 @@ export class Engine {
     const c = this.config;
     const past = req.past;
     const B = req.rows.length;
-    // Attention products have G·T rows (decoder.ts): with one, onnxruntime's CPU kernels
-    // take another path whose float32 rounding differs from the same row's in a longer
+    // At least two query slots: with one, onnxruntime's CPU attention products take
+    // another kernel path whose float32 rounding differs from the same row's in a longer
     // pass (measured: 12 of 21 positions off by an ulp in a chain of one-token passes,
-    // none with two or more rows). Without grouped heads (G = 1), and for the probe
-    // statistics (products over one head's T rows), a padding slot (an invalid key,
-    // unscored) keeps a one-token continuation bit-identical to computing it in full.
-    const grouped = c.numHeads / c.numKvHeads >= 2;
-    const probing = req.rows.some((r) => r.probe);
-    const T = Math.max(grouped && !probing ? 1 : 2, ...req.rows.map((r) => r.tokens.length));
+    // none with two or more). A padding slot (an invalid key, unscored) keeps a one-token
+    // continuation of a cached prefix bit-identical to computing it in full.
+    const T = Math.max(2, ...req.rows.map((r) => r.tokens.length));
     const P = past?.length ?? 0;
     // The present KV is past then new slots; its valid slots stay a prefix of each row
     // for a pass without past, or one row continuing an unpadded past (a chain of query
@@ -319,6 +316,7 @@ export class Engine {
       });
     });
     const N = req.scored.length;
+    const probing = req.rows.some((r) => r.probe);
     if (req.raw && (!probing || B !== 1 || P > 0)) throw new Error('engine: raw attention is taken from one probe row without a past');
     const feeds: Record<string, HostTensor> = {
       input_ids: int64(inputIds, [B, T]),

@@ -253,9 +253,8 @@ class DecoderBuilder extends ModelOps {
   // Grouped-query attention without repeating K/V: queries are laid out
   // [B, kv_heads, group, T, D] and K/V [B, kv_heads, 1, S, D], so MatMul broadcasts.
   //   h ─► q, k, v projections (qk norms) ─Reshape/Transpose─► q [B,kv,G,T,D], k/v [B,kv,T,D] ─rope(q, k)
-  //   k, v ─Concat(past gathered per row)─► present ─Unsqueeze─► FusedMatMul(q as [B,kv,1,G·T,D], kᵀ, ·scale)
-  //     ─► [B,kv,G,T,S] ─(softcap)─ + bias ─► Softmax ─► probs
-  //   probs as [B,kv,1,G·T,S] ─MatMul(v)─► [B,kv,G,T,D] ─► [B,T,H·D] ─► o_proj
+  //   k, v ─Concat(past gathered per row)─► present ─Unsqueeze─► FusedMatMul(q,kᵀ,·scale) ─(softcap)─ + bias ─► Softmax ─► probs
+  //   probs ─MatMul(v)─► [B,T,H·D] ─► o_proj
   private attention(prefix: string, h: string, bias: string, rope: Rope | undefined, past: Past, layer: number) {
     const { g, c } = this;
     const D = c.headDim;
@@ -289,23 +288,16 @@ class DecoderBuilder extends ModelOps {
     const presentValue = g.node('Concat', [pastValue, v], { name: 'present_value', attrs: { axis: 2 } });
     const keys = g.node('Unsqueeze', [presentKey, g.ints([2])], { name: 'keys_5d' });
     const values = g.node('Unsqueeze', [presentValue, g.ints([2])], { name: 'values_5d' });
-    // A head group's queries as one matrix of G·T rows (free Reshapes either side): the
-    // products never have a single row when G ≥ 2, so a one-token pass needs no padding
-    // slot (one-row products take onnxruntime's GEMV path, whose rounding differs from the
-    // same row's in a longer pass).
-    const qRows = g.node('Reshape', [q, g.ints([0, 0, 1, -1, D])], { name: 'q_rows' });
-    const scoreRows = g.node('FusedMatMul', [qRows, keys], {
+    const scores = g.node('FusedMatMul', [q, keys], {
       name: 'scores',
       domain: 'com.microsoft',
       attrs: { transB: 1, alpha: float(c.attentionScale) },
     });
-    const scores = g.node('Reshape', [scoreRows, g.ints([0, 0, group, -1, 0])], { name: 'scores_heads' });
     const capped = this.softcap(this.toFloat32(scores), c.attentionSoftcap, 'scores_softcap');
     const masked = g.node('Add', [capped, bias], { name: 'masked_scores' });
     const probs32 = g.node('Softmax', [masked], { name: 'probs', attrs: { axis: -1 } });
     this.tap?.attentionProbs(layer, probs32);
-    const probRows = g.node('Reshape', [this.fromFloat32(probs32), g.ints([0, 0, 1, -1, 0])], { name: 'probs_rows' });
-    let ctx = g.node('Reshape', [g.node('MatMul', [probRows, values], { name: 'context' }), g.ints([0, 0, group, -1, D])], { name: 'context_heads' });
+    let ctx = g.node('MatMul', [this.fromFloat32(probs32), values], { name: 'context' });
     ctx = g.node('Transpose', [ctx], { name: 'context_layout', attrs: { perm: [0, 3, 1, 2, 4] } });
     ctx = g.node('Reshape', [ctx, g.ints([0, 0, c.numHeads * D])], { name: 'merge_heads' });
     const out = this.linear(prefix + this.spec.o, ctx, c.numHeads * D, c.hiddenSize, c.bias.o, 'o_proj');
