@@ -79,6 +79,38 @@ describe('ctxprobe generate', () => {
     expect(bad.stderr).toMatch(/top_p: must be in \(0, 1\]/);
     expect(cli('--prompt', 'x', '--chunk', 'a=b').stderr).toMatch(/give one of --prompt/);
   });
+
+  it('takes its sampling, stop, choice, special-token, exclusion and chat flags as a user types them', async () => {
+    const fx = makeFixture({ ...FAMILY_FIXTURES.qwen2!, chatTemplate: 'chatml' });
+    const run = (...args: string[]) => {
+      const out = spawnSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'generate', '--model', fx.dir, '--threads', '1', ...args], { encoding: 'utf8' });
+      expect(out.status, out.stderr).toBe(0);
+      return JSON.parse(out.stdout);
+    };
+    const sampled = ['--prompt', 'Once upon a time', '--max-tokens', '10', '--temperature', '1.2', '--top-k', '50', '--min-p', '0.01', '--seed', '7', '-n', '2'];
+    const a = run(...sampled);
+    expect(a.choices).toHaveLength(2);
+    expect(run(...sampled).choices.map((c: any) => c.tokens)).toEqual(a.choices.map((c: any) => c.tokens));
+    // A stop string taken from the greedy text ends it there.
+    const greedy = run('--prompt', 'Once upon a time', '--max-tokens', '12').choices[0];
+    const at = Array.from({ length: greedy.text.length }, (_, i) => i).findIndex((i) => i > 0 && greedy.text.indexOf(greedy.text.slice(i, i + 2)) === i && greedy.text.slice(i, i + 2).length === 2);
+    expect(at).toBeGreaterThan(0);
+    const cut = greedy.text.slice(at, at + 2);
+    const stopped = run('--prompt', 'Once upon a time', '--max-tokens', '12', '--stop', cut).choices[0];
+    expect([stopped.text, stopped.finish]).toEqual([greedy.text.slice(0, at), 'stop']);
+    // Without special tokens the prompt has no BOS; position 0 left out of the keys is reported apart.
+    const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
+    const tok = m.engine.tokenizer;
+    expect(run('--prompt', 'Hi', '--no-special-tokens', '--max-tokens', '1').prompt.ids).toEqual(tok.encode('Hi', false));
+    const excluded = run('--chunk', 'a=Knowledge here.', 'b= Question?', '--attention', '--exclude', '0', '--max-tokens', '2').choices[0].attention[0];
+    expect(excluded.massExcluded.every((v: number) => v > 0)).toBe(true);
+    // Chat messages from a file, the assistant's turn opened by the template.
+    const messages = path.join(tempDir('cli-chat'), 'm.json');
+    fs.writeFileSync(messages, JSON.stringify([{ role: 'user', content: 'Hi' }]));
+    const chat = run('--messages', messages, '--max-tokens', '3');
+    expect(chat.prompt.ids).toEqual(tok.encode('<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n', false));
+    await m.engine.release();
+  });
 });
 
 describe('ctxprobe score', () => {

@@ -13,7 +13,8 @@ import type { ChoiceResult, SamplingParams, TokenEvent } from '../requests/gener
 import { renderChatText } from '../requests/segments.js';
 import type { ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
-import { OrderedObject, toJson } from './json.js';
+import { toJson } from './json.js';
+import { clientGone, tokenKeys, topLogprobs, topTexts, withSpare } from './logprobs.js';
 
 /** The sampling fields both routes share (OpenAI's, and vLLM's top_k / min_p). */
 export const SAMPLING_PROPERTIES = {
@@ -85,8 +86,8 @@ export function samplingParams(b: SamplingBody, maxTokens: number, logprobs: num
   };
 }
 
-/** Answer whole, or as a stream of chunks: `chunks` is called with a function that sends
- * one; it returns the last chunk (usage) or nothing. Errors after the stream began go out
+/** Answer whole (`run` returns the answer), or as a stream of chunks (`run` gets a
+ * function that sends one and returns the last chunk, usage, or nothing). Errors after the stream began go out
  * as an `error` event, as vLLM sends them. */
 export async function respond(
   reply: FastifyReply,
@@ -106,32 +107,6 @@ export async function respond(
   }
   out.end('data: [DONE]\n\n');
   return reply;
-}
-
-/** A call's cancellation: the client closing the connection. */
-export function clientGone(reply: FastifyReply): AbortSignal {
-  const gone = new AbortController();
-  reply.raw.once('close', () => reply.raw.writableFinished || gone.abort());
-  return gone.signal;
-}
-
-/** Alternatives to draw per token when top_logprobs is keyed by text: N and a few more,
- * so that N distinct texts remain when tokens decode alike (byte tokens of one character
- * all decode to U+FFFD), as the scoring path does. */
-function withSpare(m: ServedModel, n: number, byId: boolean): number {
-  return n > 0 && !byId ? Math.min(n + 8, m.scorer.maxTopK, m.engine.config.vocabSize) : n;
-}
-
-/** The N most likely distinct texts of a distribution, most likely first (keys are texts,
- * as OpenAI's top_logprobs; tokens that decode alike count once). */
-export function topTexts(service: Service, m: ServedModel, top: { ids: number[]; logprobs: number[] }, n: number): [string, number][] {
-  const entries: [string, number][] = [];
-  const seen = new Set<string>();
-  service.tokenTexts(m, top.ids).forEach((key, k) => {
-    if (entries.length < n && !seen.has(key)) entries.push([key, top.logprobs[k]!]);
-    seen.add(key);
-  });
-  return entries;
 }
 
 // ---- chat ------------------------------------------------------------------------------
@@ -310,11 +285,8 @@ export async function generateCompletions(
   const offsets = prompts.map((_, i) => Array.from({ length: n }, () => (echo ? promptText(i).length : 0)));
   // As vLLM's return_tokens_as_token_ids: tokens and top_logprobs keys as `token_id:N`.
   const asIds = body.return_tokens_as_token_ids === true;
-  const keyed = (ids: number[]) => (asIds ? ids.map((id) => `token_id:${id}`) : service.tokenTexts(m, ids));
-  const tops = (t: { ids: number[]; logprobs: number[] }) => {
-    const n = Math.max(1, want ?? 0);
-    return new OrderedObject(asIds ? t.ids.slice(0, n).map((id, k) => [`token_id:${id}`, t.logprobs[k]!]) : topTexts(service, m, t, n));
-  };
+  const keyed = (ids: number[]) => tokenKeys(service, m, ids, asIds);
+  const tops = (t: { ids: number[]; logprobs: number[] }) => topLogprobs(service, m, t, Math.max(1, want ?? 0), asIds);
   const tokenLogprobs = (i: number, c: number, tokens: number[], lps: number[], alternatives: { ids: number[]; logprobs: number[] }[]) => {
     const texts = service.tokenTexts(m, tokens);
     return {

@@ -20,7 +20,8 @@ import {
 import { httpsOptions, type TlsMaterial } from '../serving/security.js';
 import type { CallRecord, ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
-import { OrderedObject, toJson } from './json.js';
+import { toJson } from './json.js';
+import { clientGone, TOP_SPARE, tokenKeys, topLogprobs } from './logprobs.js';
 import { CHAT_SCHEMA, SAMPLING_PROPERTIES, chatCompletions, generateCompletions, wantsGeneration } from './generation.js';
 
 export interface HttpOptions {
@@ -31,11 +32,6 @@ export interface HttpOptions {
   tls?: TlsMaterial;
 }
 
-// Extra candidates fetched per position so that `top_logprobs` still has N entries when
-// several tokens decode to the same text (the keys are texts). Eight are not always enough:
-// on a byte-level vocabulary every byte token of a multi-byte character decodes to U+FFFD
-// (seen: 8 of 286 positions short at logprobs 12). `return_tokens_as_token_ids` keys by id.
-const TOP_SPARE = 8;
 
 
 export function buildHttpApp(service: Service, options: HttpOptions = {}): FastifyInstance {
@@ -142,9 +138,6 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
   const echo = body.echo === true;
   const logprobs = body.logprobs ?? null;
   const prompts = await encodeGiven(service, m, body);
-  // A client that goes away takes its work out of the queue.
-  const gone = new AbortController();
-  reply.raw.once('close', () => reply.raw.writableFinished || gone.abort());
   const want = logprobs ?? 0;
   // As vLLM: tokens and top_logprobs keys as `token_id:N`, so tokens that decode to the
   // same text (byte tokens of one UTF-8 character all decode to U+FFFD) stay apart.
@@ -153,10 +146,9 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
     m,
     prompts.map((p) => p.ids),
     want,
-    { signal: gone.signal },
+    { signal: clientGone(reply) },
     asIds ? 0 : TOP_SPARE,
   );
-  const idKey = (id: number) => `token_id:${id}`;
   const choices = scores.map((s, i) => {
     const prompt = prompts[i]!;
     const ids = [...(echo ? prompt.ids : []), ...(maxTokens === 1 ? [s.nextToken] : [])];
@@ -181,20 +173,9 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
         logprobs === null
           ? null
           : {
-              tokens: asIds ? ids.map(idKey) : texts,
+              tokens: asIds ? tokenKeys(service, m, ids, true) : texts,
               token_logprobs: lps,
-              top_logprobs: tops.map((t) => {
-                if (!t) return null;
-                if (asIds) return new OrderedObject(t.ids.slice(0, Math.max(1, want)).map((id, k) => [idKey(id), t.logprobs[k]!]));
-                // The N most likely distinct texts, most likely first.
-                const entries: [string, number][] = [];
-                const seen = new Set<string>();
-                service.tokenTexts(m, t.ids).forEach((key, k) => {
-                  if (entries.length < Math.max(1, want) && !seen.has(key)) entries.push([key, t.logprobs[k]!]);
-                  seen.add(key);
-                });
-                return new OrderedObject(entries);
-              }),
+              top_logprobs: tops.map((t) => (t ? topLogprobs(service, m, t, Math.max(1, want), asIds) : null)),
               text_offset: textOffset,
             },
     };
