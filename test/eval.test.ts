@@ -250,6 +250,18 @@ describe('RefuteBench runner', () => {
         expect(m.content).toBe(tok.decodeText(chain));
       }
     }
+    // Sampled with a seed: the same dialogues again, and not the greedy ones.
+    const sampled = async () => {
+      const dir2 = tempDir('refute-sampled');
+      await promisify(execFile)(process.execPath, [
+        path.join(root, 'bin/ctxprobe.js'), 'eval', 'refute', path.join(root, 'data/refute-sample.jsonl'),
+        '--model', dir, '--threads', '1', '--generate', '--max-tokens', '5', '--temperature', '1.5', '--seed', '3', '--out', dir2,
+      ]);
+      return fs.readFileSync(path.join(dir2, 'dialogues.jsonl'), 'utf8');
+    };
+    const first = await sampled();
+    expect(await sampled()).toBe(first);
+    expect(first).not.toBe(fs.readFileSync(path.join(out, 'dialogues.jsonl'), 'utf8'));
   });
 });
 
