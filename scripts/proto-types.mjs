@@ -1,5 +1,5 @@
 // Generate TypeScript types for proto/ with @grpc/proto-loader's proto-loader-gen-types,
-// into src/grpc/generated (committed). `--check` regenerates into a temporary folder and
+// into src/api/generated (committed). `--check` regenerates into a temporary folder and
 // exits 1 if the committed types differ (the test suite runs it).
 //
 // The generator writes extensionless relative imports; NodeNext resolution wants `.js`.
@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const committed = path.join(root, 'src/grpc/generated');
+const committed = path.join(root, 'src/api/generated');
 const check = process.argv.includes('--check');
 const out = check ? fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-proto-')) : committed;
 
@@ -58,7 +58,7 @@ if (check) {
     want.some((f) => fs.readFileSync(path.join(out, f), 'utf8') !== fs.readFileSync(path.join(committed, f), 'utf8'));
   fs.rmSync(out, { recursive: true, force: true });
   if (stale) {
-    console.error('src/grpc/generated is out of date with proto/: run npm run proto:types');
+    console.error('src/api/generated is out of date with proto/: run npm run proto:types');
     process.exit(1);
   }
 }

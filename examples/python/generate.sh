@@ -20,5 +20,8 @@ if [ -z "$python" ]; then
   exit 1
 fi
 mkdir -p "$out"
-"$python" -m grpc_tools.protoc -I "$here/../../proto" --python_out="$out" --grpc_python_out="$out" "$here/../../proto/ctxprobe/v1/ctxprobe.proto"
+# google/api: the HTTP annotations ctxprobe.proto imports (a namespace package beside
+# protobuf's own google.protobuf).
+"$python" -m grpc_tools.protoc -I "$here/../../proto" --python_out="$out" --grpc_python_out="$out" \
+  "$here/../../proto/ctxprobe/v1/ctxprobe.proto" "$here/../../proto/google/api/http.proto" "$here/../../proto/google/api/annotations.proto"
 echo "stubs in $out (for $python)"

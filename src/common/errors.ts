@@ -1,5 +1,5 @@
 // One error model for the whole server. Code below the transports throws these; each
-// transport maps `kind` to its own status in one table (src/grpc/status.ts,
+// transport maps `kind` to its own status in one table (src/api/status.ts for gRPC codes,
 // src/http/status.ts) and nothing else maps errors.
 export type ErrorKind =
   | 'invalid_argument'

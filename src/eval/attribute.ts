@@ -17,7 +17,7 @@
 import type { ChatMessage } from '../common/labels.js';
 import { INSTRUCTION, type CharpSample } from './charpeval.js';
 import { EvalClient, forEachBatch } from './client.js';
-import type { AttributionSample } from '../grpc/generated/ctxprobe/v1/AttributionSample.js';
+import type { AttributionSample } from '../api/generated/ctxprobe/v1/AttributionSample.js';
 import type { Intervention } from '../requests/attribution.js';
 
 export interface AttributeRecord {

@@ -12,8 +12,8 @@
 // between the instruction and the sample.
 import { EvalClient, forEachBatch, matrixRows } from './client.js';
 import { meanMatrix } from '../common/matrix.js';
-import type { ContinuationScore__Output } from '../grpc/generated/ctxprobe/v1/ContinuationScore.js';
-import type { ModelInfo__Output } from '../grpc/generated/ctxprobe/v1/ModelInfo.js';
+import type { ContinuationScore__Output } from '../api/generated/ctxprobe/v1/ContinuationScore.js';
+import type { ModelInfo__Output } from '../api/generated/ctxprobe/v1/ModelInfo.js';
 
 export const RESPONSE_TYPES = ['GTRS', 'KGIR', 'KGUG', 'RECF', 'IECF', 'COEX'] as const;
 export type ResponseType = (typeof RESPONSE_TYPES)[number];

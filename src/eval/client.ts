@@ -6,20 +6,20 @@ import cliProgress from 'cli-progress';
 import { loadPackage } from '../grpc/proto.js';
 import { loadModel, readRepository, type ModelEntry } from '../serving/repository.js';
 import { CtxprobeServer } from '../serving/server.js';
-import type { ScoringClient } from '../grpc/generated/ctxprobe/v1/Scoring.js';
-import type { ProbingClient } from '../grpc/generated/ctxprobe/v1/Probing.js';
-import type { GenerationClient } from '../grpc/generated/ctxprobe/v1/Generation.js';
-import type { GenerateRequest } from '../grpc/generated/ctxprobe/v1/GenerateRequest.js';
-import type { GenerateResponse__Output } from '../grpc/generated/ctxprobe/v1/GenerateResponse.js';
-import type { ScoreRequest } from '../grpc/generated/ctxprobe/v1/ScoreRequest.js';
-import type { ScoreResponse__Output } from '../grpc/generated/ctxprobe/v1/ScoreResponse.js';
-import type { RollingRequest } from '../grpc/generated/ctxprobe/v1/RollingRequest.js';
-import type { RollingResponse__Output } from '../grpc/generated/ctxprobe/v1/RollingResponse.js';
-import type { ListModelsResponse__Output } from '../grpc/generated/ctxprobe/v1/ListModelsResponse.js';
-import type { ProbeRequest } from '../grpc/generated/ctxprobe/v1/ProbeRequest.js';
-import type { ProbeResponse__Output } from '../grpc/generated/ctxprobe/v1/ProbeResponse.js';
-import type { AttributeRequest } from '../grpc/generated/ctxprobe/v1/AttributeRequest.js';
-import type { AttributeResponse__Output } from '../grpc/generated/ctxprobe/v1/AttributeResponse.js';
+import type { ScoringClient } from '../api/generated/ctxprobe/v1/Scoring.js';
+import type { ProbingClient } from '../api/generated/ctxprobe/v1/Probing.js';
+import type { GenerationClient } from '../api/generated/ctxprobe/v1/Generation.js';
+import type { GenerateRequest } from '../api/generated/ctxprobe/v1/GenerateRequest.js';
+import type { GenerateResponse__Output } from '../api/generated/ctxprobe/v1/GenerateResponse.js';
+import type { ScoreRequest } from '../api/generated/ctxprobe/v1/ScoreRequest.js';
+import type { ScoreResponse__Output } from '../api/generated/ctxprobe/v1/ScoreResponse.js';
+import type { RollingRequest } from '../api/generated/ctxprobe/v1/RollingRequest.js';
+import type { RollingResponse__Output } from '../api/generated/ctxprobe/v1/RollingResponse.js';
+import type { ListModelsResponse__Output } from '../api/generated/ctxprobe/v1/ListModelsResponse.js';
+import type { ProbeRequest } from '../api/generated/ctxprobe/v1/ProbeRequest.js';
+import type { ProbeResponse__Output } from '../api/generated/ctxprobe/v1/ProbeResponse.js';
+import type { AttributeRequest } from '../api/generated/ctxprobe/v1/AttributeRequest.js';
+import type { AttributeResponse__Output } from '../api/generated/ctxprobe/v1/AttributeResponse.js';
 
 export interface ConnectOptions {
   /** host:port of a running server; otherwise one is started here on `model`. */

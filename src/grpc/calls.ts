@@ -1,12 +1,10 @@
-// What every gRPC handler shares: a call's cancellation and deadline as the serving
-// layer's CallContext, and the wrapper that answers a unary call, records it once and
-// never lets an error escape.
+// The API's bodies (src/api/methods.ts) as grpc-js handlers: each call is recorded once
+// (metrics, what a drain waits for), its cancellation and deadline become the serving
+// layer's CallContext, and no error escapes: it ends the call with its status.
 import * as grpc from '@grpc/grpc-js';
 import type { CallContext, Service } from '../serving/service.js';
+import { checkedText, type ApiMethod, type EachMessage, type ServerStream, type Unary } from '../api/methods.js';
 import { codeName, toStatus } from './status.js';
-import { invalidTextField } from './strict-utf8.js';
-import { InvalidArgumentError } from '../common/errors.js';
-import type { Matrix } from './generated/ctxprobe/v1/Matrix.js';
 
 /** The parts of a server call that cancellation needs (unary, streaming, duplex). */
 type Cancellable = {
@@ -15,7 +13,7 @@ type Cancellable = {
   readonly cancelled: boolean;
 };
 
-export function callContext(call: Cancellable): CallContext {
+function callContext(call: Cancellable): CallContext {
   const controller = new AbortController();
   if (call.cancelled) controller.abort();
   else call.on('cancelled', () => controller.abort());
@@ -23,22 +21,25 @@ export function callContext(call: Cancellable): CallContext {
   return { signal: controller.signal, deadline: deadline instanceof Date ? deadline.getTime() : Number(deadline) };
 }
 
-/** A decoded message, or INVALID_ARGUMENT naming its first string that was not UTF-8. */
-export function checkedText<T>(message: T, prefix = ''): T {
-  const field = invalidTextField(message);
-  if (field) throw new InvalidArgumentError(prefix + field, 'is not valid UTF-8');
-  return message;
+/** A service's bodies as the handlers grpc-js's `addService` takes. */
+export function grpcHandlers(service: Service, methods: Record<string, ApiMethod>): grpc.UntypedServiceImplementation {
+  const handlers: grpc.UntypedServiceImplementation = {};
+  for (const [name, method] of Object.entries(methods)) {
+    handlers[name] =
+      method.kind === 'unary'
+        ? unary(service, name, method)
+        : method.kind === 'server-stream'
+          ? serverStream(service, name, method)
+          : eachMessage(service, name, method);
+  }
+  return handlers;
 }
 
-export function unary<Req, Res>(
-  service: Service,
-  method: string,
-  body: (req: Req, call: CallContext) => Promise<Res> | Res,
-): grpc.handleUnaryCall<Req, Res> {
+function unary<Req, Res>(service: Service, name: string, method: Unary<Req, Res>): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
-    const record = service.begin(method);
+    const record = service.begin(name);
     Promise.resolve()
-      .then(() => body(checkedText(call.request), callContext(call)))
+      .then(() => method.run(checkedText(call.request), callContext(call)))
       .then(
         (response) => {
           record.end(codeName(grpc.status.OK));
@@ -53,20 +54,15 @@ export function unary<Req, Res>(
   };
 }
 
-/** A server-streaming handler: `body` writes the answers (`write` drops them once the
- * client has gone); the call is recorded once and ends with OK or the error's status. */
-export function serverStream<Req, Res>(
-  service: Service,
-  method: string,
-  body: (req: Req, call: CallContext, write: (res: Res) => void) => Promise<void>,
-): grpc.handleServerStreamingCall<Req, Res> {
+/** `write` drops answers once the client has gone; the call ends with OK or the error's status. */
+function serverStream<Req, Res>(service: Service, name: string, method: ServerStream<Req, Res>): grpc.handleServerStreamingCall<Req, Res> {
   return (call) => {
-    const record = service.begin(method);
+    const record = service.begin(name);
     const write = (res: Res) => {
       if (!call.cancelled) call.write(res);
     };
     Promise.resolve()
-      .then(() => body(checkedText(call.request), callContext(call), write))
+      .then(() => method.run(checkedText(call.request), callContext(call), write))
       .then(
         () => {
           record.end(codeName(grpc.status.OK));
@@ -81,7 +77,37 @@ export function serverStream<Req, Res>(
   };
 }
 
-/** A row-major Matrix message. */
-export function matrix(rows: number[][]): Matrix {
-  return { rows: rows.length, cols: rows[0]?.length ?? 0, values: rows.flat() };
+/** One call for the whole stream: each message is answered as soon as it is ready; the
+ * server ends the stream after the client half-closes and the last answer is out. */
+function eachMessage<Req, Res>(service: Service, name: string, method: EachMessage<Req, Res>): grpc.handleBidiStreamingCall<Req, Res> {
+  return (call) => {
+    const record = service.begin(name);
+    const ctx = callContext(call);
+    let pending = 0;
+    let halfClosed = false;
+    let count = 0;
+    const maybeEnd = () => {
+      if (!halfClosed || pending > 0) return;
+      record.end(codeName(grpc.status.OK));
+      call.end();
+    };
+    call.on('data', (msg: Req) => {
+      pending++;
+      void method.answer(msg, count++, ctx).then((response) => {
+        if (!call.cancelled && call.writable) call.write(response);
+        pending--;
+        maybeEnd();
+      });
+    });
+    call.on('end', () => {
+      halfClosed = true;
+      maybeEnd();
+    });
+    call.on('error', () => {});
+    call.on('cancelled', () => {
+      halfClosed = true;
+      pending = 0;
+      record.end(codeName(grpc.status.CANCELLED));
+    });
+  };
 }

@@ -12,9 +12,8 @@ import { ReflectionService } from '@grpc/reflection';
 import { loadPackage } from '../grpc/proto.js';
 import { healthPackageDefinition } from './health.js';
 import { HealthPort } from './health-port.js';
-import { scoringService } from '../grpc/scoring.js';
-import { probingService } from '../grpc/probing.js';
-import { generationService } from '../grpc/generation.js';
+import { apiServices } from '../api/methods.js';
+import { grpcHandlers } from '../grpc/calls.js';
 import { Metrics } from './metrics.js';
 import type { LoadedModel } from './repository.js';
 import { Service, type ServedModel, type ServiceOptions } from './service.js';
@@ -96,9 +95,10 @@ export class CtxprobeServer {
     });
     const server = new CtxprobeServer(grpcServer, options);
     const { def, v1 } = loadPackage();
-    grpcServer.addService(v1.Scoring.service, scoringService(server.service));
-    grpcServer.addService(v1.Probing.service, probingService(server.service));
-    grpcServer.addService(v1.Generation.service, generationService(server.service));
+    const methods = apiServices(server.service);
+    grpcServer.addService(v1.Scoring.service, grpcHandlers(server.service, methods['ctxprobe.v1.Scoring']));
+    grpcServer.addService(v1.Probing.service, grpcHandlers(server.service, methods['ctxprobe.v1.Probing']));
+    grpcServer.addService(v1.Generation.service, grpcHandlers(server.service, methods['ctxprobe.v1.Generation']));
     server.health.addToServer(grpcServer);
     // Reflection lists the health service too, so grpcurl and grpc_health_probe users find it.
     new ReflectionService({ ...def, ...healthPackageDefinition() }).addToServer(grpcServer);

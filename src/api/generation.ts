@@ -1,4 +1,4 @@
-// gRPC Generation handler: a prompt sample and sampling options translated to the serving
+// The API's Generation handler: a prompt sample and sampling options translated to the serving
 // layer's generate call (every step a unit of the model's one scheduler), one message per
 // generated token as it is made.
 import { InvalidArgumentError } from '../common/errors.js';
@@ -7,12 +7,12 @@ import type { Service } from '../serving/service.js';
 import type { GenerationHandlers } from './generated/ctxprobe/v1/Generation.js';
 import type { GenerateResponse } from './generated/ctxprobe/v1/GenerateResponse.js';
 import type { SamplingOptions__Output } from './generated/ctxprobe/v1/SamplingOptions.js';
-import { matrix, serverStream } from './calls.js';
+import { matrix, serverStream, type Methods } from './methods.js';
 import { toSample } from './probing.js';
 
-export function generationService(service: Service): GenerationHandlers {
+export function generationMethods(service: Service): Methods<GenerationHandlers> {
   return {
-    Generate: serverStream(service, 'Generate', async (req, context, write) => {
+    Generate: serverStream(async (req, context, write) => {
       const m = service.model(req.model);
       if (!req.prompt) throw new InvalidArgumentError('prompt', 'required');
       const prompt = await service.preparePrompt(m, toSample(req.prompt, 'prompt'), 'prompt');

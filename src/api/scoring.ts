@@ -1,25 +1,23 @@
-// gRPC Scoring handlers: validate and translate messages (generated types) into the
+// The API's Scoring handlers: validate and translate messages (generated types) into the
 // serving layer's calls and its answers back. They hold no model logic.
-import * as grpc from '@grpc/grpc-js';
-import { InvalidArgumentError } from '../common/errors.js';
+import { InvalidArgumentError, errorMessage } from '../common/errors.js';
 import type { Service } from '../serving/service.js';
 import type { ContinuationScore, LoglikelihoodRequest, RollingRequest } from '../requests/scoring.js';
 import type { ScoringHandlers } from './generated/ctxprobe/v1/Scoring.js';
 import type { ScoreItem__Output } from './generated/ctxprobe/v1/ScoreItem.js';
 import type { ContinuationScore as ContinuationScoreMessage } from './generated/ctxprobe/v1/ContinuationScore.js';
-import type { StreamScoreResponse } from './generated/ctxprobe/v1/StreamScoreResponse.js';
-import { callContext, checkedText, matrix, unary } from './calls.js';
-import { codeName, toStatus } from './status.js';
+import { checkedText, eachMessage, matrix, unary, type Methods } from './methods.js';
+import { codeNameOf, codeOf } from './status.js';
 
-export function scoringService(service: Service): ScoringHandlers {
+export function scoringMethods(service: Service): Methods<ScoringHandlers> {
   return {
-    ListModels: unary(service, 'ListModels', () => ({ models: service.listModels() })),
+    ListModels: unary(() => ({ models: service.listModels() })),
 
-    Tokenize: unary(service, 'Tokenize', async (req) => ({
+    Tokenize: unary(async (req) => ({
       results: await service.tokenize(req.model, req.texts, req.addSpecialTokens),
     })),
 
-    Score: unary(service, 'Score', async (req, call) => {
+    Score: unary(async (req, call) => {
       const m = service.model(req.model);
       service.checkItems(req.items.length);
       const results = await service.score(
@@ -33,7 +31,7 @@ export function scoringService(service: Service): ScoringHandlers {
       };
     }),
 
-    ScoreRolling: unary(service, 'ScoreRolling', async (req, call) => {
+    ScoreRolling: unary(async (req, call) => {
       const m = service.model(req.model);
       service.checkItems(req.items.length);
       const requests: RollingRequest[] = req.items.map((item, i) => {
@@ -68,53 +66,21 @@ export function scoringService(service: Service): ScoringHandlers {
     }),
 
     // One call for the whole stream; each item is answered (or refused) on its own.
-    ScoreStream: (call) => {
-      const record = service.begin('ScoreStream');
-      const ctx = callContext(call);
-      let pending = 0;
-      let halfClosed = false;
-      let count = 0;
-      const maybeEnd = () => {
-        if (!halfClosed || pending > 0) return;
-        record.end(codeName(grpc.status.OK));
-        call.end();
-      };
-      call.on('data', (msg) => {
-        const index = count++;
-        pending++;
-        const id = msg.item?.id ?? '';
-        let model = msg.model;
-        Promise.resolve()
-          .then(async (): Promise<StreamScoreResponse> => {
-            checkedText(msg, `message ${index}: `);
-            const m = service.model(msg.model);
-            model = m.entry.name;
-            if (!msg.item) throw new InvalidArgumentError(`message ${index}: item`, 'required');
-            const [conts] = await service.score(m, [toLoglikelihoodRequest(msg.item, `message ${index}: item`)], ctx);
-            return { model, item: { id, continuations: conts!.map(toContinuationMessage), context: conts![0]?.context }, errorCode: 0, errorMessage: '' };
-          })
-          .catch((err: unknown): StreamScoreResponse => {
-            const status = toStatus(err);
-            service.metrics.requests.inc({ method: 'ScoreStream.item', code: codeName(status.code) });
-            return { model, item: { id, continuations: [] }, errorCode: status.code, errorMessage: status.details };
-          })
-          .then((response) => {
-            if (!call.cancelled && call.writable) call.write(response);
-            pending--;
-            maybeEnd();
-          });
-      });
-      call.on('end', () => {
-        halfClosed = true;
-        maybeEnd();
-      });
-      call.on('error', () => {});
-      call.on('cancelled', () => {
-        halfClosed = true;
-        pending = 0;
-        record.end(codeName(grpc.status.CANCELLED));
-      });
-    },
+    ScoreStream: eachMessage(async (msg, index, call) => {
+      const id = msg.item?.id ?? '';
+      let model = msg.model;
+      try {
+        checkedText(msg, `message ${index}: `);
+        const m = service.model(msg.model);
+        model = m.entry.name;
+        if (!msg.item) throw new InvalidArgumentError(`message ${index}: item`, 'required');
+        const [conts] = await service.score(m, [toLoglikelihoodRequest(msg.item, `message ${index}: item`)], call);
+        return { model, item: { id, continuations: conts!.map(toContinuationMessage), context: conts![0]?.context }, errorCode: 0, errorMessage: '' };
+      } catch (err) {
+        service.metrics.requests.inc({ method: 'ScoreStream.item', code: codeNameOf(err) });
+        return { model, item: { id, continuations: [] }, errorCode: codeOf(err), errorMessage: errorMessage(err) };
+      }
+    }),
   };
 }
 

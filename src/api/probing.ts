@@ -1,4 +1,4 @@
-// gRPC Probing handlers: translate samples (generated types) to the serving layer's
+// The API's Probing handlers: translate samples (generated types) to the serving layer's
 // probe calls (probes share the model's queue and its limits), and answers back.
 import { toFloat16Bytes } from '../common/dtypes.js';
 import { InvalidArgumentError } from '../common/errors.js';
@@ -10,7 +10,7 @@ import type { SampleAttribution as SampleAttributionMessage } from './generated/
 import type { ProbingHandlers } from './generated/ctxprobe/v1/Probing.js';
 import type { ProbeSample__Output } from './generated/ctxprobe/v1/ProbeSample.js';
 import type { SampleProbe as SampleProbeMessage } from './generated/ctxprobe/v1/SampleProbe.js';
-import { matrix, serverStream, unary } from './calls.js';
+import { matrix, serverStream, unary, type Methods } from './methods.js';
 
 const REDUCERS: Record<string, Reducer | undefined> = {
   REDUCE_DEFAULT: undefined,
@@ -24,9 +24,9 @@ function reducer(name: string, field: string): Reducer | undefined {
   return REDUCERS[name];
 }
 
-export function probingService(service: Service): ProbingHandlers {
+export function probingMethods(service: Service): Methods<ProbingHandlers> {
   return {
-    Probe: unary(service, 'Probe', async (req, call) => {
+    Probe: unary(async (req, call) => {
       const m = service.model(req.model);
       if (req.pool !== 'POOL_MAX' && req.pool !== 'POOL_MEAN')
         throw new InvalidArgumentError('pool', `unknown value ${JSON.stringify(req.pool)}`);
@@ -63,7 +63,7 @@ export function probingService(service: Service): ProbingHandlers {
       };
     }),
 
-    Attribute: unary(service, 'Attribute', async (req, call) => {
+    Attribute: unary(async (req, call) => {
       const m = service.model(req.model);
       const samples = req.samples.map((s, i) => ({
         ...toSample(s, `samples[${i}]`),
@@ -88,7 +88,7 @@ export function probingService(service: Service): ProbingHandlers {
       return { model: m.entry.name, samples: answers.map((a, i) => toAttributionMessage(req.samples[i]!.id, a)) };
     }),
 
-    RawAttention: serverStream(service, 'RawAttention', async (req, context, write) => {
+    RawAttention: serverStream(async (req, context, write) => {
       const m = service.model(req.model);
       if (!req.sample) throw new InvalidArgumentError('sample', 'required');
       const half = req.dtype === 'ATTENTION_FLOAT16';

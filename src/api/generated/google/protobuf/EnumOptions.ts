@@ -1,0 +1,26 @@
+// Generated from proto/ctxprobe/v1/ctxprobe.proto by scripts/proto-types.mjs: do not edit.
+
+import type { FeatureSet as _google_protobuf_FeatureSet, FeatureSet__Output as _google_protobuf_FeatureSet__Output } from '../../google/protobuf/FeatureSet.js';
+import type { UninterpretedOption as _google_protobuf_UninterpretedOption, UninterpretedOption__Output as _google_protobuf_UninterpretedOption__Output } from '../../google/protobuf/UninterpretedOption.js';
+
+export interface EnumOptions {
+  'allowAlias'?: (boolean);
+  'deprecated'?: (boolean);
+  /**
+   * @deprecated
+   */
+  'deprecatedLegacyJsonFieldConflicts'?: (boolean);
+  'features'?: (_google_protobuf_FeatureSet | null);
+  'uninterpretedOption'?: (_google_protobuf_UninterpretedOption)[];
+}
+
+export interface EnumOptions__Output {
+  'allowAlias': (boolean);
+  'deprecated': (boolean);
+  /**
+   * @deprecated
+   */
+  'deprecatedLegacyJsonFieldConflicts': (boolean);
+  'features': (_google_protobuf_FeatureSet__Output | null);
+  'uninterpretedOption': (_google_protobuf_UninterpretedOption__Output)[];
+}
