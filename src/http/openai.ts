@@ -22,6 +22,9 @@ import type { CallRecord, ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
 import { toJson } from './json.js';
 import { clientGone, TOP_SPARE, tokenKeys, topLogprobs } from './logprobs.js';
+import { registerTranscoded, statusBody } from './transcode.js';
+import { registerViewer } from './viewer.js';
+import { codeNameOf } from '../api/status.js';
 import { CHAT_SCHEMA, SAMPLING_PROPERTIES, chatCompletions, generateCompletions, wantsGeneration } from './generation.js';
 
 export interface HttpOptions {
@@ -33,6 +36,13 @@ export interface HttpOptions {
 }
 
 
+
+/** What a route's config may say: `rpc`, the RPC a transcoded route serves; `open`, no
+ * token needed (pages and documents that hold no data). */
+export interface RouteConfig {
+  rpc?: string;
+  open?: boolean;
+}
 
 export function buildHttpApp(service: Service, options: HttpOptions = {}): FastifyInstance {
   const app = Fastify({
@@ -47,12 +57,15 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
   // only JSON is taken.
   app.removeContentTypeParser(['text/plain']);
 
-  // Metric labels come from the route table, never from the raw path.
-  const method = (req: FastifyRequest) => (req.routeOptions.url ? `http ${req.routeOptions.url}` : 'http other');
+  // Metric labels come from the route table, never from the raw path; a transcoded RPC is
+  // recorded as gRPC records it (its method name, its code's name).
+  const rpcOf = (req: FastifyRequest) => (req.routeOptions.config as RouteConfig | undefined)?.rpc;
+  const method = (req: FastifyRequest) => rpcOf(req) ?? (req.routeOptions.url ? `http ${req.routeOptions.url}` : 'http other');
   const records = new WeakMap<FastifyRequest, { record?: CallRecord; failure?: unknown }>();
   app.addHook('onRequest', async (req) => {
     records.set(req, {});
-    if (options.checkToken && req.routeOptions.url !== '/health' && !options.checkToken(req.headers.authorization)) {
+    const open = req.routeOptions.url === '/health' || (req.routeOptions.config as RouteConfig | undefined)?.open;
+    if (options.checkToken && !open && !options.checkToken(req.headers.authorization)) {
       throw new UnauthenticatedError('authorization: a valid "Bearer <token>" is required');
     }
   });
@@ -62,26 +75,41 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
     const r = records.get(req);
     if (r) r.record ??= service.begin(method(req));
   });
-  const end = (req: FastifyRequest, code: string) => {
+  const end = (req: FastifyRequest, status: number) => {
     const r = records.get(req);
-    if (r) (r.record ??= service.begin(method(req))).end(code, r.failure);
+    if (!r) return;
+    const code = !rpcOf(req) ? String(status) : r.failure !== undefined ? codeNameOf(r.failure) : status === 499 ? 'CANCELLED' : 'OK';
+    (r.record ??= service.begin(method(req))).end(code, r.failure);
   };
-  app.addHook('onResponse', async (req, reply) => end(req, String(reply.statusCode)));
-  app.addHook('onRequestAbort', async (req) => end(req, '499'));
+  app.addHook('onResponse', async (req, reply) => end(req, reply.statusCode));
+  app.addHook('onRequestAbort', async (req) => end(req, 499));
   // A stream whose client hangs up mid-answer never finishes: its call ends with the socket.
   app.addHook('onSend', async (req, reply) => {
-    reply.raw.once('close', () => reply.raw.writableFinished || end(req, '499'));
+    reply.raw.once('close', () => reply.raw.writableFinished || end(req, 499));
   });
   app.setErrorHandler((err: FastifyError, req, reply) => {
     const failure = fromFastify(err);
     const r = records.get(req);
     if (r) r.failure = failure;
+    if (rpcOf(req)) {
+      const { status, body } = statusBody(failure);
+      return reply.status(status).send(body);
+    }
     const { status, body } = toHttpError(failure);
     return reply.status(status).send(body);
   });
   app.setNotFoundHandler((req) => {
     throw new NotFoundError('route', `no route ${req.method} ${req.url.split('?')[0]}`);
   });
+
+  // Every RPC over HTTP/JSON, from the proto's google.api.http rules.
+  registerTranscoded(app, service, {
+    failed: (req, err) => {
+      const r = records.get(req);
+      if (r) r.failure = err;
+    },
+  });
+  registerViewer(app);
 
   const modelName = (name: string | undefined) => (name === '' ? undefined : name);
   const schema = completionsSchema(service.maxItemsPerRequest);

@@ -1,0 +1,55 @@
+// The viewer page (/ui/) and the API's OpenAPI document (/openapi.json): files only, no
+// data, so no token (the page's own API calls carry the token its user enters). The
+// page's script is TypeScript (src/http/ui/app.ts, compiled with the server into dist/);
+// its plotting library, Observable Plot with d3, is served from the package so the page
+// works on an air-gapped cluster.
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import type { FastifyInstance } from 'fastify';
+import { PACKAGE_ROOT } from '../common/paths.js';
+import { openApiDocument } from './openapi.js';
+
+const require = createRequire(import.meta.url);
+const UI_DIR = path.join(PACKAGE_ROOT, 'src/http/ui');
+const BUILT_UI_DIR = path.join(PACKAGE_ROOT, 'dist/src/http/ui');
+
+/** name → [file, content type] */
+const FILES: Record<string, [string, string]> = {
+  'index.html': [path.join(UI_DIR, 'index.html'), 'text/html; charset=utf-8'],
+  'style.css': [path.join(UI_DIR, 'style.css'), 'text/css; charset=utf-8'],
+  'favicon.svg': [path.join(UI_DIR, 'favicon.svg'), 'image/svg+xml'],
+  'app.js': [path.join(BUILT_UI_DIR, 'app.js'), 'text/javascript; charset=utf-8'],
+  'figures.js': [path.join(BUILT_UI_DIR, 'figures.js'), 'text/javascript; charset=utf-8'],
+  'samples.js': [path.join(BUILT_UI_DIR, 'samples.js'), 'text/javascript; charset=utf-8'],
+  // The UMD builds (package "jsdelivr" entries): plain scripts that set window.d3 / window.Plot.
+  'vendor/d3.min.js': [path.join(path.dirname(require.resolve('d3')), 'd3.min.js'), 'text/javascript; charset=utf-8'],
+  'vendor/plot.umd.min.js': [
+    path.join(path.dirname(require.resolve('@observablehq/plot')), '../dist/plot.umd.min.js'),
+    'text/javascript; charset=utf-8',
+  ],
+};
+
+export function registerViewer(app: FastifyInstance): void {
+  const open = { open: true };
+  // Built by `npm run build` (scripts/openapi.mjs); a source checkout without a build gets
+  // the same document computed now.
+  const built = path.join(PACKAGE_ROOT, 'dist/openapi.json');
+  let document: string | undefined;
+  app.get('/openapi.json', { config: open }, async (_req, reply) => {
+    document ??= fs.existsSync(built) ? fs.readFileSync(built, 'utf8') : JSON.stringify(openApiDocument(version()));
+    return reply.type('application/json').send(document);
+  });
+  app.get('/ui', { config: open }, async (_req, reply) => reply.redirect('/ui/'));
+  app.get('/favicon.ico', { config: open }, async (_req, reply) => send(reply, 'favicon.svg'));
+  app.get('/ui/', { config: open }, async (_req, reply) => send(reply, 'index.html'));
+  app.get('/ui/*', { config: open }, async (req, reply) => send(reply, (req.params as { '*': string })['*']));
+}
+
+function send(reply: import('fastify').FastifyReply, name: string) {
+  const file = Object.hasOwn(FILES, name) ? FILES[name] : undefined;
+  if (!file || !fs.existsSync(file[0])) return reply.status(404).type('text/plain').send(`no file ${name}`);
+  return reply.header('cache-control', 'no-cache').type(file[1]).send(fs.createReadStream(file[0]));
+}
+
+const version = () => (JSON.parse(fs.readFileSync(path.join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
