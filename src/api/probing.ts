@@ -47,7 +47,10 @@ export function probingMethods(service: Service): Methods<ProbingHandlers> {
         model: m.entry.name,
         layers: m.engine.info.layers,
         heads: m.engine.info.heads,
-        samples: answer.samples.map((s, i) => toSampleMessage(req.samples[i]!.id, s)),
+        samples: answer.samples.map((s, i) => ({
+          ...toSampleMessage(req.samples[i]!.id, s),
+          ...(req.withTokens ? { tokenIds: s.ids, tokens: service.tokenTexts(m, s.ids) } : {}),
+        })),
         hasMean: answer.mean !== undefined,
         mean: answer.mean && {
           labels: answer.mean.labels,

@@ -3,35 +3,13 @@
 // sweep, and the mean per chunk label over samples; results.json, report.md and bar
 // charts per sample and averaged.
 //
-// Data (JSONL, one sample per line), any of:
-//   CHARPEval: { "history": [{role, text}], "user", "knowledge", "responses": {"GTRS", …} }
-//     → chunks instruction / history (one per turn) / user / knowledge / response (GTRS),
-//       the text CHARPEval scores (its prompt + " " + the ground truth).
-//   RefuteBench: { "messages": [system, user, assistant, …, assistant] } → the chat
-//     template's rendering; target: the last assistant message.
-//   mtRAG-style: { "messages": […, user, assistant], "passages": [{"text", "label"?}] } →
-//     the passages (labelled e.g. reference / noise; default passage#k) as chunks inside
-//     the last user message, before its question.
-//   Or a sample as the Attribute call takes it: { "chunks": [{label, text}] } or
-//   { "messages" }, with optional "target" and "ablate" labels.
-import type { ChatMessage } from '../common/labels.js';
-import { INSTRUCTION, type CharpSample } from './charpeval.js';
+// Data: the lines src/eval/records.ts reads (CHARPEval, RefuteBench, mtRAG-style, or
+// samples as the Attribute call takes them).
+import { toAttributionSample, type AttributeRecord } from './records.js';
 import { EvalClient, forEachBatch } from './client.js';
-import type { AttributionSample } from '../api/generated/ctxprobe/v1/AttributionSample.js';
 import type { Intervention } from '../requests/attribution.js';
 
-export interface AttributeRecord {
-  id?: string;
-  chunks?: { label: string; text: string }[];
-  messages?: ChatMessage[];
-  passages?: { text: string; label?: string }[];
-  target?: string;
-  ablate?: string[];
-  history?: CharpSample['history'];
-  user?: string;
-  knowledge?: string;
-  responses?: CharpSample['responses'];
-}
+export { toAttributionSample, type AttributeRecord } from './records.js';
 
 export interface ChunkDelta {
   index: number;
@@ -58,39 +36,6 @@ export interface AttributeReport {
   /** Mean Δ per chunk label over every chunk with it (in first-seen order). */
   meanByLabel: { label: string; chunks: number; remove?: number; mask?: number }[];
   meanSweep: { keep: number; samples: number; remove?: number; mask?: number }[];
-}
-
-/** A data line as an Attribute sample (throws naming the line's layout problem). */
-export function toAttributionSample(r: AttributeRecord, where: string): AttributionSample {
-  if (r.responses && r.knowledge !== undefined) {
-    if (!Array.isArray(r.history) || typeof r.user !== 'string' || typeof r.responses.GTRS !== 'string')
-      throw new Error(`${where}: a CHARPEval sample needs history, user, knowledge and responses.GTRS`);
-    const role = (t: { role: string }) => (t.role === 'user' ? 'User' : 'Bot');
-    return {
-      chunks: [
-        { label: 'instruction', text: `${INSTRUCTION}\n\n` },
-        ...r.history.map((t) => ({ label: 'history', text: `${role(t)}: ${t.text}\n` })),
-        { label: 'user', text: `User: ${r.user}\n\n` },
-        { label: 'knowledge', text: `Knowledge: ${r.knowledge}\n\n` },
-        { label: 'response', text: `Bot: ${r.responses.GTRS}` },
-      ],
-      targetLabel: 'response',
-    };
-  }
-  if (r.messages) {
-    if (!Array.isArray(r.messages) || r.messages.length < 2) throw new Error(`${where}: "messages" needs at least two messages`);
-    if (r.messages.at(-1)!.role !== 'assistant') throw new Error(`${where}: the last message must be the assistant's response`);
-    let messages = r.messages.map((m) => ({ role: m.role, content: m.content }));
-    if (r.passages?.length) {
-      const k = messages.length - 2;
-      if (messages[k]!.role !== 'user') throw new Error(`${where}: passages go into the user message before the response`);
-      const chunks = r.passages.map((p, j) => ({ label: p.label ?? `passage#${j + 1}`, text: `${p.text}\n\n` }));
-      messages = messages.map((m, i) => (i === k ? { role: m.role, content: '', chunks: [...chunks, { label: 'question', text: m.content }] } : m));
-    }
-    return { messages, targetLabel: r.target ?? '', ablateLabels: r.ablate ?? [] };
-  }
-  if (r.chunks?.length) return { chunks: r.chunks.map((c) => ({ label: c.label, text: c.text })), targetLabel: r.target ?? '', ablateLabels: r.ablate ?? [] };
-  throw new Error(`${where}: give a CHARPEval sample, "messages" (optionally with "passages"), or "chunks"`);
 }
 
 export async function runAttribute(

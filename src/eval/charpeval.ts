@@ -15,22 +15,8 @@ import { meanMatrix } from '../common/matrix.js';
 import type { ContinuationScore__Output } from '../api/generated/ctxprobe/v1/ContinuationScore.js';
 import type { ModelInfo__Output } from '../api/generated/ctxprobe/v1/ModelInfo.js';
 
-export const RESPONSE_TYPES = ['GTRS', 'KGIR', 'KGUG', 'RECF', 'IECF', 'COEX'] as const;
-export type ResponseType = (typeof RESPONSE_TYPES)[number];
-
-export const INSTRUCTION =
-  'You are given a conversation history between a "User" and a "Bot", along with a piece of "Knowledge" containing factual information. ' +
-  "Your goal is to produce a response to the User's last message, relying only on the provided Knowledge. " +
-  'Do not introduce any new information that is not present in the Knowledge. ' +
-  'If the User asks about something that is not covered by the Knowledge, you may express uncertainty, but do not invent details.';
-
-export interface CharpSample {
-  id?: string;
-  history: { role: 'user' | 'bot'; text: string }[];
-  user: string;
-  knowledge: string;
-  responses: Record<ResponseType, string>;
-}
+export { INSTRUCTION, RESPONSE_TYPES, type CharpSample, type ResponseType } from './records.js';
+import { INSTRUCTION, RESPONSE_TYPES, type CharpSample, type ResponseType } from './records.js';
 
 export function validateSample(s: CharpSample, where: string): void {
   if (!Array.isArray(s.history)) throw new Error(`${where}: "history" must be a list of {role, text}`);

@@ -109,7 +109,7 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
       if (r) r.failure = err;
     },
   });
-  registerViewer(app);
+  registerViewer(app, options.checkToken !== undefined);
 
   const modelName = (name: string | undefined) => (name === '' ? undefined : name);
   const schema = completionsSchema(service.maxItemsPerRequest);

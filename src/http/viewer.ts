@@ -12,16 +12,18 @@ import { openApiDocument } from './openapi.js';
 
 const require = createRequire(import.meta.url);
 const UI_DIR = path.join(PACKAGE_ROOT, 'src/http/ui');
-const BUILT_UI_DIR = path.join(PACKAGE_ROOT, 'dist/src/http/ui');
+const BUILT_DIR = path.join(PACKAGE_ROOT, 'dist/src');
 
 /** name → [file, content type] */
 const FILES: Record<string, [string, string]> = {
   'index.html': [path.join(UI_DIR, 'index.html'), 'text/html; charset=utf-8'],
   'style.css': [path.join(UI_DIR, 'style.css'), 'text/css; charset=utf-8'],
   'favicon.svg': [path.join(UI_DIR, 'favicon.svg'), 'image/svg+xml'],
-  'app.js': [path.join(BUILT_UI_DIR, 'app.js'), 'text/javascript; charset=utf-8'],
-  'figures.js': [path.join(BUILT_UI_DIR, 'figures.js'), 'text/javascript; charset=utf-8'],
-  'samples.js': [path.join(BUILT_UI_DIR, 'samples.js'), 'text/javascript; charset=utf-8'],
+  // The page's modules, compiled from src/ by tsc, under their own relative paths (app.js
+  // imports ../../eval/records.js, the runners' own reading of their data lines).
+  'src/http/ui/app.js': [path.join(BUILT_DIR, 'http/ui/app.js'), 'text/javascript; charset=utf-8'],
+  'src/http/ui/figures.js': [path.join(BUILT_DIR, 'http/ui/figures.js'), 'text/javascript; charset=utf-8'],
+  'src/eval/records.js': [path.join(BUILT_DIR, 'eval/records.js'), 'text/javascript; charset=utf-8'],
   // The UMD builds (package "jsdelivr" entries): plain scripts that set window.d3 / window.Plot.
   'vendor/d3.min.js': [path.join(path.dirname(require.resolve('d3')), 'd3.min.js'), 'text/javascript; charset=utf-8'],
   'vendor/plot.umd.min.js': [
@@ -30,7 +32,9 @@ const FILES: Record<string, [string, string]> = {
   ],
 };
 
-export function registerViewer(app: FastifyInstance): void {
+/** `authRequired`: the page asks for a token before its first call (so it never draws a
+ * 401 in the console just to learn that). */
+export function registerViewer(app: FastifyInstance, authRequired: boolean): void {
   const open = { open: true };
   // Built by `npm run build` (scripts/openapi.mjs); a source checkout without a build gets
   // the same document computed now.
@@ -42,7 +46,8 @@ export function registerViewer(app: FastifyInstance): void {
   });
   app.get('/ui', { config: open }, async (_req, reply) => reply.redirect('/ui/'));
   app.get('/favicon.ico', { config: open }, async (_req, reply) => send(reply, 'favicon.svg'));
-  app.get('/ui/', { config: open }, async (_req, reply) => send(reply, 'index.html'));
+  const page = fs.readFileSync(FILES['index.html']![0], 'utf8').replace('{{AUTH}}', authRequired ? 'required' : 'none');
+  app.get('/ui/', { config: open }, async (_req, reply) => reply.header('cache-control', 'no-cache').type('text/html; charset=utf-8').send(page));
   app.get('/ui/*', { config: open }, async (req, reply) => send(reply, (req.params as { '*': string })['*']));
 }
 

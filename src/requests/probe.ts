@@ -43,6 +43,8 @@ export interface ProbeOptions {
 export interface SampleProbe {
   labels: string[];
   segments: Segment[];
+  /** The sample's token ids. */
+  ids: number[];
   numTokens: number;
   queryLabels: string[];
   /** [layers][chunks]: share of (head, query token) argmax votes per chunk; sums to 1. */
@@ -302,6 +304,7 @@ export class Prober {
     const result: SampleProbe = {
       labels: p.seg.segments.map((s) => s.label),
       segments: p.seg.segments,
+      ids: p.seg.ids,
       numTokens: p.seg.ids.length,
       queryLabels: p.queryLabels,
       votes: dist(sums.votes),

@@ -34,6 +34,11 @@ export interface ProbeRequest {
    * same forward pass as the attention statistics.
    */
   'withLogprobs'?: (boolean);
+  /**
+   * Also return every token of each sample: its id, and its text (the token decoded on its
+   * own), for labelling a per-token view of the sample.
+   */
+  'withTokens'?: (boolean);
 }
 
 export interface ProbeRequest__Output {
@@ -66,4 +71,9 @@ export interface ProbeRequest__Output {
    * same forward pass as the attention statistics.
    */
   'withLogprobs': (boolean);
+  /**
+   * Also return every token of each sample: its id, and its text (the token decoded on its
+   * own), for labelling a per-token view of the sample.
+   */
+  'withTokens': (boolean);
 }

@@ -49,6 +49,11 @@ export interface SampleProbe {
    */
   'queryLogprobs'?: (number | string)[];
   'queryLogprob'?: (number | string);
+  /**
+   * With with_tokens: the sample's tokens, [num_tokens].
+   */
+  'tokenIds'?: (number)[];
+  'tokens'?: (string)[];
 }
 
 export interface SampleProbe__Output {
@@ -97,4 +102,9 @@ export interface SampleProbe__Output {
    */
   'queryLogprobs': (number)[];
   'queryLogprob': (number);
+  /**
+   * With with_tokens: the sample's tokens, [num_tokens].
+   */
+  'tokenIds': (number)[];
+  'tokens': (string)[];
 }

@@ -1,0 +1,233 @@
+// The viewer page (/ui/) in headless Chromium (Debian's chromium, driven by
+// playwright-core), as a researcher uses it: paste a 4-chunk sample, then a 3-round
+// dialogue (with a generated response), press Analyse, read the figures, export one as
+// SVG — with no console error at any point, and again behind a bearer token. What is
+// drawn is checked against the same calls made directly over HTTP/JSON. Screenshots go
+// to test/artifacts/ (CI keeps them).
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CtxprobeServer } from '../src/serving/server.js';
+import { loadModel, type LoadedModel } from '../src/serving/repository.js';
+import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const haveChromium = fs.existsSync(CHROMIUM);
+if (!haveChromium) console.warn(`skipping the viewer tests: no Chromium at ${CHROMIUM} (apt-get install chromium)`);
+const ARTIFACTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'artifacts');
+
+const FOUR_CHUNKS = {
+  id: 'four',
+  chunks: [
+    { label: 'instruction', text: 'Answer from the knowledge only.\n\n' },
+    { label: 'history', text: 'User: I like baking bread. Do you?\nBot: Bots cannot bake.\n' },
+    { label: 'knowledge', text: 'Knowledge: early breads were baked on hot stones.\n\n' },
+    { label: 'response', text: 'Bot: Early breads were baked on hot stones.' },
+  ],
+};
+// A RefuteBench line: its "setting" is no ProbeSample field, set aside by the page.
+const DIALOGUE = {
+  id: 'transient-1',
+  setting: 'transient',
+  messages: [
+    { role: 'system', content: 'You are a helpful translator.' },
+    { role: 'user', content: 'Translate to French: good morning' },
+    { role: 'assistant', content: 'Bonjour.' },
+    { role: 'user', content: 'Use a more formal tone for this one.' },
+    { role: 'assistant', content: 'Bonjour, madame.' },
+    { role: 'user', content: 'Translate to French: thank you' },
+    { role: 'assistant', content: 'Merci beaucoup.' },
+  ],
+};
+
+async function launch() {
+  const { chromium } = await import('playwright-core');
+  return chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'] });
+}
+
+/** A page that records every console error, page error and failed or refused request. */
+async function openPage(browser: any, url: string) {
+  const page = await browser.newPage({ viewport: { width: 1300, height: 900 }, acceptDownloads: true });
+  const problems: string[] = [];
+  page.on('console', (m: any) => m.type() === 'error' && problems.push(`console: ${m.text()}`));
+  page.on('pageerror', (e: Error) => problems.push(`page error: ${e.message}`));
+  page.on('requestfailed', (r: any) => problems.push(`failed: ${r.url()}`));
+  page.on('response', (r: any) => r.status() >= 400 && problems.push(`HTTP ${r.status()}: ${r.url()}`));
+  await page.goto(url);
+  return { page, problems };
+}
+
+async function analyse(page: any, sample: unknown, options: { generate?: boolean; colour?: string } = {}) {
+  await page.fill('#sample', JSON.stringify(sample, null, 1));
+  await page.setChecked('#generate', options.generate ?? false);
+  if (options.colour) await page.selectOption('#colour', options.colour);
+  await page.click('button:has-text("Analyse")');
+  await page.waitForFunction(() => {
+    const s = document.querySelector('#status')!;
+    return s.textContent!.startsWith('Done') || s.classList.contains('error');
+  }, null, { timeout: 60_000 });
+  return page.textContent('#status');
+}
+
+/** Every figure's kind, and the <title> texts of its marks. */
+const figures = (page: any): Promise<{ kind: string; titles: string[]; texts: string[] }[]> =>
+  page.$$eval('svg.figure', (svgs: SVGSVGElement[]) =>
+    svgs.map((s) => ({
+      kind: s.getAttribute('class')!.replace('figure ', ''),
+      titles: [...s.querySelectorAll('g[aria-label] title')].map((t) => t.textContent!),
+      texts: [...s.querySelectorAll('g[aria-label="text"] text')].map((t) => t.textContent!),
+    })),
+  );
+
+const matrixRows = (m: any): number[][] => Array.from({ length: m.rows }, (_, r) => m.values.slice(r * m.cols, (r + 1) * m.cols));
+
+describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
+  let model: LoadedModel;
+  let server: CtxprobeServer;
+  let browser: any;
+  let base: string;
+  beforeAll(async () => {
+    fs.mkdirSync(ARTIFACTS, { recursive: true });
+    const fx = makeFixture({ ...FAMILY_FIXTURES.qwen2!, maxPositions: 512, chatTemplate: 'chatml' });
+    model = await loadModel({ name: 'chat', path: fx.dir, threads: 1 });
+    server = await CtxprobeServer.start({ port: 0, httpPort: 0, metricsPort: -1 });
+    server.addModel(model);
+    server.setServing();
+    base = `http://127.0.0.1:${server.httpPort}`;
+    browser = await launch();
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await server?.drain();
+    await model?.engine.release();
+  });
+
+  it('draws a 4-chunk sample: votes, mass and heatmap as the probe answers them, attribution bars, the text coloured', async () => {
+    const { page, problems } = await openPage(browser, `${base}/ui/`);
+    await page.waitForFunction(() => (document.querySelector('#model') as HTMLSelectElement).options.length > 0);
+    expect(await page.isHidden('#token-field')).toBe(true); // this server asks for none
+    const status = await analyse(page, FOUR_CHUNKS);
+    expect(status).toMatch(/^Done: \d+ tokens, 4 chunks/);
+    const drawn = await figures(page);
+    expect(drawn.map((f) => f.kind)).toEqual(['layer-bars', 'layer-cells', 'round-heatmap', 'effect-bars', 'sweep-lines']);
+
+    // The same probe, asked directly: the page draws its numbers.
+    const probe = await (await fetch(`${base}/v1/probe`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'chat', samples: [{ ...FOUR_CHUNKS, queryLabels: ['response'] }] }) })).json();
+    const s = probe.samples[0];
+    const labels = ['instruction', 'history', 'knowledge', 'response'];
+    const votes = matrixRows(s.votes);
+    expect(drawn[0]!.titles).toEqual(votes.flatMap((row, l) => row.map((v, c) => `layer ${l}, ${labels[c]}: ${(100 * v).toFixed(1)}%`)));
+    const mass = matrixRows(s.mass);
+    expect(drawn[1]!.texts).toEqual(mass.flatMap((row) => row.map((v) => v.toFixed(2))));
+    const heat = matrixRows(s.heatmap);
+    expect(drawn[2]!.texts).toEqual(heat.flatMap((row, q) => row.filter((_, k) => k <= q).map((v) => v.toFixed(2))));
+    // Attribution: one bar per chunk before the response and intervention.
+    expect(drawn[3]!.titles).toHaveLength(2 * 3);
+    expect(drawn[3]!.titles[0]).toMatch(/^instruction, remove: -?\d+\.\d{3}$/);
+
+    // The text: every token of the sample, coloured by the query chunk's attention.
+    const tokens = await page.$$eval('.tokens .tok', (ts: HTMLElement[]) => ts.map((t) => t.dataset.value));
+    expect(tokens).toHaveLength(s.numTokens);
+    expect(tokens.every((v: string) => v !== '')).toBe(true);
+
+    // Export: the figure as an SVG file.
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('.card:has(svg.round-heatmap) button.export-svg')]);
+    const file = path.join(ARTIFACTS, 'viewer-round-heatmap.svg');
+    await download.saveAs(file);
+    const svg = fs.readFileSync(file, 'utf8');
+    expect(svg).toMatch(/^<\?xml version="1.0" encoding="UTF-8"\?>\n<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
+    expect(svg).toContain('Query segment → key segment');
+    expect((svg.match(/<title>/g) ?? []).length).toBe(10); // the lower triangle of 4 × 4
+    await page.screenshot({ path: path.join(ARTIFACTS, 'viewer-four-chunks.png'), fullPage: true });
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('draws a 3-round dialogue and a generated response with where each token looked', async () => {
+    const { page, problems } = await openPage(browser, `${base}/ui/`);
+    await page.waitForFunction(() => (document.querySelector('#model') as HTMLSelectElement).options.length > 0);
+    await page.fill('#max-tokens', '6');
+    const status = await analyse(page, DIALOGUE, { generate: true, colour: 'logprob' });
+    expect(status).toMatch(/^Done: \d+ tokens, 7 chunks; set aside: setting\.$/);
+    const drawn = await figures(page);
+    expect(drawn.map((f) => f.kind)).toEqual(['layer-bars', 'layer-cells', 'round-heatmap', 'effect-bars', 'sweep-lines', 'token-cells']);
+    // Seven segments: system, three user turns, three assistant turns; the heatmap's lower triangle.
+    expect(drawn[2]!.texts).toHaveLength((7 * 8) / 2);
+    // The history sweep: one point per kept count and intervention.
+    expect(drawn[4]!.titles.length).toBeGreaterThanOrEqual(2);
+
+    // The response the page generated is what Generate gives for the dialogue without its
+    // last answer (greedy, 6 tokens).
+    const res = await fetch(`${base}/v1/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'chat', prompt: { id: 'transient-1', messages: DIALOGUE.messages.slice(0, -1), addGenerationPrompt: true }, sampling: { maxTokens: 6 } }),
+    });
+    const steps = (await res.text()).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    expect(await page.textContent('.generated')).toBe(steps.map((m) => m.text).join(''));
+    // A row of cells per generated token, a column per prompt segment (the six messages
+    // before the answer) and the response.
+    expect(steps[0].spans).toHaveLength(6);
+    expect(drawn[5]!.titles).toHaveLength(steps.length * 7);
+    // Log-prob colouring: exactly the query chunk's tokens are coloured.
+    const coloured = await page.$$eval('.tokens .tok', (ts: HTMLElement[]) => ts.filter((t) => t.dataset.value !== '').length);
+    expect(coloured).toBeGreaterThan(0);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'viewer-dialogue.png'), fullPage: true });
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('opens a JSONL file (its first line) and names what is wrong with a bad sample', async () => {
+    const { page, problems } = await openPage(browser, `${base}/ui/`);
+    await page.waitForFunction(() => (document.querySelector('#model') as HTMLSelectElement).options.length > 0);
+    const jsonl = path.join(ARTIFACTS, 'viewer-input.jsonl');
+    fs.writeFileSync(jsonl, `${JSON.stringify(DIALOGUE)}\n${JSON.stringify(FOUR_CHUNKS)}\n`);
+    await page.setInputFiles('#file', jsonl);
+    await page.waitForFunction(() => (document.querySelector('#status')!.textContent ?? '').startsWith('Opened'));
+    expect(JSON.parse(await page.inputValue('#sample'))).toEqual(DIALOGUE);
+    await page.fill('#sample', JSON.stringify({ chunks: [{ label: 'a', text: 'x', ids: { ids: [1] } }] }));
+    await page.click('button:has-text("Analyse")');
+    await page.waitForSelector('#status.error');
+    // The server's refusal, field named (a 400 is the answer, not a page fault: allowed here).
+    expect(await page.textContent('#status')).toMatch(/samples\[0\]\.chunks\[0\]\.content: set one of its fields/);
+    expect(problems.filter((p) => !p.includes('400'))).toEqual([]);
+    await page.close();
+  });
+});
+
+describe.skipIf(!haveChromium)('the viewer behind a bearer token', () => {
+  const TOKEN = 'viewer-token-0123456789abcdef';
+  let model: LoadedModel;
+  let server: CtxprobeServer;
+  let browser: any;
+  beforeAll(async () => {
+    model = await loadModel({ name: 'm', path: makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 256 }).dir, threads: 1 });
+    server = await CtxprobeServer.start({ port: 0, httpPort: 0, metricsPort: -1, authTokens: [TOKEN] });
+    server.addModel(model);
+    server.setServing();
+    browser = await launch();
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await server?.drain();
+    await model?.engine.release();
+  });
+
+  it('asks for the token before any call, then sends it with every call', async () => {
+    const { page, problems } = await openPage(browser, `http://127.0.0.1:${server.httpPort}/ui/`);
+    const seen: string[] = [];
+    page.on('request', (r: any) => r.url().includes('/v1/') && seen.push(`${r.url().replace(/^.*\/v1\//, '')} ${r.headers().authorization ?? '-'}`));
+    await page.waitForFunction(() => (document.querySelector('#status')!.textContent ?? '').includes('bearer token'));
+    expect(seen).toEqual([]);
+    await page.fill('#token', TOKEN);
+    await page.press('#token', 'Enter');
+    await page.waitForFunction(() => (document.querySelector('#model') as HTMLSelectElement).options.length > 0);
+    expect(await analyse(page, FOUR_CHUNKS)).toMatch(/^Done/);
+    expect(seen.length).toBeGreaterThanOrEqual(4); // list-models, probe, raw-attention, attribute
+    expect(seen.every((s) => s.endsWith(`Bearer ${TOKEN}`))).toBe(true);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'viewer-token.png'), fullPage: true });
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+});
