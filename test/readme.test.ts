@@ -61,6 +61,7 @@ function onDefaultModel(command: string): string {
 interface Started {
   lines: Record<string, any>[];
   grpcPort: number;
+  httpPort: number;
   /** SIGTERM to the process group, as a terminal's Ctrl-C or a container stop reaches the
    * server (npm itself does not pass SIGTERM on); resolves with how the server stopped. */
   stop(): Promise<string | undefined>;
@@ -91,6 +92,7 @@ function npmStart(args: string): Promise<Started> {
             resolve({
               lines,
               grpcPort: Number(listening.address.split(':').at(-1)),
+              httpPort: Number(listening.httpPort),
               stop: async () => {
                 process.kill(-child.pid!, 'SIGTERM');
                 await closed;
@@ -147,6 +149,21 @@ describe('every README command, on the default model', () => {
           server = s; // the default server stays up for the Python client below
           started.push(s);
         } else expect(await s.stop()).toBe('drained');
+        return;
+      }
+      // The HTTP/JSON examples, against the default server's HTTP port (the README's :8000).
+      if (/^curl /.test(command) || /^python3 examples\/python\/ctxprobe_http\.py/.test(command)) {
+        expect(server, 'npm start serves the default model first').toBeDefined();
+        const run = spawnSync('sh', ['-c', command.replace(/127\.0\.0\.1:8000/g, `127.0.0.1:${server!.httpPort}`).replace(/^python3 /, `${python} `)], {
+          cwd: ROOT,
+          encoding: 'utf8',
+          env: { ...process.env, CTXPROBE_URL: `http://127.0.0.1:${server!.httpPort}` },
+        });
+        expect(run.status, run.stderr).toBe(0);
+        // An answer, not an error: curl prints what the server said.
+        const first = JSON.parse(run.stdout.split('\n')[0]!);
+        expect(first.code, run.stdout).toBeUndefined();
+        expect(first.error, run.stdout).toBeUndefined();
         return;
       }
       if (/^(examples\/python\/|python3 )/.test(command)) {
