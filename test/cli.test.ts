@@ -283,7 +283,7 @@ describe('ctxprobe probe', () => {
     printed.samples[0].votes.forEach((row: number[], l: number) =>
       row.forEach((v, c) => expect(Math.abs(v - direct.samples[0]!.votes[l]![c]!)).toBeLessThan(1e-6)),
     );
-    expect(fs.readFileSync(path.join(out, 'r.html'), 'utf8')).toMatch(/<svg[^>]*class="chart distribution"/);
+    expect(fs.readFileSync(path.join(out, 'r.html'), 'utf8')).toMatch(/<svg[^>]*class="figure layer-bars"/);
     for (const f of ['fig-votes.svg', 'fig-mass.svg', 'fig-heatmap-0.svg']) expect(fs.existsSync(path.join(out, f))).toBe(true);
     await m.engine.release();
   });
@@ -322,7 +322,7 @@ describe('ctxprobe attribute', () => {
       [2 ** 31 - 1, []],
     ]);
     expect(printed.variants).toBe(prepared.units.length);
-    expect(fs.readFileSync(path.join(out, 'attr-0.svg'), 'utf8')).toMatch(/<svg[^>]*class="chart attribution"/);
+    expect(fs.readFileSync(path.join(out, 'attr-0.svg'), 'utf8')).toMatch(/<svg[^>]*class="figure effect-bars"/);
     await m.engine.release();
   });
 });

@@ -118,7 +118,7 @@ describe('CHARPEval runner', () => {
     const results = JSON.parse(fs.readFileSync(path.join(out, 'results.json'), 'utf8'));
     expect(results.results).toHaveLength(3);
     expect(fs.readFileSync(path.join(out, 'report.md'), 'utf8')).toMatch(/\| log-likelihood \|/);
-    expect(fs.readFileSync(path.join(out, 'attention-votes.svg'), 'utf8')).toMatch(/<svg[\s\S]*class="bar"/);
+    expect(fs.readFileSync(path.join(out, 'attention-votes.svg'), 'utf8')).toMatch(/<svg[^>]*class="figure layer-bars"[\s\S]*aria-label="bar"/);
   });
 });
 
@@ -186,8 +186,8 @@ describe('attribution runner', () => {
       [2 ** 31 - 1, 2],
     ]);
     expect(fs.readFileSync(path.join(out, 'report.md'), 'utf8')).toMatch(/## Mean Δ per chunk label/);
-    expect(fs.readFileSync(path.join(out, 'attribution-mean.svg'), 'utf8')).toMatch(/<svg[\s\S]*data-intervention="mask"/);
-    expect(fs.readFileSync(path.join(out, 'report.html'), 'utf8')).toMatch(/attribution-|class="chart attribution"/);
+    expect(fs.readFileSync(path.join(out, 'attribution-mean.svg'), 'utf8')).toMatch(/<svg[^>]*class="figure effect-bars"[\s\S]*, mask: /);
+    expect(fs.readFileSync(path.join(out, 'report.html'), 'utf8')).toMatch(/class="figure effect-bars"/);
   });
 });
 

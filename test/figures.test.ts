@@ -1,5 +1,7 @@
-// The probe figures as a person sees them: the HTML report rendered in headless
-// Chromium (Debian's chromium, driven by playwright-core), checking what is drawn.
+// The CLI's figures as a person sees them: the HTML report and the attribution SVG —
+// drawn by the viewer's charts (Observable Plot) into linkedom's document, no browser —
+// rendered in headless Chromium (Debian's chromium, driven by playwright-core), checking
+// what is drawn against the answers.
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -52,14 +54,12 @@ describe.skipIf(!haveChromium)('probe report in Chromium', () => {
   });
 
   it('draws the mean chunk distributions as stacked bars whose heights are the shares', async () => {
-    const charts = await page.$$eval('svg.distribution', (svgs: SVGSVGElement[]) =>
+    const charts = await page.$$eval('svg.layer-bars', (svgs: SVGSVGElement[]) =>
       svgs.map((svg) => ({
-        title: svg.querySelector('.title')!.textContent,
-        legend: [...svg.querySelectorAll('text.legend')].map((t) => t.textContent),
-        bars: [...svg.querySelectorAll('rect.bar')].map((r) => ({
-          layer: Number(r.getAttribute('data-layer')),
-          label: r.getAttribute('data-label'),
-          value: Number(r.getAttribute('data-value')),
+        title: svg.querySelector('text.title')!.textContent,
+        legend: [...svg.querySelectorAll('text.legend-label')].map((t) => t.textContent),
+        bars: [...svg.querySelectorAll('g[aria-label="bar"] rect')].map((r) => ({
+          title: r.querySelector('title')!.textContent!,
           height: (r as SVGRectElement).getBBox().height,
         })),
       })),
@@ -69,46 +69,60 @@ describe.skipIf(!haveChromium)('probe report in Chromium', () => {
       'Attention mass per layer (mean of 2 samples)',
     ]);
     const L = engine.config.numLayers;
+    const labels = ['instruction', 'history', 'knowledge', 'response'];
     charts.forEach((chart: any, k: number) => {
       const expected = k === 0 ? answer.mean!.votes : answer.mean!.mass;
-      expect(chart.legend).toEqual(['instruction', 'history', 'knowledge', 'response']);
+      expect(chart.legend).toEqual(labels);
       expect(chart.bars).toHaveLength(L * 4);
+      // The y axis maps a share of 1 to `full` pixels; every bar's height is its share of it.
+      const full = chart.bars.reduce((a: number, b: any) => a + b.height, 0) / L;
       for (let l = 0; l < L; l++) {
-        const bars = chart.bars.filter((b: any) => b.layer === l);
-        bars.forEach((b: any, c: number) => expect(Math.abs(b.value - expected[l]![c]!)).toBeLessThan(1e-9));
-        // Each stack fills the full 220 px axis (shares sum to 1), split in proportion.
-        const total = bars.reduce((a: number, b: any) => a + b.height, 0);
-        expect(Math.abs(total - 220)).toBeLessThan(0.5);
-        bars.forEach((b: any) => expect(Math.abs(b.height - 220 * b.value)).toBeLessThan(0.05));
+        labels.forEach((label, c) => {
+          const bar = chart.bars.find((b: any) => b.title.startsWith(`layer ${l}, ${label}:`));
+          const printed = Number(/: (\S+) \(/.exec(bar.title)![1]);
+          expect(Math.abs(printed - expected[l]![c]!)).toBeLessThanOrEqual(5e-4 * Math.max(expected[l]![c]!, 1e-3));
+          expect(Math.abs(bar.height - full * expected[l]![c]!)).toBeLessThan(0.05);
+        });
+        const stack = chart.bars.filter((b: any) => b.title.startsWith(`layer ${l},`)).reduce((a: number, b: any) => a + b.height, 0);
+        expect(Math.abs(stack - full)).toBeLessThan(0.1); // shares sum to 1: each stack fills the axis
       }
+      expect(full).toBeGreaterThan(150);
     });
   });
 
   it('draws each heatmap lower-triangular with labelled axes, darkest at the maximum', async () => {
-    const maps = await page.$$eval('svg.heatmap', (svgs: SVGSVGElement[]) =>
+    const maps = await page.$$eval('svg.round-heatmap', (svgs: SVGSVGElement[]) =>
       svgs.map((svg) => ({
-        rows: [...svg.querySelectorAll('text.row-label')].map((t) => t.textContent),
-        cols: [...svg.querySelectorAll('text.col-label')].map((t) => t.textContent),
-        cells: [...svg.querySelectorAll('rect.cell')].map((r) => ({
-          row: Number(r.getAttribute('data-row')),
-          col: Number(r.getAttribute('data-col')),
-          value: Number(r.getAttribute('data-value')),
+        ticks: [...svg.querySelectorAll('g[aria-label="y-axis tick label"] text')].map((t) => t.textContent),
+        cols: [...svg.querySelectorAll('g[aria-label="x-axis tick label"] text')].map((t) => t.textContent),
+        cells: [...svg.querySelectorAll('g[aria-label="cell"] rect')].map((r) => ({
+          title: r.querySelector('title')!.textContent!,
           fill: getComputedStyle(r).fill,
         })),
       })),
     );
     expect(maps).toHaveLength(3); // the mean and each of the two samples
+    const labels = ['instruction', 'history', 'knowledge', 'response'];
     const matrices = [answer.mean!.heatmap!, answer.samples[0]!.heatmap, answer.samples[1]!.heatmap];
+    const luminance = (fill: string) => {
+      const [r, g, b] = fill.match(/\d+/g)!.map(Number);
+      return 0.2126 * r! + 0.7152 * g! + 0.0722 * b!;
+    };
     maps.forEach((m: any, k: number) => {
-      expect(m.rows).toEqual(['instruction', 'history', 'knowledge', 'response']);
-      expect(m.cols).toEqual(m.rows);
+      expect(m.ticks).toEqual(labels);
+      expect(m.cols).toEqual(labels);
       expect(m.cells).toHaveLength(10);
-      m.cells.forEach((c: any) => {
-        expect(c.col).toBeLessThanOrEqual(c.row);
-        expect(Math.abs(c.value - matrices[k]![c.row]![c.col]!)).toBeLessThan(1e-9);
+      const cells = m.cells.map((c: any) => {
+        const [, q, key, value] = /^(\w+) → (\w+): (\S+)$/.exec(c.title)!;
+        return { row: labels.indexOf(q!), col: labels.indexOf(key!), value: Number(value), fill: c.fill };
       });
-      const darkest = m.cells.reduce((a: any, c: any) => (c.value > a.value ? c : a));
-      expect(darkest.fill).toBe('rgb(255, 0, 0)');
+      cells.forEach((c: any) => {
+        expect(c.col).toBeLessThanOrEqual(c.row);
+        const v = matrices[k]![c.row]![c.col]!;
+        expect(Math.abs(c.value - v)).toBeLessThanOrEqual(5e-4 * Math.max(v, 1e-3));
+      });
+      const darkest = cells.reduce((a: any, c: any) => (luminance(c.fill) < luminance(a.fill) ? c : a));
+      expect(darkest.value).toBe(Math.max(...cells.map((c: any) => c.value)));
     });
     const shot = await page.screenshot({ fullPage: true });
     expect(shot.length).toBeGreaterThan(10_000);
@@ -151,19 +165,29 @@ describe.skipIf(!haveChromium)('attribution figure in Chromium', () => {
   });
 
   it('draws one bar per chunk and intervention, its length in proportion to |Δ|, left of zero when Δ < 0', async () => {
-    const bars = await page.$$eval('svg.attribution rect.bar', (rects: SVGRectElement[]) =>
-      rects.map((r) => ({ label: r.getAttribute('data-label'), kind: r.getAttribute('data-intervention'), value: Number(r.getAttribute('data-value')), box: { x: r.getBBox().x, width: r.getBBox().width } })),
+    const bars = await page.$$eval('svg.effect-bars g[aria-label="bar"] rect', (rects: SVGRectElement[]) =>
+      rects.map((r) => {
+        const box = r.getBoundingClientRect();
+        return { title: r.querySelector('title')!.textContent!, x: box.x, width: box.width };
+      }),
     );
-    const zero = await page.$eval('svg.attribution line', (l: SVGLineElement) => Number(l.getAttribute('x1')));
+    const zero = await page.$eval('svg.effect-bars g[aria-label="rule"] line', (l: SVGLineElement) => l.getBoundingClientRect().x);
     expect(bars).toHaveLength(answer.chunks.length * 2);
-    const max = Math.max(...bars.map((b: any) => Math.abs(b.value)));
+    const parsed = bars.map((b: any) => {
+      const [, label, kind, value] = /^(\w+), (remove|mask): (\S+)$/.exec(b.title)!;
+      return { ...b, label, kind, value: Number(value) };
+    });
+    // Pixels per nat, from the longest bar.
+    const longest = parsed.reduce((a: any, b: any) => (b.width > a.width ? b : a));
+    const scale = longest.width / Math.abs(longest.value);
     answer.chunks.forEach((c) => {
       for (const kind of ['remove', 'mask'] as const) {
-        const bar = bars.find((b: any) => b.label === c.label && b.kind === kind);
-        expect(bar.value).toBe(c[kind]!.delta);
-        expect(Math.abs(bar.box.width - (200 * Math.abs(bar.value)) / max)).toBeLessThan(0.02);
-        if (bar.value < 0) expect(Math.abs(bar.box.x + bar.box.width - zero)).toBeLessThan(0.02);
-        else expect(Math.abs(bar.box.x - zero)).toBeLessThan(0.02);
+        const bar = parsed.find((b: any) => b.label === c.label && b.kind === kind);
+        const delta = c[kind]!.delta;
+        expect(Math.abs(bar.value - delta)).toBeLessThanOrEqual(5e-4 * Math.max(Math.abs(delta), 1e-3));
+        expect(Math.abs(bar.width - scale * Math.abs(delta))).toBeLessThan(0.6);
+        if (delta < 0) expect(Math.abs(bar.x + bar.width - zero)).toBeLessThan(0.6);
+        else expect(Math.abs(bar.x - zero)).toBeLessThan(0.6);
       }
     });
   });

@@ -5,10 +5,29 @@
 //           ─> RawAttention of the query rows (the text coloured by where they looked)
 //           ─> Attribute (remove / mask per chunk, history sweep)       [optional]
 //           ─> Generate (the response, with per-token attention)        [optional]
-import { effectBars, layerBars, layerCells, ramp, roundHeatmap, svgFile, sweepLines, tokenCells, uniqueLabels } from './figures.js';
+import type * as PlotNS from '@observablehq/plot';
+import * as charts from '../../figures/charts.js';
 import { viewerSample } from '../../eval/records.js';
 
 type Json = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+// Plot and d3 come as scripts (vendor/), the charts from the code the CLI draws with.
+declare const Plot: typeof PlotNS;
+declare const d3: { interpolateBlues(t: number): string; interpolateReds(t: number): string };
+const draw: charts.Draw = { Plot, document };
+const { uniqueLabels } = charts;
+const layerBars = charts.layerBars.bind(null, draw);
+const layerCells = charts.layerCells.bind(null, draw);
+const roundHeatmap = charts.roundHeatmap.bind(null, draw);
+const effectBars = charts.effectBars.bind(null, draw);
+const sweepLines = charts.sweepLines.bind(null, draw);
+const tokenCells = charts.tokenCells.bind(null, draw);
+
+/** A colour on a light-to-dark ramp for v in [0, 1] (the text view's backgrounds). */
+const ramp = (scheme: 'blues' | 'reds', v: number) => (scheme === 'blues' ? d3.interpolateBlues : d3.interpolateReds)(Math.max(0, Math.min(1, v)) * 0.85);
+
+/** The SVG file of a figure. */
+const svgFile = (svg: SVGSVGElement) => new Blob([`<?xml version="1.0" encoding="UTF-8"?>\n${charts.svgText(svg)}`], { type: 'image/svg+xml' });
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const results = $<HTMLElement>('results');
