@@ -301,6 +301,32 @@ describe('HTTP/JSON transcoding', () => {
   });
 });
 
+describe('HTTP/JSON limits', () => {
+  let model: LoadedModel;
+  let server: CtxprobeServer;
+  beforeAll(async () => {
+    const { loadModel } = await import('../src/serving/repository.js');
+    model = await loadModel({ name: 'm', path: makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 256 }).dir, threads: 1 });
+    server = await CtxprobeServer.start({ port: 0, httpPort: 0, metricsPort: -1, maxMessageBytes: 4096, maxItemsPerRequest: 2 });
+    server.addModel(model);
+    server.setServing();
+  });
+  afterAll(async () => {
+    await server?.drain();
+    await model?.engine.release();
+  });
+
+  it("refuses a body over --max-message-bytes (413) and items over --max-items, as gRPC's limits do", async () => {
+    const base = `http://127.0.0.1:${server.httpPort}`;
+    const big = await http(base, '/v1/tokenize', { json: { texts: ['x'.repeat(5000)] } });
+    expect([big.status, big.body.code]).toEqual([413, grpc.status.RESOURCE_EXHAUSTED]);
+    expect(big.body.message).toMatch(/^body: over the limit of 4096 bytes/);
+    const many = await http(base, '/v1/probe', { json: { samples: [SAMPLE, SAMPLE, SAMPLE] } });
+    expect([many.status, many.body.code]).toEqual([400, grpc.status.INVALID_ARGUMENT]);
+    expect(many.body.message).toMatch(/^samples: /);
+  });
+});
+
 describe('HTTP/JSON behind TLS and bearer tokens', () => {
   const TOKEN = 'http-token-0123456789abcdef';
   let model: LoadedModel;

@@ -45,8 +45,9 @@ export interface RouteConfig {
 }
 
 export function buildHttpApp(service: Service, options: HttpOptions = {}): FastifyInstance {
+  const bodyLimit = options.maxBodyBytes ?? 64 * 1024 * 1024;
   const app = Fastify({
-    bodyLimit: options.maxBodyBytes ?? 64 * 1024 * 1024,
+    bodyLimit,
     ...(options.tls ? { https: httpsOptions(options.tls) } : {}),
     // Types as sent: "1" is not 1 and "yes" is not true; unknown fields are refused.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false, verbose: true } },
@@ -88,7 +89,7 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
     reply.raw.once('close', () => reply.raw.writableFinished || end(req, 499));
   });
   app.setErrorHandler((err: FastifyError, req, reply) => {
-    const failure = fromFastify(err);
+    const failure = fromFastify(err, bodyLimit);
     const r = records.get(req);
     if (r) r.failure = failure;
     if (rpcOf(req)) {
@@ -307,7 +308,7 @@ interface AjvError {
 }
 
 /** A fastify error (validation, body parsing, size) as the server's error model. */
-function fromFastify(err: FastifyError): unknown {
+function fromFastify(err: FastifyError, bodyLimit: number): unknown {
   if (err instanceof CtxprobeError) return err;
   if (err.validation) {
     const errors = err.validation as AjvError[];
@@ -335,7 +336,7 @@ function fromFastify(err: FastifyError): unknown {
   }
   switch (err.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new TooLargeError(`body: over the limit of ${err.message.match(/\d+/)?.[0] ?? 'the configured'} bytes`);
+      return new TooLargeError(`body: over the limit of ${bodyLimit} bytes (--max-message-bytes)`);
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return new UnsupportedMediaTypeError('content-type: application/json is required');
