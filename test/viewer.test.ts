@@ -207,8 +207,18 @@ describe.skipIf(!haveChromium)('the viewer behind a bearer token', () => {
   let model: LoadedModel;
   let server: CtxprobeServer;
   let browser: any;
+  let middle: number;
   beforeAll(async () => {
-    model = await loadModel({ name: 'm', path: makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 256 }).dir, threads: 1 });
+    // A raw-attention cap that one layer of the sample's response rows fits and all do not.
+    const dir = makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 256 }).dir;
+    const sizing = await loadModel({ name: 'm', path: dir, threads: 1 });
+    const [probed] = (await sizing.prober.probe([{ chunks: FOUR_CHUNKS.chunks }])).samples;
+    const response = probed!.segments.at(-1)!;
+    const oneLayer = sizing.engine.config.numHeads * (response.end - response.start) * probed!.numTokens * 2;
+    middle = Math.floor(sizing.engine.config.numLayers / 2);
+    expect(sizing.engine.config.numLayers).toBeGreaterThan(1);
+    await sizing.engine.release();
+    model = await loadModel({ name: 'm', path: dir, threads: 1, maxRawAttentionBytes: Math.ceil(1.5 * oneLayer) });
     server = await CtxprobeServer.start({ port: 0, httpPort: 0, metricsPort: -1, authTokens: [TOKEN] });
     server.addModel(model);
     server.setServing();
@@ -220,7 +230,7 @@ describe.skipIf(!haveChromium)('the viewer behind a bearer token', () => {
     await model?.engine.release();
   });
 
-  it('asks for the token before any call, then sends it with every call', async () => {
+  it('asks for the token before any call, then sends it with every call; keeps under the raw-attention cap', async () => {
     const { page, problems } = await openPage(browser, `http://127.0.0.1:${server.httpPort}/ui/`);
     const seen: string[] = [];
     page.on('request', (r: any) => r.url().includes('/v1/') && seen.push(`${r.url().replace(/^.*\/v1\//, '')} ${r.headers().authorization ?? '-'}`));
@@ -231,6 +241,9 @@ describe.skipIf(!haveChromium)('the viewer behind a bearer token', () => {
     await page.waitForFunction(() => (document.querySelector('#model') as HTMLSelectElement).options.length > 0);
     expect(await analyse(page, FOUR_CHUNKS)).toMatch(/^Done/);
     expect(seen.length).toBeGreaterThanOrEqual(4); // list-models, probe, raw-attention, attribute
+    // All layers are over this model's raw-attention cap: the text view shows the middle
+    // layer, says so, and asked for nothing the server would refuse.
+    expect(await page.textContent('.card:has(.tokens) p.note')).toContain(`layer ${middle} (all layers are over the model's raw-attention cap)`);
     expect(seen.every((s) => s.endsWith(`Bearer ${TOKEN}`))).toBe(true);
     await page.screenshot({ path: path.join(ARTIFACTS, 'viewer-token.png'), fullPage: true });
     expect(problems).toEqual([]);

@@ -289,18 +289,24 @@ async function analyse(): Promise<void> {
     const colour = $<HTMLSelectElement>('colour').value;
     const querySpans = s.spans.filter((x: Json) => s.queryLabels.includes(x.label));
     if (colour === 'mass') {
-      const layer = $<HTMLSelectElement>('layer').value;
-      const layers = layer === 'all' ? Array.from({ length: probe.layers }, (_, l) => l) : [Number(layer)];
+      let layer = $<HTMLSelectElement>('layer').value;
       const heads = Array.from({ length: probe.heads }, (_, h) => h);
       const first = Math.min(...querySpans.map((x: Json) => x.start));
       const last = Math.max(...querySpans.map((x: Json) => x.end));
+      // Every layer of a large model over a long sample can be more than the model's raw
+      // attention cap (ListModels says it): then the middle layer alone, said so.
+      const cap = Number(models.find((m) => m.name === probe.model)?.maxRawAttentionBytes ?? Infinity);
+      const fits = probe.layers * probe.heads * (last - first) * s.numTokens * 2 <= cap;
+      const capped = layer === 'all' && !fits;
+      if (capped) layer = String(Math.floor(probe.layers / 2));
       const slices: Json[] = [];
+      const layers = layer === 'all' ? Array.from({ length: probe.layers }, (_, l) => l) : [Number(layer)];
       await call('/v1/raw-attention', { model, sample: { ...sample, queryLabels: query }, layers, heads, queryStart: first, queryEnd: last, dtype: 'ATTENTION_FLOAT16' }, (m) => slices.push(m));
       const mass = keyMass(slices, s.numTokens);
       // Scaled by the largest share after the first token: that one is most models'
       // attention sink and would leave every other token pale.
       const max = Math.max(1e-9, ...mass.slice(1));
-      const card = textCard(`The text, coloured by where the query chunk looks`, `Mean attention of the ${queryText} tokens (${last - first} queries) on each token, ${layer === 'all' ? 'over all layers' : `layer ${layer}`} and all heads; darker is more (scale: 0 to ${max.toFixed(4)}, the largest after the first token).`);
+      const card = textCard(`The text, coloured by where the query chunk looks`, `Mean attention of the ${queryText} tokens (${last - first} queries) on each token, ${layer === 'all' ? 'over all layers' : `layer ${layer}${capped ? ' (all layers are over the model\'s raw-attention cap)' : ''}`} and all heads; darker is more (scale: 0 to ${max.toFixed(4)}, the largest after the first token).`);
       card.append(tokenText(s, mass.map((v) => v / max), 'blues', (t) => `attention ${mass[t]!.toFixed(4)}`));
       answers.keyMass = mass;
     } else {

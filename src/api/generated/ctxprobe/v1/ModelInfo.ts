@@ -1,5 +1,6 @@
 // Generated from proto/ctxprobe/v1/ctxprobe.proto by scripts/proto-types.mjs: do not edit.
 
+import type { Long } from '@grpc/proto-loader';
 
 export interface ModelInfo {
   'name'?: (string);
@@ -33,6 +34,11 @@ export interface ModelInfo {
    * why this compute dtype (asked for, CPU default, the checkpoint's bfloat16 on CUDA, …)
    */
   'dtypeReason'?: (string);
+  /**
+   * The largest RawAttention answer this model gives (layers × heads × queries × keys ×
+   * bytes per value), so a client can size its request.
+   */
+  'maxRawAttentionBytes'?: (number | string | Long);
 }
 
 export interface ModelInfo__Output {
@@ -67,4 +73,9 @@ export interface ModelInfo__Output {
    * why this compute dtype (asked for, CPU default, the checkpoint's bfloat16 on CUDA, …)
    */
   'dtypeReason': (string);
+  /**
+   * The largest RawAttention answer this model gives (layers × heads × queries × keys ×
+   * bytes per value), so a client can size its request.
+   */
+  'maxRawAttentionBytes': (number);
 }
