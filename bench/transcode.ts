@@ -1,5 +1,6 @@
 // HTTP/JSON against gRPC for the same calls on the same server (in a child process, the
-// bench model, prefix cache off): what transcoding costs per call — parsing and checking
+// bench model, the default prefix cache; every Score and Probe call a new item, so none
+// is answered from it): what transcoding costs per call — parsing and checking
 // the JSON by the proto, re-encoding it, printing the answer — for a harness-shaped Score
 // (a 400-token context, six 30-token continuations), a 4-chunk Probe of the same size,
 // and a 64-token Generate stream. Prints mean milliseconds per call, the ratio and the
@@ -12,27 +13,27 @@ import { serveCli } from '../test/cli-serve.js';
 const rounds = Number(process.env.BENCH_ROUNDS ?? 12);
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
 const dir = benchModelDir();
-const [item] = charpevalItems(1, 5000);
-const server = await serveCli(dir, ['--threads', String(threads), '--metrics-port', '-1', '--http-port', '0', '--prefix-cache-bytes', '0']);
+const items = charpevalItems(2 * rounds + 2, 5000);
+const server = await serveCli(dir, ['--threads', String(threads), '--metrics-port', '-1', '--http-port', '0']);
 const base = `http://127.0.0.1:${server.httpPort}`;
 
-const score = { items: [{ id: 'a', contextIds: { ids: item!.context }, continuationsIds: item!.continuations.map((ids) => ({ ids })) }] };
-const third = Math.floor(item!.context.length / 3);
-const probe = {
-  samples: [
-    {
-      chunks: [
-        { label: 'instruction', ids: { ids: item!.context.slice(0, third) } },
-        { label: 'history', ids: { ids: item!.context.slice(third, 2 * third) } },
-        { label: 'knowledge', ids: { ids: item!.context.slice(2 * third) } },
-        { label: 'response', ids: { ids: item!.continuations[0]! } },
-      ],
-    },
-  ],
+type Item = (typeof items)[number];
+const score = (item: Item) => ({ items: [{ id: 'a', contextIds: { ids: item.context }, continuationsIds: item.continuations.map((ids) => ({ ids })) }] });
+const sample = (item: Item) => {
+  const third = Math.floor(item.context.length / 3);
+  return {
+    chunks: [
+      { label: 'instruction', ids: { ids: item.context.slice(0, third) } },
+      { label: 'history', ids: { ids: item.context.slice(third, 2 * third) } },
+      { label: 'knowledge', ids: { ids: item.context.slice(2 * third) } },
+      { label: 'response', ids: { ids: item.continuations[0]! } },
+    ],
+  };
 };
-const generate = { prompt: probe.samples[0], sampling: { maxTokens: 64, ignoreEos: true } };
+const probe = (item: Item) => ({ samples: [sample(item)] });
+const generate = (item: Item) => ({ prompt: sample(item), sampling: { maxTokens: 64, ignoreEos: true } });
 
-const cases: { name: string; service: 'Scoring' | 'Probing' | 'Generation'; method: string; path: string; body: object; stream: boolean }[] = [
+const cases: { name: string; service: 'Scoring' | 'Probing' | 'Generation'; method: string; path: string; body: (item: Item) => object; stream: boolean }[] = [
   { name: 'Score (1 × 6 continuations)', service: 'Scoring', method: 'Score', path: '/v1/score', body: score, stream: false },
   { name: 'Probe (4 chunks, 430 tokens)', service: 'Probing', method: 'Probe', path: '/v1/probe', body: probe, stream: false },
   { name: 'Generate (64 tokens)', service: 'Generation', method: 'Generate', path: '/v1/generate', body: generate, stream: true },
@@ -48,20 +49,20 @@ console.log(`HTTP/JSON vs gRPC, ${rounds} calls each, alternating (${threads} th
 console.log('call | gRPC ms | HTTP ms | HTTP ÷ gRPC | HTTP answer bytes');
 for (const c of cases) {
   const stub = client(c.service, server.grpcPort);
-  const viaGrpc = () => (c.stream ? streamed(stub, c.method, c.body) : unary(stub, c.method, c.body));
+  const viaGrpc = (item: Item) => (c.stream ? streamed(stub, c.method, c.body(item)) : unary(stub, c.method, c.body(item)));
   let bytes = 0;
-  const viaHttp = async () => {
-    const res = await fetch(base + c.path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(c.body) });
+  const viaHttp = async (item: Item) => {
+    const res = await fetch(base + c.path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(c.body(item)) });
     bytes = (await res.arrayBuffer()).byteLength;
     if (res.status !== 200) throw new Error(`${c.path}: HTTP ${res.status}`);
   };
-  await viaGrpc();
-  await viaHttp(); // warm-up
+  await viaGrpc(items[0]!);
+  await viaHttp(items[1]!); // warm-up
   let g = 0;
   let h = 0;
-  for (let r = 0; r < rounds; r++) {
-    g += await time(viaGrpc);
-    h += await time(viaHttp);
+  for (let r = 1; r <= rounds; r++) {
+    g += await time(() => viaGrpc(items[2 * r]!));
+    h += await time(() => viaHttp(items[2 * r + 1]!));
   }
   stub.close();
   console.log(`${c.name} | ${(g / rounds).toFixed(1)} | ${(h / rounds).toFixed(1)} | ${(h / g).toFixed(3)} | ${bytes}`);
