@@ -104,6 +104,40 @@ describe('a long generation in the prefix cache', () => {
   });
 });
 
+describe('a generation with no cache budget (--prefix-cache-bytes 0)', () => {
+  const ctx = familyEngine('llama');
+
+  it("keeps its running sequences' KV pinned (each step computes one token), answers the bits the cached server does, and leaves nothing behind", async () => {
+    const engine = ctx.engine;
+    const prompt = randomTokens(rng(8), 40, engine.config.vocabSize);
+    const params = { ...GREEDY, temperature: 1, seed: 5, n: 2, maxTokens: 12, ignoreEos: true };
+    const run = async (prefixCacheBytes: number) => {
+      const scorer = new Scorer(engine, { maxBatchTokens: 16, prefixCacheBytes });
+      const computed: number[] = [];
+      const [choices] = await runGenerations([new Generation(generationModel(engine, scorer), prompt, params)], async (units) => {
+        const { scores, work } = await scorer.scoreUnits(units);
+        computed.push(work.tokensComputed);
+        return scores;
+      });
+      return { choices: choices!, computed, scorer };
+    };
+    const none = await run(0);
+    const cached = await run(2 ** 30);
+    expect(none.choices.map((c) => c.tokens)).toEqual(cached.choices.map((c) => c.tokens));
+    expect(none.choices.map((c) => c.logprobs)).toEqual(cached.choices.map((c) => c.logprobs));
+    // Prefill in 16-token chunks (16, 16), then the last 8 prompt tokens with each choice's
+    // first step, then one token per choice per step: never the whole sequence again.
+    expect(none.computed).toEqual(cached.computed);
+    expect(none.computed.slice(0, 2)).toEqual([16, 16]);
+    expect(none.computed.slice(3).every((n) => n === 2)).toBe(true);
+    // Released as the generation ended: with no budget, the cache holds nothing.
+    const stats = none.scorer.cache!.stats();
+    expect([stats.bytes, stats.segments]).toEqual([0, 0]);
+    // The session thread keeps exactly what the caches hold: no pin left a segment behind.
+    expect(await engine.keptPasts()).toBe(cached.scorer.cache!.stats().segments);
+  });
+});
+
 describe('sampling', () => {
   const logp = Float32Array.from([0.5, 0.2, 0.2, 0.1], Math.log);
   /** How often each token comes out over an even grid of uniforms. */

@@ -32,6 +32,9 @@ export interface CacheSink {
   cache: PrefixCache;
   /** Where the matches of inserted trunk rows go: pinned until the caller releases them. */
   pinned: Match[];
+  /** The inserted sequence of each unit with `keep` (its last row's): pinned until the
+   * caller hands it out or releases it. */
+  kept: Map<number, Match>;
 }
 
 export async function runPlan(
@@ -233,7 +236,12 @@ async function runScorePass(
         if (match && whole(b) && match.nodes.at(-1)!.segment?.handle === segment.handle) sink!.cache.rebase(match);
         // A trunk's KV stays pinned for the rest of the round: its members continue it.
         if (match && r.unit === undefined) sink!.pinned.push(match);
-        else if (match) sink!.cache.release(match);
+        else if (match && units[r.unit!]!.keep) {
+          // A later block of the unit extends what an earlier one inserted.
+          const earlier = sink!.kept.get(r.unit!);
+          if (earlier) sink!.cache.release(earlier);
+          sink!.kept.set(r.unit!, match);
+        } else if (match) sink!.cache.release(match);
       }
     } catch (e) {
       // Nobody else holds the pass's KV yet: it would stay in the session thread for good.

@@ -159,9 +159,10 @@ export class Scorer {
     );
     const work: Work = { tokensComputed: 0, passes: 0, tokensReused: 0, tokensRequested: seqs.reduce((n, s) => n + s.length, 0) };
     const pinned: Match[] = [];
+    const kept = new Map<number, Match>();
     let matches: Match[] = [];
     const runRows = async (rows: ScoreRow[]) => {
-      const result = await runPlan(this.engine, units, plan(rows, this.planOptions), options, { cache, pinned });
+      const result = await runPlan(this.engine, units, plan(rows, this.planOptions), options, { cache, pinned, kept });
       work.tokensComputed += result.work.tokensComputed;
       work.passes += result.work.passes;
       return result.scores;
@@ -205,8 +206,9 @@ export class Scorer {
           // With no budget a row's KV could not stay: do not copy it out of the pass. A
           // probe row's KV is not kept (its prefix is; copying its rows out costs more
           // than a later probe of the same rows would save).
-          // A generation step's row is kept whatever it asks: the next step continues it.
-          ...(cache.budget > 0 && !u.hidden?.length && (!u.probe || u.next) ? { path: seq } : {}),
+          // A generation step's row is kept whatever it asks: the next step continues it;
+          // with `keep`, whatever the budget too.
+          ...((cache.budget > 0 || u.keep) && !u.hidden?.length && (!u.probe || u.next) ? { path: seq } : {}),
           ...(u.hidden?.length ? { hidden: u.hidden } : {}),
           ...(u.sequenceLength !== undefined ? { sequenceLength: u.sequenceLength } : {}),
           ...rowKind(u),
@@ -229,8 +231,22 @@ export class Scorer {
           if (u.topK > 0) res.topK![t] = hit.topK!;
         }
       });
+      // Kept sequences go to their units' outputs, each pin released by whoever holds it.
+      for (const [i, m] of kept) {
+        let held = true;
+        scores[i]!.kept = {
+          release: () => {
+            if (!held) return;
+            held = false;
+            cache.release(m);
+            cache.evict();
+          },
+        };
+      }
+      kept.clear();
       return { scores, work };
     } finally {
+      for (const m of kept.values()) cache.release(m); // a round that failed hands none out
       for (const m of matches) cache.release(m);
       for (const m of pinned) cache.release(m);
       cache.settle();

@@ -38,6 +38,10 @@ export interface Unit {
   /** The prefix is expected in the prefix cache (a generation step continues the KV its
    * previous step put there): the queue weighs the tail only. */
   continues?: boolean;
+  /** Its KV stays in the prefix cache after the round, pinned whatever the budget, until
+   * the output's `kept` is released (a running generation's sequence: its next step
+   * continues it, as vLLM holds a running request's blocks). */
+  keep?: boolean;
 }
 
 /** What a probe unit asks of the attention of its rows. */
@@ -96,6 +100,13 @@ export interface UnitScore {
   /** Prefix positions whose KV came from the prefix cache as the round began (units that
    * share a prefix through the cache). */
   prefixReused?: number;
+  /** Units with `keep`: the cached sequence's pin, to release once it is not needed. */
+  kept?: KeptKv;
+}
+
+/** A pinned cached sequence; `release` unpins it (and lets the cache shrink to its budget). */
+export interface KeptKv {
+  release(): void;
 }
 
 /** Tokens a unit costs to compute in full. */

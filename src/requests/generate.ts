@@ -18,7 +18,7 @@
 // row's argmax (the lowest id among exact ties, as torch.argmax).
 import { InvalidArgumentError } from '../common/errors.js';
 import { rng, streamSeed } from '../common/random.js';
-import type { ProbeAsk, ProbeSums, TopK, Unit, UnitScore } from '../core/units.js';
+import type { KeptKv, ProbeAsk, ProbeSums, TopK, Unit, UnitScore } from '../core/units.js';
 import type { Engine } from '../engine/engine.js';
 import type { Scorer } from '../core/scorer.js';
 import { segmentSample, type SampleContent, type Segmented } from './segments.js';
@@ -308,6 +308,9 @@ export class Generation {
   private readonly choices: Choice[];
   /** Prompt tokens in the prefix cache (shared by every choice). */
   private computed = 0;
+  /** The pinned cached sequence of the prompt (while prefilling) and of each running
+   * choice: what the next step continues, kept whatever the cache's budget. */
+  private readonly kept = new Map<'prompt' | number, KeptKv>();
 
   constructor(
     private readonly model: GenerationModel,
@@ -358,7 +361,7 @@ export class Generation {
   }
 
   private unit(seq: number[], from: number, to = seq.length): Unit {
-    return { prefix: seq.slice(0, from), tail: seq.slice(from, to), targets: [], scored: [], topK: 0, next: true, continues: from > 0 };
+    return { prefix: seq.slice(0, from), tail: seq.slice(from, to), targets: [], scored: [], topK: 0, next: true, continues: from > 0, keep: true };
   }
 
   /** Take the outputs of the step `units()` made: the events of the tokens it produced
@@ -367,10 +370,31 @@ export class Generation {
     const rest = this.prompt.length - this.computed;
     if (this.model.cached && rest > this.model.prefillChunk) {
       this.computed += this.model.prefillChunk;
+      this.keep('prompt', outputs[0]!.kept);
       return [];
     }
     const running = this.choices.filter((c) => !c.finish);
-    return running.map((c, k) => c.accept(outputs[k]!.next!, this.bins ? this.attentionOf(outputs[k]!.probe!) : undefined));
+    const events = running.map((c, k) => c.accept(outputs[k]!.next!, this.bins ? this.attentionOf(outputs[k]!.probe!) : undefined));
+    // Each choice now holds the prompt and its tokens; a finished one holds nothing.
+    running.forEach((c, k) => this.keep(c.index, c.finish ? undefined : outputs[k]!.kept, outputs[k]!.kept));
+    this.keep('prompt', undefined);
+    return events;
+  }
+
+  /** Hold `kv` for `key`, releasing what was held (and `also`, when it is not kept). */
+  private keep(key: 'prompt' | number, kv: KeptKv | undefined, also?: KeptKv): void {
+    this.kept.get(key)?.release();
+    if (kv) this.kept.set(key, kv);
+    else {
+      this.kept.delete(key);
+      also?.release();
+    }
+  }
+
+  /** Release every pinned sequence (the generation ended, or failed). */
+  release(): void {
+    for (const kv of this.kept.values()) kv.release();
+    this.kept.clear();
   }
 
   /** The step's query token's attention, per layer (mean over heads). */
@@ -408,7 +432,8 @@ export function generationModel(engine: Engine, scorer: Scorer): GenerationModel
     maxLength: scorer.maxLength,
     stopIds: [...new Set([...engine.config.eosTokenIds, ...(tok.eosId === undefined ? [] : [tok.eosId])])],
     decode: (ids) => tok.decodeText(ids),
-    cached: (scorer.cache?.budget ?? 0) > 0,
+    // Running sequences keep their KV pinned in the cache whatever its budget (0 too).
+    cached: scorer.cache !== undefined,
     prefillChunk: scorer.maxBatchTokens,
     layers: engine.config.numLayers,
     heads: engine.config.numHeads,
@@ -424,20 +449,24 @@ export async function runGenerations(
   beforeStep?: () => void,
 ): Promise<ChoiceResult[][]> {
   let continuing = false;
-  for (;;) {
-    const live = generations.filter((g) => !g.done);
-    if (live.length === 0) break;
-    beforeStep?.();
-    const steps = live.map((g) => g.units());
-    const outputs = await step(steps.flat(), continuing);
-    continuing = true;
-    let at = 0;
-    live.forEach((g, k) => {
-      const events = g.accept(outputs.slice(at, (at += steps[k]!.length)));
-      if (events.length > 0) onTokens?.(generations.indexOf(g), events);
-    });
+  try {
+    for (;;) {
+      const live = generations.filter((g) => !g.done);
+      if (live.length === 0) break;
+      beforeStep?.();
+      const steps = live.map((g) => g.units());
+      const outputs = await step(steps.flat(), continuing);
+      continuing = true;
+      let at = 0;
+      live.forEach((g, k) => {
+        const events = g.accept(outputs.slice(at, (at += steps[k]!.length)));
+        if (events.length > 0) onTokens?.(generations.indexOf(g), events);
+      });
+    }
+    return generations.map((g) => g.results());
+  } finally {
+    for (const g of generations) g.release();
   }
-  return generations.map((g) => g.results());
 }
 
 /** A prompt as tokens, its chunks, and each token's chunk for attention per token. */
