@@ -184,6 +184,21 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     await page.close();
   });
 
+  it("reads an mtRAG line as the runners do: the passages are chunks of the last question's message", async () => {
+    const { page, problems } = await openPage(browser, `${base}/ui/`);
+    await page.waitForFunction(() => (document.querySelector('#model') as HTMLSelectElement).options.length > 0);
+    await page.click('button[data-example="passages"]');
+    await page.setChecked('#attribute', false);
+    await page.click('button:has-text("Analyse")');
+    await page.waitForFunction(() => (document.querySelector('#status')!.textContent ?? '').startsWith('Done'), null, { timeout: 60_000 });
+    const ticks = await page.$$eval('svg.round-heatmap g[aria-label="y-axis tick label"] text', (ts: Element[]) => ts.map((t) => t.textContent));
+    // user, assistant, then the last user turn's passages and question, then the response.
+    expect(ticks).toEqual(['user#1', 'assistant#1', 'reference', 'noise', 'question', 'assistant#2']);
+    expect(await page.$$eval('svg.figure', (s: Element[]) => s.length)).toBe(3); // no attribution asked
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it('opens a JSONL file (its first line) and names what is wrong with a bad sample', async () => {
     const { page, problems } = await openPage(browser, `${base}/ui/`);
     await page.waitForFunction(() => (document.querySelector('#model') as HTMLSelectElement).options.length > 0);
