@@ -1,7 +1,7 @@
 // Deployment configuration, checked as far as this machine can: promtool on the
 // Prometheus config, every Grafana query against the metrics a running server really
 // exports, the Kubernetes manifests' wiring, the container files' safety basics.
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import os from 'node:os';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -207,7 +207,7 @@ describe('containers and compose', () => {
     expect(cuda).toMatch(/ONNXRUNTIME_NODE_INSTALL=cuda12 node script\/install\.js/);
   });
 
-  it('ship compiled JavaScript: the runtime stage holds dist/ and production dependencies, and runs from them', () => {
+  it('ship compiled JavaScript: the runtime stage holds dist/ and production dependencies, and runs from them', async () => {
     for (const file of ['docker/Dockerfile', 'docker/Dockerfile.cuda']) {
       const runtime = read(file)
         .split(/^FROM /m)
@@ -215,6 +215,8 @@ describe('containers and compose', () => {
       for (const part of ['dist', 'node_modules', 'bin', 'proto', 'models', 'package.json'])
         expect(runtime).toMatch(new RegExp(`^COPY .*\\b${part}\\b`, 'm'));
       expect(read(file)).toMatch(/npm ci && npm prune --omit=dev/);
+      // npm ci's build step runs scripts/build-assets.mjs (OpenAPI, the viewer's files).
+      expect(read(file).split(/^FROM /m)[1]).toMatch(/^COPY scripts \.\/scripts$/m);
       expect(runtime).not.toMatch(/tsx|src\//);
     }
     // The same layout here: compiled dist/, production dependencies only (no tsx, no
@@ -239,6 +241,30 @@ describe('containers and compose', () => {
     );
     expect(health.status).toBe(1);
     expect(health.stdout).toMatch(/^UNREACHABLE/);
+    // It serves from that layout alone: the default model, the HTTP/JSON API, its OpenAPI
+    // document and the viewer with its scripts (built into dist/, no src/ there).
+    const server = spawn(process.execPath, [path.join(app, 'bin/ctxprobe.js'), 'serve', '--port', '0', '--http-port', '0', '--metrics-port', '-1'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    try {
+      const httpPort = await new Promise<number>((resolve, reject) => {
+        let text = '';
+        server.stderr!.on('data', (d) => {
+          text += d;
+          const listening = text.split('\n').flatMap((l) => (l.includes('"listening"') ? [JSON.parse(l)] : []))[0];
+          if (listening && text.includes('"serving"')) resolve(listening.httpPort);
+        });
+        server.on('exit', (code) => reject(new Error(`serve exited ${code}: ${text}`)));
+      });
+      const base = `http://127.0.0.1:${httpPort}`;
+      for (const route of ['/ui/', '/ui/style.css', '/favicon.ico', '/ui/src/http/ui/app.js', '/ui/src/figures/charts.js', '/ui/src/eval/records.js', '/ui/vendor/d3.min.js', '/ui/vendor/plot.umd.min.js', '/openapi.json', '/v1/list-models']) {
+        const res = await fetch(base + route);
+        expect(res.status, route).toBe(200);
+      }
+      expect(((await (await fetch(`${base}/openapi.json`)).json()) as any).paths['/v1/probe']).toBeDefined();
+    } finally {
+      server.kill('SIGTERM');
+    }
     fs.rmSync(app, { recursive: true, force: true });
   }, 120_000);
 

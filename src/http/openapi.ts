@@ -2,7 +2,7 @@
 // `google.api.http` rule, a schema per message in its JSON mapping (lowerCamelCase
 // properties, enums by name, 64-bit integers as strings, wrappers as bare values),
 // the proto's comments as descriptions. `npm run build` writes it to dist/openapi.json
-// (scripts/openapi.mjs); the server serves that file at /openapi.json.
+// (scripts/build-assets.mjs); the server serves that file at /openapi.json.
 import protobuf from 'protobufjs';
 import { apiRoot, jsonName, WRAPPERS } from '../api/json-mapping.js';
 import { httpBindings, type HttpBinding } from './transcode.js';

@@ -1,6 +1,8 @@
 // The viewer page (/ui/) and the API's OpenAPI document (/openapi.json): files only, no
 // data, so no token (the page's own API calls carry the token its user enters). The
 // page's script is TypeScript (src/http/ui/app.ts, compiled with the server into dist/);
+// its static files and the OpenAPI document are put beside it by the build
+// (scripts/build-assets.mjs), so everything is served from dist/ as the images ship it;
 // its plotting library, Observable Plot with d3, is served from the package so the page
 // works on an air-gapped cluster.
 import fs from 'node:fs';
@@ -11,8 +13,8 @@ import { PACKAGE_ROOT } from '../common/paths.js';
 import { openApiDocument } from './openapi.js';
 
 const require = createRequire(import.meta.url);
-const UI_DIR = path.join(PACKAGE_ROOT, 'src/http/ui');
 const BUILT_DIR = path.join(PACKAGE_ROOT, 'dist/src');
+const UI_DIR = path.join(BUILT_DIR, 'http/ui');
 
 /** name → [file, content type] */
 const FILES: Record<string, [string, string]> = {
@@ -37,8 +39,8 @@ const FILES: Record<string, [string, string]> = {
  * 401 in the console just to learn that). */
 export function registerViewer(app: FastifyInstance, authRequired: boolean): void {
   const open = { open: true };
-  // Built by `npm run build` (scripts/openapi.mjs); a source checkout without a build gets
-  // the same document computed now.
+  // Built by `npm run build` (scripts/build-assets.mjs); a source checkout without a build
+  // gets the same document computed now.
   const built = path.join(PACKAGE_ROOT, 'dist/openapi.json');
   let document: string | undefined;
   app.get('/openapi.json', { config: open }, async (_req, reply) => {
@@ -47,8 +49,13 @@ export function registerViewer(app: FastifyInstance, authRequired: boolean): voi
   });
   app.get('/ui', { config: open }, async (_req, reply) => reply.redirect('/ui/'));
   app.get('/favicon.ico', { config: open }, async (_req, reply) => send(reply, 'favicon.svg'));
-  const page = fs.readFileSync(FILES['index.html']![0], 'utf8').replace('{{AUTH}}', authRequired ? 'required' : 'none');
-  app.get('/ui/', { config: open }, async (_req, reply) => reply.header('cache-control', 'no-cache').type('text/html; charset=utf-8').send(page));
+  let page: string | undefined;
+  app.get('/ui/', { config: open }, async (_req, reply) => {
+    const file = FILES['index.html']![0];
+    if (!fs.existsSync(file)) return reply.status(404).type('text/plain').send('the viewer is not built: npm run build');
+    page ??= fs.readFileSync(file, 'utf8').replace('{{AUTH}}', authRequired ? 'required' : 'none');
+    return reply.header('cache-control', 'no-cache').type('text/html; charset=utf-8').send(page);
+  });
   app.get('/ui/*', { config: open }, async (req, reply) => send(reply, (req.params as { '*': string })['*']));
 }
 
