@@ -145,6 +145,12 @@ describe('every README command, on the default model', () => {
         }
         const s = await npmStart(args);
         expect(s.lines.find((l) => l.event === 'serving')!.models.length).toBeGreaterThan(0);
+        // The start log says where the viewer and the API's document are; both answer.
+        const listening = s.lines.find((l) => l.event === 'listening')!;
+        if (!/--tls/.test(args)) {
+          expect(listening.viewer).toBe(`http://127.0.0.1:${listening.httpPort}/ui/`);
+          for (const url of [listening.viewer, listening.openapi]) expect((await fetch(url)).status, url).toBe(200);
+        }
         if (!server && args === '') {
           server = s; // the default server stays up for the Python client below
           started.push(s);

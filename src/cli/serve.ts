@@ -164,6 +164,14 @@ export function addServeCommands(program: Command): void {
         address: server.address,
         metricsPort: server.metricsPort,
         httpPort: server.httpPort,
+        // The HTTP/JSON API's document and the viewer page, where a browser finds them.
+        ...(server.httpPort !== undefined
+          ? (() => {
+              const host = flags.host.includes(':') ? `[${flags.host}]` : flags.host;
+              const base = `${tls ? 'https' : 'http'}://${host}:${server.httpPort}`;
+              return { viewer: `${base}/ui/`, openapi: `${base}/openapi.json` };
+            })()
+          : {}),
         healthPort: server.healthPort,
         metricsHost: flags.metricsHost,
         tls: tls ? (tls.clientCa ? 'mutual' : 'server') : 'off',
