@@ -298,6 +298,10 @@ describe('HTTP/JSON transcoding', () => {
     for (const ref of refs) expect(doc.components.schemas, ref).toHaveProperty([ref.split('/').at(-1)!]);
     expect(Object.keys(doc.components.schemas['ctxprobe.v1.ScoreItem'].properties)).toContain('continuationsText');
     expect(doc.components.schemas['google.protobuf.UInt64Value']).toMatchObject({ type: 'string', format: 'uint64' });
+    // And it is a valid OpenAPI 3.0 document, as a widely used validator reads it.
+    const { default: SwaggerParser } = await import('@apidevtools/swagger-parser');
+    const validated = await SwaggerParser.validate(JSON.parse(res.text));
+    expect(Object.keys(validated.paths ?? {})).toHaveLength(httpBindings().length);
   });
 });
 
