@@ -257,7 +257,7 @@ describe('containers and compose', () => {
         server.on('exit', (code) => reject(new Error(`serve exited ${code}: ${text}`)));
       });
       const base = `http://127.0.0.1:${httpPort}`;
-      for (const route of ['/ui/', '/ui/style.css', '/favicon.ico', '/ui/src/http/ui/app.js', '/ui/src/figures/charts.js', '/ui/src/eval/records.js', '/ui/vendor/d3.min.js', '/ui/vendor/plot.umd.min.js', '/openapi.json', '/v1/list-models']) {
+      for (const route of ['/ui/', '/ui/style.css', '/favicon.ico', '/ui/src/http/ui/app.js', '/ui/src/figures/charts.js', '/ui/src/eval/records.js', '/ui/src/common/floats.js', '/ui/vendor/d3.min.js', '/ui/vendor/plot.umd.min.js', '/openapi.json', '/v1/list-models']) {
         const res = await fetch(base + route);
         expect(res.status, route).toBe(200);
       }

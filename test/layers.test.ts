@@ -35,8 +35,8 @@ const rules: [string, RegExp, RegExp][] = [
   ['the API (method bodies) belongs to neither transport', /^src\/api\//, /^src\/(grpc|http)\//],
   ['the API talks to the serving layer, not to engines, scorers or probers', /^src\/api\//, /^src\/(engine\/|model\/|core\/|requests\/probe\.ts)/],
   // The page runs in a browser: it may import its own modules and the Node-free records.ts only.
-  ['the viewer page imports only browser-safe modules', /^src\/http\/ui\//, /^(?!src\/http\/ui\/|src\/eval\/records\.ts$|src\/figures\/charts\.ts$)/],
-  ['records.ts and charts.ts (imported by the page) import no code', /^src\/(eval\/records|figures\/charts)\.ts$/, /./],
+  ['the viewer page imports only browser-safe modules', /^src\/http\/ui\//, /^(?!src\/http\/ui\/|src\/eval\/records\.ts$|src\/figures\/charts\.ts$|src\/common\/floats\.ts$)/],
+  ['records.ts, charts.ts and floats.ts (imported by the page) import no code', /^src\/(eval\/records|figures\/charts|common\/floats)\.ts$/, /./],
   ['checkpoint/ imports nothing above it', /^src\/checkpoint\//, /^src\/(model|core|requests|serving|grpc|http|engine)/],
   // A runner without --address starts a whole server in its process (server.ts and the
   // model repository): that is the API too.

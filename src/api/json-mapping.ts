@@ -37,6 +37,10 @@ export function apiRoot(): protobuf.Root {
 /** The JSON name of a proto field: lowerCamelCase, as protoc derives it. */
 export const jsonName = (name: string) => name.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
 
+/** A message's field by the name a JSON key gives it: its proto name or its JSON name. */
+export const fieldNamed = (type: protobuf.Type, key: string): protobuf.Field | undefined =>
+  type.fields[key] ?? type.fieldsArray.find((x) => jsonName(x.name) === key);
+
 /** google.protobuf's wrappers: a bare value in JSON. */
 export const WRAPPERS = new Set(
   ['Double', 'Float', 'Int64', 'UInt64', 'Int32', 'UInt32', 'Bool', 'String', 'Bytes'].map((k) => `google.protobuf.${k}Value`),
@@ -67,7 +71,7 @@ export function parseMessage(type: protobuf.Type, value: unknown, field = ''): R
   const given = new Map<string, string>();
   const oneofs = new Map<string, string>();
   for (const [key, v] of Object.entries(value)) {
-    const f = type.fields[key] ?? type.fieldsArray.find((x) => jsonName(x.name) === key);
+    const f = fieldNamed(type, key);
     if (!f) throw new InvalidArgumentError(at(field, key), `unknown field: ${type.name} has no field ${JSON.stringify(key)}`);
     const where = at(field, f.name);
     if (given.has(f.name)) throw new InvalidArgumentError(where, `given twice (as ${given.get(f.name)} and ${key})`);

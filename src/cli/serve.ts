@@ -158,6 +158,8 @@ export function addServeCommands(program: Command): void {
         });
       const malloc = mallocAdvice();
       if (malloc) log({ level: 'warn', event: 'malloc', message: malloc });
+      const httpHost = flags.host.includes(':') ? `[${flags.host}]` : flags.host;
+      const httpBase = server.httpPort === undefined ? undefined : `${tls ? 'https' : 'http'}://${httpHost}:${server.httpPort}`;
       log({
         level: 'info',
         event: 'listening',
@@ -165,13 +167,7 @@ export function addServeCommands(program: Command): void {
         metricsPort: server.metricsPort,
         httpPort: server.httpPort,
         // The HTTP/JSON API's document and the viewer page, where a browser finds them.
-        ...(server.httpPort !== undefined
-          ? (() => {
-              const host = flags.host.includes(':') ? `[${flags.host}]` : flags.host;
-              const base = `${tls ? 'https' : 'http'}://${host}:${server.httpPort}`;
-              return { viewer: `${base}/ui/`, openapi: `${base}/openapi.json` };
-            })()
-          : {}),
+        ...(httpBase ? { viewer: `${httpBase}/ui/`, openapi: `${httpBase}/openapi.json` } : {}),
         healthPort: server.healthPort,
         metricsHost: flags.metricsHost,
         tls: tls ? (tls.clientCa ? 'mutual' : 'server') : 'off',

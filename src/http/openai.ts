@@ -65,7 +65,7 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
   const records = new WeakMap<FastifyRequest, { record?: CallRecord; failure?: unknown }>();
   app.addHook('onRequest', async (req) => {
     records.set(req, {});
-    const open = req.routeOptions.url === '/health' || (req.routeOptions.config as RouteConfig | undefined)?.open;
+    const open = (req.routeOptions.config as RouteConfig | undefined)?.open;
     if (options.checkToken && !open && !options.checkToken(req.headers.authorization)) {
       throw new UnauthenticatedError('authorization: a valid "Bearer <token>" is required');
     }
@@ -143,7 +143,7 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
     service.tokenizerInfo(modelName((req.query as { model?: string }).model)),
   );
   // For load balancers: 200 while serving, 503 while loading or draining; no token needed.
-  app.get('/health', async (_req, reply) => {
+  app.get('/health', { config: { open: true } satisfies RouteConfig }, async (_req, reply) => {
     const status = service.health();
     return reply.status(status === 'SERVING' ? 200 : 503).send({ status });
   });

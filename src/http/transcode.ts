@@ -24,7 +24,7 @@ import { ConfigError, InvalidArgumentError, errorMessage } from '../common/error
 import type { CallContext, Service } from '../serving/service.js';
 import { apiServices, checkedText, type ApiMethod } from '../api/methods.js';
 import { loadDefinition } from '../api/proto.js';
-import { apiRoot, formatMessage, jsonName, parseMessage } from '../api/json-mapping.js';
+import { apiRoot, fieldNamed, formatMessage, parseMessage } from '../api/json-mapping.js';
 import { codeOf } from '../api/status.js';
 import { clientGone } from './logprobs.js';
 import { toHttpError } from './status.js';
@@ -185,7 +185,7 @@ function messagesOf(req: FastifyRequest): unknown[] {
 function fromQuery(type: protobuf.Type, query: unknown): unknown {
   const out: Record<string, unknown> = {};
   for (const [key, raw] of Object.entries((query ?? {}) as Record<string, string | string[]>)) {
-    const f = type.fields[key] ?? type.fieldsArray.find((x) => jsonName(x.name) === key);
+    const f = fieldNamed(type, key);
     if (!f || (f.resolvedType instanceof protobuf.Type && !f.repeated)) {
       throw new InvalidArgumentError(key, `unknown query parameter: ${type.name} has no scalar field ${JSON.stringify(key)}`);
     }

@@ -370,25 +370,26 @@ export class Generation {
     const rest = this.prompt.length - this.computed;
     if (this.model.cached && rest > this.model.prefillChunk) {
       this.computed += this.model.prefillChunk;
-      this.keep('prompt', outputs[0]!.kept);
+      this.hold('prompt', outputs[0]!.kept);
       return [];
     }
     const running = this.choices.filter((c) => !c.finish);
     const events = running.map((c, k) => c.accept(outputs[k]!.next!, this.bins ? this.attentionOf(outputs[k]!.probe!) : undefined));
     // Each choice now holds the prompt and its tokens; a finished one holds nothing.
-    running.forEach((c, k) => this.keep(c.index, c.finish ? undefined : outputs[k]!.kept, outputs[k]!.kept));
-    this.keep('prompt', undefined);
+    running.forEach((c, k) => {
+      const kv = outputs[k]!.kept;
+      if (c.finish) kv?.release();
+      this.hold(c.index, c.finish ? undefined : kv);
+    });
+    this.hold('prompt', undefined);
     return events;
   }
 
-  /** Hold `kv` for `key`, releasing what was held (and `also`, when it is not kept). */
-  private keep(key: 'prompt' | number, kv: KeptKv | undefined, also?: KeptKv): void {
+  /** Hold `kv` (or nothing) for `key`, releasing what was held. */
+  private hold(key: 'prompt' | number, kv: KeptKv | undefined): void {
     this.kept.get(key)?.release();
     if (kv) this.kept.set(key, kv);
-    else {
-      this.kept.delete(key);
-      also?.release();
-    }
+    else this.kept.delete(key);
   }
 
   /** Release every pinned sequence (the generation ended, or failed). */

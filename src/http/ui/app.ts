@@ -8,6 +8,7 @@
 import type * as PlotNS from '@observablehq/plot';
 import * as charts from '../../figures/charts.js';
 import { viewerSample } from '../../eval/records.js';
+import { f16ToF32 } from '../../common/floats.js';
 
 type Json = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -131,34 +132,38 @@ function fillLayers(): void {
   select.replaceChildren(new Option('mean of all layers', 'all'), ...Array.from({ length: m?.layers ?? 0 }, (_, l) => new Option(`layer ${l}`, String(l))));
 }
 
-/** A card with a title, an SVG figure and its export button. */
+/** A results card with its title; `wide` spans the grid. */
+function card(title: string, wide: boolean): { card: HTMLElement; heading: HTMLElement } {
+  const el = document.createElement('div');
+  el.className = `card${wide ? ' wide' : ''}`;
+  const heading = document.createElement('h2');
+  heading.textContent = title;
+  el.append(heading);
+  results.append(el);
+  return { card: el, heading };
+}
+
+/** A card with an SVG figure and its export button. */
 function figureCard(title: string, svg: SVGSVGElement, file: string, wide = false): HTMLElement {
-  const card = document.createElement('div');
-  card.className = `card${wide ? ' wide' : ''}`;
-  const h = document.createElement('h2');
-  h.textContent = title;
+  const { card: el, heading } = card(title, wide);
   const button = document.createElement('button');
   button.type = 'button';
   button.textContent = 'Export SVG';
   button.className = 'export-svg';
   button.addEventListener('click', () => download(svgFile(svg), `${file}.svg`));
-  h.append(button);
-  card.append(h, svg);
-  results.append(card);
-  return card;
+  heading.append(button);
+  el.append(svg);
+  return el;
 }
 
+/** A card with a note under its title (the text view, the generated response). */
 function textCard(title: string, note: string, wide = true): HTMLElement {
-  const card = document.createElement('div');
-  card.className = `card${wide ? ' wide' : ''}`;
-  const h = document.createElement('h2');
-  h.textContent = title;
+  const { card: el } = card(title, wide);
   const p = document.createElement('p');
   p.className = 'note';
   p.textContent = note;
-  card.append(h, p);
-  results.append(card);
-  return card;
+  el.append(p);
+  return el;
 }
 
 function download(blob: Blob, name: string): void {
@@ -176,14 +181,6 @@ const meanRows = (matrix: number[][]) => (matrix[0] ?? []).map((_, c) => matrix.
 /** A token as text: byte-level BPE's Ġ / Ċ and SentencePiece's ▁ shown as the space or newline they stand for. */
 const shown = (t: string) => t.replace(/Ġ|▁/g, ' ').replace(/Ċ/g, '\n');
 
-function halfToFloat(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const f = h & 0x3ff;
-  if (e === 0) return s * 2 ** -14 * (f / 1024);
-  if (e === 31) return f ? NaN : s * Infinity;
-  return s * 2 ** (e - 15) * (1 + f / 1024);
-}
 
 /** Mean attention of the query rows on each key token, over the slices' layers and heads. */
 function keyMass(slices: Json[], keys: number): number[] {
@@ -193,7 +190,7 @@ function keyMass(slices: Json[], keys: number): number[] {
     const bytes = Uint8Array.from(atob(s.data), (c) => c.charCodeAt(0));
     const view = new DataView(bytes.buffer);
     for (let q = 0; q < s.queries; q++) {
-      for (let k = 0; k < s.keys; k++) out[k]! += halfToFloat(view.getUint16((q * s.keys + k) * 2, true));
+      for (let k = 0; k < s.keys; k++) out[k]! += f16ToF32(view.getUint16((q * s.keys + k) * 2, true));
       n++;
     }
   }
