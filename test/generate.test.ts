@@ -13,6 +13,7 @@ import type { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
 import { client, postJson, scrape, serveModel, streamed, unary } from './helpers.js';
+import { serveCli } from './cli-serve.js';
 
 const GREEDY: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 8, stop: [], n: 1, logprobs: 0 };
 
@@ -135,6 +136,26 @@ describe('a generation with no cache budget (--prefix-cache-bytes 0)', () => {
     expect([stats.bytes, stats.segments]).toEqual([0, 0]);
     // The session thread keeps exactly what the caches hold: no pin left a segment behind.
     expect(await engine.keptPasts()).toBe(cached.scorer.cache!.stats().segments);
+  });
+});
+
+describe('ctxprobe serve --prefix-cache-bytes 0, as a user starts it', () => {
+  it('generates a completion computing one token a step after the prompt, and the cache holds nothing after', async () => {
+    const fx = makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 128 });
+    const server = await serveCli(fx.dir, ['--prefix-cache-bytes', '0'], { CTXPROBE_LOG_LEVEL: 'info' });
+    try {
+      const prompt = randomTokens(rng(12), 30, 200);
+      const computed = async () => (await scrape(server.metricsPort)).get('ctxprobe_tokens_computed_total{model="' + server.lines.find((l) => l.event === 'serving')!.models[0] + '"}') ?? 0;
+      const before = await computed();
+      const res = await postJson(`http://127.0.0.1:${server.httpPort}`, '/v1/completions', { prompt, max_tokens: 10, temperature: 0, ignore_eos: undefined });
+      expect(res.status, res.text).toBe(200);
+      // The 30-token prompt with the first step, then one token for each of the 9 others:
+      // not the whole sequence again at every step.
+      expect((await computed()) - before).toBe(30 + 9);
+      expect((await scrape(server.metricsPort)).get('ctxprobe_prefix_cache_bytes{model="' + server.lines.find((l) => l.event === 'serving')!.models[0] + '"}')).toBe(0);
+    } finally {
+      await server.stop();
+    }
   });
 });
 

@@ -130,6 +130,9 @@ describe.skipIf(!hasPython)('Python client over HTTPS with a bearer token', () =
     const env = { CTXPROBE_URL: `https://localhost:${server.httpPort}`, CTXPROBE_TLS_CA: certs.ca };
     const { stdout } = await run([script, '--token-file', tokenFile], env);
     expect(JSON.parse(stdout)).toEqual({ models: ['m'] });
+    // The token file from the environment, as the client's help says.
+    const viaEnv = await run([script], { ...env, CTXPROBE_TOKEN_FILE: tokenFile });
+    expect(JSON.parse(viaEnv.stdout)).toEqual({ models: ['m'] });
     const refused = await run([script], env).catch((e) => e);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/^ctxprobe: authorization: a valid "Bearer <token>" is required \(code 16, HTTP 401\)/);

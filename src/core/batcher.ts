@@ -63,6 +63,7 @@ export class Batcher {
     this.maxRoundTokens = options.maxRoundTokens ?? 4 * scorer.maxBatchTokens;
     this.maxQueueDelayMs = options.maxQueueDelayMs ?? 5;
     this.maxQueuedTokens = options.maxQueuedTokens ?? 1 << 20;
+    if (scorer.cache) metrics?.watchCache(model, scorer.cache);
   }
 
   get queuedItems(): number {
@@ -225,10 +226,8 @@ export class Batcher {
     this.metrics?.cacheTokensReused.inc(model, work.tokensReused);
     const cache = this.scorer.cache;
     if (this.metrics && cache) {
+      // Bytes, entries and budget are read when scraped (Metrics.watchCache).
       const stats = cache.stats();
-      this.metrics.cacheBytes.set(model, stats.bytes);
-      this.metrics.cacheBudgetBytes.set(model, cache.budget);
-      this.metrics.cacheEntries.set(model, stats.entries);
       this.metrics.cacheEvictions.inc(model, stats.evictions - this.evictionsSeen);
       this.evictionsSeen = stats.evictions;
     }

@@ -4,6 +4,12 @@ import https from 'node:https';
 import { httpsOptions, type TlsMaterial } from './security.js';
 import client from 'prom-client';
 
+/** What the cache gauges read of a prefix cache. */
+export interface WatchedCache {
+  readonly budget: number;
+  stats(): { bytes: number; entries: number };
+}
+
 export class Metrics {
   readonly registry = new client.Registry();
   readonly requests: client.Counter<'method' | 'code'>;
@@ -29,6 +35,14 @@ export class Metrics {
   readonly unitsInFlight: client.Gauge<'model'>;
   readonly modelLoadSeconds: client.Gauge<'model'>;
   readonly callsInFlight: client.Gauge;
+
+  /** Each model's prefix cache, for the cache gauges. */
+  private readonly caches = new Map<string, WatchedCache>();
+
+  /** Report `model`'s prefix cache in the gauges, as it is when scraped. */
+  watchCache(model: string, cache: WatchedCache): void {
+    this.caches.set(model, cache);
+  }
 
   constructor() {
     const registers = [this.registry];
@@ -82,23 +96,35 @@ export class Metrics {
       labelNames: ['model'],
       registers,
     });
+    // Read from each model's cache when scraped: pins released between rounds (a
+    // generation that ends) show at once, not at the next round.
+    const caches = this.caches;
     this.cacheBytes = new client.Gauge({
       name: 'ctxprobe_prefix_cache_bytes',
       help: 'KV bytes held by the prefix cache',
       labelNames: ['model'],
       registers,
+      collect() {
+        for (const [model, cache] of caches) this.set({ model }, cache.stats().bytes);
+      },
     });
     this.cacheBudgetBytes = new client.Gauge({
       name: 'ctxprobe_prefix_cache_budget_bytes',
       help: 'KV bytes the prefix cache may keep between rounds',
       labelNames: ['model'],
       registers,
+      collect() {
+        for (const [model, cache] of caches) this.set({ model }, cache.budget);
+      },
     });
     this.cacheEntries = new client.Gauge({
       name: 'ctxprobe_prefix_cache_entries',
       help: 'Nodes of the prefix cache trie',
       labelNames: ['model'],
       registers,
+      collect() {
+        for (const [model, cache] of caches) this.set({ model }, cache.stats().entries);
+      },
     });
     this.cacheEvictions = new client.Counter({
       name: 'ctxprobe_prefix_cache_evictions_total',
