@@ -95,7 +95,8 @@ export interface PassRecord {
   tokens: number;
   /** Bytes that crossed session.run: inputs (token ids, positions, masks; the past KV,
    * which a CPU session reads where it lies) and outputs (log-probs, distributions,
-   * statistics; the present KV when kept). On a GPU each would be a host transfer. */
+   * statistics; the new slots' KV when kept — the past stays where it is). On a GPU each
+   * would be a host transfer. */
   bytes: { inputs: number; pastKv: number; outputs: number; presentKv: number };
 }
 
@@ -300,9 +301,7 @@ export class Engine {
     const inputIds = new BigInt64Array(B * T);
     const positionIds = new BigInt64Array(B * T);
     const keyPositions = new BigInt64Array(B * (P + T)).fill(-1n);
-    const pastIndex = new BigInt64Array(B);
     req.rows.forEach((row, b) => {
-      pastIndex[b] = BigInt(row.pastRow);
       const valid = past?.validLengths[row.pastRow] ?? 0;
       for (let j = 0; j < valid; j++) keyPositions[b * (P + T) + j] = BigInt(j);
       for (const h of row.hidden ?? []) {
@@ -322,7 +321,6 @@ export class Engine {
       input_ids: int64(inputIds, [B, T]),
       position_ids: int64(positionIds, [B, T]),
       key_positions: int64(keyPositions, [B, P + T]),
-      past_index: int64(pastIndex, [B]),
       ...this.scoreFeeds(req.scored, T, req.topK, req.next),
       ...(probing ? probeFeeds(req, P, T) : idleProbeFeeds(B, P + T)),
     };
@@ -351,6 +349,7 @@ export class Engine {
       feeds,
       fetches,
       past: past?.handle,
+      pastRows: req.rows.map((r) => r.pastRow),
       numLayers: c.numLayers,
       keepPresent: req.keepPresent,
       emptyPast: this.emptyPast,
@@ -365,7 +364,7 @@ export class Engine {
           inputs: size(Object.values(feeds)),
           pastKv: B * P * this.kvBytesPerToken,
           outputs: size(Object.values(out)),
-          presentKv: req.keepPresent ? B * (P + T) * this.kvBytesPerToken : 0,
+          presentKv: req.keepPresent ? B * T * this.kvBytesPerToken : 0,
         },
       });
     }

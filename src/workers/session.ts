@@ -17,8 +17,10 @@ export interface RunRequest {
   fetches: string[];
   /** Feed the KV kept under this handle as `past.L.key/value` (default: an empty past). */
   past?: number;
+  /** Per row of the pass: the row of the past it continues. */
+  pastRows: number[];
   numLayers: number;
-  /** Keep this pass's `present.L.key/value` under a new handle. */
+  /** Keep this pass's whole KV (each row's past, then its new slots) under a new handle. */
   keepPresent?: boolean;
   /** The empty past's shape: [1, kv_heads, 0, head_dim], in the KV dtype. */
   emptyPast: { type: 'float32' | 'float16'; dims: number[] };
@@ -52,10 +54,15 @@ export type SessionReply = { id: number; result: unknown } | { id: number; error
 
 type KvTensor = ort.Tensor & { data: Float32Array | Uint16Array };
 
+/** KV kept under a handle; per layer its key then its value, each [rows, kv_heads, slots,
+ * head_dim]. `laidOut`: one tensor per layer and kind (a gather's). `extended`: a pass's
+ * KV as the pass saw it — the past it was fed, row for row, then its new slots — kept
+ * without copying that past again: the graph returns only the new slots. */
+type KvEntry = { kind: 'laidOut'; layers: KvTensor[] } | { kind: 'extended'; past: KvTensor[]; fresh: KvTensor[] };
+
 const sessions = new Map<string, ort.InferenceSession>();
-const pasts = new Map<number, KvTensor[]>();
+const pasts = new Map<number, KvEntry>();
 let nextHandle = 1;
-let empty: ort.Tensor | undefined;
 const tensor = (t: HostTensor) => new ort.Tensor(t.type, t.data, t.dims);
 const plain = (t: ort.Tensor): HostTensor => ({ type: t.type as HostTensor['type'], dims: [...t.dims], data: (t.data as HostTensor['data']).slice() });
 
@@ -75,10 +82,73 @@ function shapeSalt(feeds: Record<string, ort.Tensor>): ort.Tensor {
   return new ort.Tensor('bool', new Uint8Array(length), [length]);
 }
 
-function kept(handle: number): KvTensor[] {
+function kept(handle: number): KvEntry {
   const kv = pasts.get(handle);
   if (!kv) throw new Error(`past KV handle ${handle} is gone`);
   return kv;
+}
+
+/** Slots per row of an entry. */
+function slots(kv: KvEntry): number {
+  switch (kv.kind) {
+    case 'laidOut':
+      return kv.layers[0]!.dims[2]!;
+    case 'extended':
+      return kv.past[0]!.dims[2]! + kv.fresh[0]!.dims[2]!;
+  }
+}
+
+/** Where slots [offset, offset + count) of a row lie for tensor `i` (layer·2 + key/value):
+ * one stretch of a tensor, or two (the end of an extended entry's past, its new slots). */
+function stretches(kv: KvEntry, i: number, offset: number, count: number): { src: KvTensor; offset: number; count: number }[] {
+  if (kv.kind === 'laidOut') return [{ src: kv.layers[i]!, offset, count }];
+  const P = kv.past[i]!.dims[2]!;
+  const out: { src: KvTensor; offset: number; count: number }[] = [];
+  if (offset < P) out.push({ src: kv.past[i]!, offset, count: Math.min(count, P - offset) });
+  const end = offset + count;
+  if (end > P) out.push({ src: kv.fresh[i]!, offset: Math.max(0, offset - P), count: end - Math.max(offset, P) });
+  return out;
+}
+
+/** rows[b]: pieces laid end to end, right-padded to `length`: one tensor per layer and kind. */
+function layOut(rows: KvPieceRef[][], length: number, proto: KvEntry): KvTensor[] {
+  const B = rows.length;
+  const first = proto.kind === 'laidOut' ? proto.layers : proto.fresh;
+  const out: KvTensor[] = [];
+  for (let i = 0; i < first.length; i++) {
+    const [, H, , D] = first[i]!.dims as [number, number, number, number];
+    const data = first[i]!.data instanceof Uint16Array ? new Uint16Array(B * H * length * D) : new Float32Array(B * H * length * D);
+    rows.forEach((pieces, b) => {
+      let at = 0;
+      for (const p of pieces) {
+        for (const s of stretches(kept(p.handle), i, p.offset, p.count)) {
+          const Ps = s.src.dims[2]!;
+          for (let h = 0; h < H; h++) {
+            const from = ((p.row * H + h) * Ps + s.offset) * D;
+            data.set(s.src.data.subarray(from, from + s.count * D), ((b * H + h) * length + at) * D);
+          }
+          at += s.count;
+        }
+      }
+    });
+    out.push(new ort.Tensor(first[i]!.type, data, [B, H, length, D]) as KvTensor);
+  }
+  return out;
+}
+
+/** The past a pass is fed: each of its rows' past row, as one tensor per layer and kind —
+ * the kept tensors themselves when they already are that (a decode step's gathered past,
+ * a query block continuing the one before), else laid out once. */
+function pastFeeds(r: RunRequest, B: number): KvTensor[] {
+  if (r.past === undefined) {
+    const dims = [B, ...r.emptyPast.dims.slice(1)];
+    const data = () => (r.emptyPast.type === 'float16' ? new Uint16Array(0) : new Float32Array(0));
+    return Array.from({ length: 2 * r.numLayers }, () => new ort.Tensor(r.emptyPast.type, data(), dims) as KvTensor);
+  }
+  const kv = kept(r.past);
+  if (kv.kind === 'laidOut' && kv.layers[0]!.dims[0] === B && r.pastRows.every((row, b) => row === b)) return kv.layers;
+  const P = slots(kv);
+  return layOut(r.pastRows.map((row) => [{ handle: r.past!, row, offset: 0, count: P }]), P, kv);
 }
 
 async function run(r: RunRequest): Promise<RunResult> {
@@ -86,50 +156,30 @@ async function run(r: RunRequest): Promise<RunResult> {
   if (!session) throw new Error(`no session ${r.session}`);
   const feeds: Record<string, ort.Tensor> = {};
   for (const [k, v] of Object.entries(r.feeds)) feeds[k] = tensor(v);
-  const past = r.past !== undefined ? kept(r.past) : undefined;
-  if (!past) empty ??= new ort.Tensor(r.emptyPast.type, r.emptyPast.type === 'float16' ? new Uint16Array(0) : new Float32Array(0), r.emptyPast.dims);
+  const past = pastFeeds(r, r.pastRows.length);
   for (let i = 0; i < r.numLayers; i++) {
-    feeds[`past.${i}.key`] = past ? past[2 * i]! : empty!;
-    feeds[`past.${i}.value`] = past ? past[2 * i + 1]! : empty!;
+    feeds[`past.${i}.key`] = past[2 * i]!;
+    feeds[`past.${i}.value`] = past[2 * i + 1]!;
   }
   feeds.shape_salt = shapeSalt(feeds);
   const fetches = [...r.fetches];
-  if (r.keepPresent) for (let i = 0; i < r.numLayers; i++) fetches.push(`present.${i}.key`, `present.${i}.value`);
+  if (r.keepPresent) for (let i = 0; i < r.numLayers; i++) fetches.push(`new.${i}.key`, `new.${i}.value`);
   const out = await session.run(feeds, fetches);
   const outputs: Record<string, HostTensor> = {};
   for (const name of r.fetches) outputs[name] = plain(out[name]!);
   if (!r.keepPresent) return { outputs };
+  const fresh: KvTensor[] = [];
+  for (let i = 0; i < r.numLayers; i++) fresh.push(out[`new.${i}.key`] as KvTensor, out[`new.${i}.value`] as KvTensor);
   const present = nextHandle++;
-  const kv: KvTensor[] = [];
-  for (let i = 0; i < r.numLayers; i++) kv.push(out[`present.${i}.key`] as KvTensor, out[`present.${i}.value`] as KvTensor);
-  pasts.set(present, kv);
+  pasts.set(present, past[0]!.dims[2] === 0 ? { kind: 'laidOut', layers: fresh } : { kind: 'extended', past, fresh });
   return { outputs, present };
 }
 
 /** rows[b]: pieces laid end to end, right-padded to `length`, kept under a new handle. */
 function gather(rows: KvPieceRef[][], length: number): { handle: number } {
-  const B = rows.length;
-  const proto = kept(rows.flat()[0]!.handle);
-  const out: KvTensor[] = [];
-  for (let i = 0; i < proto.length; i++) {
-    const [, H, , D] = proto[i]!.dims as [number, number, number, number];
-    const data = proto[i]!.data instanceof Uint16Array ? new Uint16Array(B * H * length * D) : new Float32Array(B * H * length * D);
-    rows.forEach((pieces, b) => {
-      let at = 0;
-      for (const p of pieces) {
-        const src = kept(p.handle)[i]!;
-        const Ps = src.dims[2]!;
-        for (let h = 0; h < H; h++) {
-          const from = ((p.row * H + h) * Ps + p.offset) * D;
-          data.set(src.data.subarray(from, from + p.count * D), ((b * H + h) * length + at) * D);
-        }
-        at += p.count;
-      }
-    });
-    out.push(new ort.Tensor(proto[i]!.type, data, [B, H, length, D]) as KvTensor);
-  }
+  const layers = layOut(rows, length, kept(rows.flat()[0]!.handle));
   const handle = nextHandle++;
-  pasts.set(handle, out);
+  pasts.set(handle, { kind: 'laidOut', layers });
   return { handle };
 }
 
