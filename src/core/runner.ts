@@ -51,11 +51,6 @@ export async function runPlan(
       if (options.shouldStop?.()) throw new CancelledError();
       let past = pass.past === undefined ? undefined : kept.get(pass.past);
       let gathered: PastKV | undefined;
-      if (past?.gaps) {
-        // A one-token block leaves a padding slot after its KV: lay it out without.
-        gathered = await engine.gatherPast([[{ handle: past.handle, row: 0, offset: 0, count: past.validLengths[0]! }]]);
-        past = gathered;
-      }
       let pastRows: number[] = pass.rows.map((r) => r.pastRow);
       if (!past && pass.rows.some((r) => r.cached && r.cached.length > 0)) {
         ({ past: gathered, pastRows } = await gatherRows(engine, pass.rows));
@@ -215,18 +210,19 @@ async function runScorePass(
   });
   if (toCache && out.present) {
     const present = out.present;
-    const P = past?.length ?? 0;
     try {
       // Each row's new KV as a segment of its own, all in one round trip (a decode round
       // inserts a row per running sequence). A row whose past came in many pieces (a
       // sequence grown a token at a time) goes in whole, its path then read as one piece.
+      // A row's new slots follow its own past (engine.ts).
       const inserted = pass.rows.flatMap((r, b) => (r.path && r.tokens.length > 0 ? [b] : []));
       const whole = (b: number) => past !== undefined && (pass.rows[b]!.cached?.length ?? 0) >= COMPACT_PIECES;
       const segments = await engine.gatherPasts(
         inserted.map((b) => {
           const r = pass.rows[b]!;
-          const fresh = { handle: present.handle, row: b, offset: P, count: r.tokens.length };
-          return [whole(b) ? [{ handle: present.handle, row: b, offset: 0, count: r.startPosition }, fresh] : [fresh]];
+          const own = present.validLengths[b]! - r.tokens.length;
+          const from = whole(b) ? 0 : own;
+          return [[{ handle: present.handle, row: b, offset: from, count: own + r.tokens.length - from }]];
         }),
       );
       for (const [k, b] of inserted.entries()) {

@@ -53,9 +53,6 @@ export interface PastKV {
   handle: number;
   validLengths: number[];
   length: number;
-  /** The KV of a pass with a padded past: each row's valid slots are not a prefix, so
-   * it cannot be continued, only sliced (`gatherPast`). */
-  gaps?: boolean;
 }
 
 /** Positions [offset, offset + count) of row `row` of a kept KV. */
@@ -292,17 +289,15 @@ export class Engine {
     // continuation of a cached prefix bit-identical to computing it in full.
     const T = Math.max(2, ...req.rows.map((r) => r.tokens.length));
     const P = past?.length ?? 0;
-    // The present KV is past then new slots; its valid slots stay a prefix of each row
-    // for a pass without past, or one row continuing an unpadded past (a chain of query
-    // blocks). Otherwise it has gaps: it can be sliced, not continued.
-    if (past?.gaps) throw new Error('engine: a KV with gaps cannot be continued, only sliced');
-    const gaps = (P > 0 && req.rows.some((r) => past!.validLengths[r.pastRow] !== P)) || (B === 1 && req.rows[0]!.tokens.length < T);
+    // Row b's keys: its past's valid slots, then its new tokens, then padding — so the
+    // present's valid slots are a prefix of every row, and any pass can be continued.
+    const pastLengths = req.rows.map((row) => past?.validLengths[row.pastRow] ?? 0);
 
     const inputIds = new BigInt64Array(B * T);
     const positionIds = new BigInt64Array(B * T);
     const keyPositions = new BigInt64Array(B * (P + T)).fill(-1n);
     req.rows.forEach((row, b) => {
-      const valid = past?.validLengths[row.pastRow] ?? 0;
+      const valid = pastLengths[b]!;
       for (let j = 0; j < valid; j++) keyPositions[b * (P + T) + j] = BigInt(j);
       for (const h of row.hidden ?? []) {
         if (h.end > row.startPosition || h.start < 0) throw new Error('engine: hidden keys must lie in the row\'s past');
@@ -311,7 +306,7 @@ export class Engine {
       row.tokens.forEach((tok, t) => {
         inputIds[b * T + t] = BigInt(tok);
         positionIds[b * T + t] = BigInt(row.startPosition + t);
-        keyPositions[b * (P + T) + P + t] = BigInt(row.startPosition + t);
+        keyPositions[b * (P + T) + valid + t] = BigInt(row.startPosition + t);
       });
     });
     const N = req.scored.length;
@@ -321,6 +316,7 @@ export class Engine {
       input_ids: int64(inputIds, [B, T]),
       position_ids: int64(positionIds, [B, T]),
       key_positions: int64(keyPositions, [B, P + T]),
+      past_lengths: int64(BigInt64Array.from(pastLengths, BigInt), [B]),
       ...this.scoreFeeds(req.scored, T, req.topK, req.next),
       ...(probing ? probeFeeds(req, P, T) : idleProbeFeeds(B, P + T)),
     };
@@ -350,6 +346,7 @@ export class Engine {
       fetches,
       past: past?.handle,
       pastRows: req.rows.map((r) => r.pastRow),
+      pastLengths,
       numLayers: c.numLayers,
       keepPresent: req.keepPresent,
       emptyPast: this.emptyPast,
@@ -380,7 +377,7 @@ export class Engine {
     }
     if (M > 0) result.next = out.next_logprobs!.data as Float32Array;
     if (req.keepPresent) {
-      result.present = { handle: present!, validLengths: req.rows.map((r) => P + r.tokens.length), length: P + T, ...(gaps ? { gaps } : {}) };
+      result.present = { handle: present!, validLengths: req.rows.map((r, b) => pastLengths[b]! + r.tokens.length), length: P + T };
     }
     if (probing) {
       const f = (name: string) => out[name]!.data as Float32Array;

@@ -48,7 +48,7 @@ export function probeFeeds(req: ForwardRequest, P: number, T: number): Record<st
       keyBin[b * S + slot] = BigInt(v);
     };
     for (let j = 0; j < valid; j++) set(j, j);
-    for (let t = 0; t < row.tokens.length; t++) set(P + t, row.startPosition + t);
+    for (let t = 0; t < row.tokens.length; t++) set(valid + t, row.startPosition + t);
     mostExcluded = Math.max(mostExcluded, excludedKeys);
   });
   const queryRows = rowSet.size > 0 ? [...rowSet].sort((a, b) => a - b) : [0];

@@ -17,8 +17,10 @@ export interface RunRequest {
   fetches: string[];
   /** Feed the KV kept under this handle as `past.L.key/value` (default: an empty past). */
   past?: number;
-  /** Per row of the pass: the row of the past it continues. */
+  /** Per row of the pass: the row of the past it continues, and that row's valid slots
+   * (the row's new tokens' KV follows them). */
   pastRows: number[];
+  pastLengths: number[];
   numLayers: number;
   /** Keep this pass's whole KV (each row's past, then its new slots) under a new handle. */
   keepPresent?: boolean;
@@ -56,9 +58,12 @@ type KvTensor = ort.Tensor & { data: Float32Array | Uint16Array };
 
 /** KV kept under a handle; per layer its key then its value, each [rows, kv_heads, slots,
  * head_dim]. `laidOut`: one tensor per layer and kind (a gather's). `extended`: a pass's
- * KV as the pass saw it — the past it was fed, row for row, then its new slots — kept
- * without copying that past again: the graph returns only the new slots. */
-type KvEntry = { kind: 'laidOut'; layers: KvTensor[] } | { kind: 'extended'; past: KvTensor[]; fresh: KvTensor[] };
+ * KV as the pass saw it — row b the first `pastLengths[b]` slots of the past it was fed,
+ * then its new tokens' — kept without copying that past again: the graph returns only the
+ * new tokens' KV. */
+type KvEntry =
+  | { kind: 'laidOut'; layers: KvTensor[] }
+  | { kind: 'extended'; past: KvTensor[]; pastLengths: number[]; fresh: KvTensor[] };
 
 const sessions = new Map<string, ort.InferenceSession>();
 const pasts = new Map<number, KvEntry>();
@@ -88,21 +93,21 @@ function kept(handle: number): KvEntry {
   return kv;
 }
 
-/** Slots per row of an entry. */
-function slots(kv: KvEntry): number {
+/** Slots row `row` of an entry holds (padding after the valid ones included). */
+function rowSlots(kv: KvEntry, row: number): number {
   switch (kv.kind) {
     case 'laidOut':
       return kv.layers[0]!.dims[2]!;
     case 'extended':
-      return kv.past[0]!.dims[2]! + kv.fresh[0]!.dims[2]!;
+      return kv.pastLengths[row]! + kv.fresh[0]!.dims[2]!;
   }
 }
 
-/** Where slots [offset, offset + count) of a row lie for tensor `i` (layer·2 + key/value):
+/** Where slots [offset, offset + count) of `row` lie for tensor `i` (layer·2 + key/value):
  * one stretch of a tensor, or two (the end of an extended entry's past, its new slots). */
-function stretches(kv: KvEntry, i: number, offset: number, count: number): { src: KvTensor; offset: number; count: number }[] {
+function stretches(kv: KvEntry, i: number, row: number, offset: number, count: number): { src: KvTensor; offset: number; count: number }[] {
   if (kv.kind === 'laidOut') return [{ src: kv.layers[i]!, offset, count }];
-  const P = kv.past[i]!.dims[2]!;
+  const P = kv.pastLengths[row]!;
   const out: { src: KvTensor; offset: number; count: number }[] = [];
   if (offset < P) out.push({ src: kv.past[i]!, offset, count: Math.min(count, P - offset) });
   const end = offset + count;
@@ -121,7 +126,7 @@ function layOut(rows: KvPieceRef[][], length: number, proto: KvEntry): KvTensor[
     rows.forEach((pieces, b) => {
       let at = 0;
       for (const p of pieces) {
-        for (const s of stretches(kept(p.handle), i, p.offset, p.count)) {
+        for (const s of stretches(kept(p.handle), i, p.row, p.offset, p.count)) {
           const Ps = s.src.dims[2]!;
           for (let h = 0; h < H; h++) {
             const from = ((p.row * H + h) * Ps + s.offset) * D;
@@ -147,8 +152,10 @@ function pastFeeds(r: RunRequest, B: number): KvTensor[] {
   }
   const kv = kept(r.past);
   if (kv.kind === 'laidOut' && kv.layers[0]!.dims[0] === B && r.pastRows.every((row, b) => row === b)) return kv.layers;
-  const P = slots(kv);
-  return layOut(r.pastRows.map((row) => [{ handle: r.past!, row, offset: 0, count: P }]), P, kv);
+  const rows = r.pastRows.map((row) => [{ handle: r.past!, row, offset: 0, count: rowSlots(kv, row) }]);
+  // As wide as the entry (the engine's `PastKV.length`), each row's slots from the start.
+  const width = kv.kind === 'laidOut' ? kv.layers[0]!.dims[2]! : kv.past[0]!.dims[2]! + kv.fresh[0]!.dims[2]!;
+  return layOut(rows, width, kv);
 }
 
 async function run(r: RunRequest): Promise<RunResult> {
@@ -171,7 +178,7 @@ async function run(r: RunRequest): Promise<RunResult> {
   const fresh: KvTensor[] = [];
   for (let i = 0; i < r.numLayers; i++) fresh.push(out[`new.${i}.key`] as KvTensor, out[`new.${i}.value`] as KvTensor);
   const present = nextHandle++;
-  pasts.set(present, past[0]!.dims[2] === 0 ? { kind: 'laidOut', layers: fresh } : { kind: 'extended', past, fresh });
+  pasts.set(present, past[0]!.dims[2] === 0 ? { kind: 'laidOut', layers: fresh } : { kind: 'extended', past, pastLengths: r.pastLengths, fresh });
   return { outputs, present };
 }
 
