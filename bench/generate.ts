@@ -59,6 +59,10 @@ console.log(`batch 1: ${oneRate.toFixed(1)} tokens/s (median step ${(median(one.
 const many = await decode(Array.from({ length: STREAMS }, (_, k) => randomIds(100 + k, 32)), TOKENS);
 const manyRate = many.tokens / many.seconds;
 console.log(`${STREAMS} streams: ${manyRate.toFixed(1)} tokens/s aggregate = ${(manyRate / oneRate).toFixed(2)}x batch 1`);
+// As clients send them: prompts of different lengths (17–47 tokens).
+const mixed = await decode(Array.from({ length: STREAMS }, (_, k) => randomIds(200 + k, 17 + ((k * 7) % 31))), TOKENS);
+const mixedRate = mixed.tokens / mixed.seconds;
+console.log(`${STREAMS} streams, prompts of 17–47 tokens: ${mixedRate.toFixed(1)} tokens/s aggregate = ${(mixedRate / oneRate).toFixed(2)}x batch 1`);
 for (const past of [256, 1900]) {
   const r = await decode([randomIds(300 + past, past)], 16);
   console.log(`past ${past}: median step ${(median(r.stepSeconds) * 1000).toFixed(1)} ms (prompt in ${r.firstTokenSeconds.toFixed(2)} s)`);

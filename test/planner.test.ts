@@ -2,7 +2,7 @@
 // out by hand from the packing rule (rows × longest row ≤ budget, longest first), the
 // block rule, and the trunk rule (outermost shared stretches of ≥ minShared tokens).
 import { describe, expect, it } from 'vitest';
-import { findTrunks, plan, planTokens, planUnits, packByLength, type ScoreRow } from '../src/core/planner.js';
+import { findTrunks, plan, planTokens, planUnits, type ScoreRow } from '../src/core/planner.js';
 import type { Unit } from '../src/core/units.js';
 
 const unit = (prefix: number[], tail: number[]): Unit => ({ prefix, tail, targets: tail.map((t) => t + 100), topK: 0 });
@@ -39,8 +39,24 @@ describe('plan', () => {
     expect(plan([row(0, 6), row(1, 6)], { maxBatchTokens: 100, maxAttentionCells: 32 }).passes.length).toBe(1);
   });
 
-  it('always places a row longer than the budget, alone', () => {
-    expect(packByLength([[1, 2, 3, 4, 5], [1]], (r) => r.length, 2)).toEqual([[[1, 2, 3, 4, 5]], [[1]]]);
+  it('puts rows of different past lengths in one pass, unless padding their pasts to the longest would more than double them', () => {
+    const row = (unit: number, startPosition: number): ScoreRow => ({
+      unit,
+      tokens: [1],
+      startPosition,
+      scoredFrom: 0,
+      targetFrom: 0,
+      targetCount: 1,
+      pastRow: 0,
+      cached: [{ handle: unit + 1, offset: 0, count: startPosition }],
+    });
+    const passes = (rows: ScoreRow[]) => plan(rows, { maxBatchTokens: 100 }).passes.map((p) => p.rows.map((r) => r.unit));
+    // Pasts 30 and 20: padded 2 × 30 = 60 ≤ 2 × 50.
+    expect(passes([row(0, 20), row(1, 30)])).toEqual([[1, 0]]);
+    // Pasts 100, 10, 10, 10: 2 × 100 ≤ 2 × 110, but 3 × 100 > 2 × 120; the rest share.
+    expect(passes([row(0, 10), row(1, 100), row(2, 10), row(3, 10)])).toEqual([[1, 0], [2, 3]]);
+    // The token budget still splits rows of one past.
+    expect(plan([row(0, 5), row(1, 5), row(2, 5)], { maxBatchTokens: 2 }).passes.map((p) => p.rows.length)).toEqual([2, 1]);
   });
 
   it('runs a row longer than the budget in query blocks, each continuing the one before', () => {

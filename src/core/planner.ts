@@ -136,24 +136,37 @@ export function plan(rows: readonly ScoreRow[], options: PlanOptions): Plan {
   return { passes };
 }
 
-/** Pack rows into passes: rows of one past length together (below), longest first
- * (stable), while rows × longest stays within the budget and rows × longest × (past +
- * longest) within the cells. One row always fits. */
+/** Pack rows into passes, longest first and, among rows of one length, longest past
+ * first, while rows × longest stays within the budget, rows × longest × (longest past +
+ * longest) within the cells, and the pass's padded past (rows × longest past) at most
+ * twice the rows' own. One row always fits. */
 function pack(rows: ScoreRow[], budget: number, cells: number): ScoreRow[][] {
-  // A row whose past is shorter than its pass's would see its new keys after padding
-  // slots: the keys sit at other offsets of the reductions over them and the answer moves
-  // by an ulp (measured: 4.8e-7 on a log-prob). Padding after the keys changes nothing, so
-  // rows of one past length share passes and every row's keys sit where they would alone:
-  // a cache hit is bit-identical to a miss.
-  const byPast = new Map<number, ScoreRow[]>();
-  for (const r of rows) {
-    const list = byPast.get(r.startPosition);
-    if (list) list.push(r);
-    else byPast.set(r.startPosition, [r]);
+  // Each row's new keys follow its own past and padding comes after its last key
+  // (engine.ts), so rows of any past lengths share a pass and each gets the bits it gets
+  // alone (before, the keys of a row with a shorter past sat after padding and its sums
+  // rounded differently, so only rows of one past length shared passes: decode steps of
+  // sequences of different lengths each ran alone). A short past next to a long one is
+  // laid out to the long one's length, hence the bound on padding.
+  const sorted = [...rows].sort((a, b) => b.tokens.length - a.tokens.length || b.startPosition - a.startPosition);
+  const passes: ScoreRow[][] = [];
+  let current: ScoreRow[] = [];
+  let longest = 0;
+  let past = 0;
+  let ownPast = 0;
+  for (const r of sorted) {
+    const len = Math.max(1, r.tokens.length);
+    const [n, l, p, own] = [current.length + 1, Math.max(longest, len), Math.max(past, r.startPosition), ownPast + r.startPosition];
+    if (current.length > 0 && (n * l > budget || n * l * (p + l) > cells || n * p > 2 * own)) {
+      passes.push(current);
+      [current, longest, past, ownPast] = [[], 0, 0, 0];
+    }
+    current.push(r);
+    longest = Math.max(longest, len);
+    past = Math.max(past, r.startPosition);
+    ownPast += r.startPosition;
   }
-  return [...byPast.keys()]
-    .sort((a, b) => a - b)
-    .flatMap((past) => packByLength(byPast.get(past)!, (r) => r.tokens.length, budget, (n, longest) => n * longest * (past + longest) <= cells));
+  if (current.length > 0) passes.push(current);
+  return passes;
 }
 
 /** A long row as query blocks, each of `blockSize(keys before it)` tokens; the first
@@ -193,35 +206,6 @@ function blocks(passes: Pass[], row: ScoreRow, blockSize: (keys: number) => numb
 
 function split<T>(items: T[], test: (item: T) => boolean): [T[], T[]] {
   return [items.filter(test), items.filter((x) => !test(x))];
-}
-
-/** Pack items into batches whose padded size (count × longest) stays within `budget`
- * (and that `fits`, when given), longest first so rows of similar length share a batch.
- * One item always fits. */
-export function packByLength<T>(
-  items: T[],
-  length: (item: T) => number,
-  budget: number,
-  fits: (count: number, longest: number) => boolean = () => true,
-): T[][] {
-  const sorted = [...items].sort((a, b) => length(b) - length(a));
-  const batches: T[][] = [];
-  let current: T[] = [];
-  let longest = 0;
-  for (const item of sorted) {
-    const len = Math.max(1, length(item));
-    const next = Math.max(longest, len);
-    const count = current.length + 1;
-    if (current.length > 0 && (next * count > budget || !fits(count, next))) {
-      batches.push(current);
-      current = [];
-      longest = 0;
-    }
-    current.push(item);
-    longest = Math.max(longest, len);
-  }
-  if (current.length > 0) batches.push(current);
-  return batches;
 }
 
 /** A stretch of tokens several sequences share, to compute once into the prefix cache:
