@@ -95,7 +95,8 @@ describe('continuous batching of sequences of different lengths', () => {
     engine.onPass((p) => counting && (widest = Math.max(widest, p.rows)));
     const r = rng(8);
     const prompts = [60, 63, 90, 101, 75].map((n) => randomTokens(r, n, vocab));
-    const params = { ...GREEDY, maxTokens: 6, logprobs: 3 };
+    // 20 steps: each sequence's path is compacted (16 pieces) while it steps in shared passes.
+    const params = { ...GREEDY, maxTokens: 20, logprobs: 3 };
     const scorer = new Scorer(engine);
     const batcher = new Batcher('m', scorer);
     const together = await runGenerations(
