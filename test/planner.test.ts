@@ -55,6 +55,11 @@ describe('plan', () => {
     expect(passes([row(0, 20), row(1, 30)])).toEqual([[1, 0]]);
     // Pasts 100, 10, 10, 10: 2 × 100 ≤ 2 × 110, but 3 × 100 > 2 × 120; the rest share.
     expect(passes([row(0, 10), row(1, 100), row(2, 10), row(3, 10)])).toEqual([[1, 0], [2, 3]]);
+    // The laid-out past bound (rows × longest past), not for one-token rows (decode steps).
+    const two = (unit: number) => ({ ...row(unit, 10), tokens: [1, 2], targetCount: 2 });
+    const bounded = (rows: ScoreRow[]) => plan(rows, { maxBatchTokens: 100, maxPastSlots: 25 }).passes.map((p) => p.rows.length);
+    expect(bounded([two(0), two(1), two(2)])).toEqual([2, 1]);
+    expect(bounded([row(0, 10), row(1, 10), row(2, 10)])).toEqual([3]);
     // The token budget still splits rows of one past.
     expect(plan([row(0, 5), row(1, 5), row(2, 5)], { maxBatchTokens: 2 }).passes.map((p) => p.rows.length)).toEqual([2, 1]);
   });

@@ -29,6 +29,9 @@ export interface PlanOptions {
    * attention may hold per head: maxAttentionBytes / (heads × 4). Default: no bound
    * beyond the token budget. */
   maxAttentionCells?: number;
+  /** Past slots (rows × longest past) a pass of rows longer than one token may lay out;
+   * default: no bound. */
+  maxPastSlots?: number;
 }
 
 /** A position scored only into the prefix cache (a shared trunk's row). */
@@ -130,7 +133,7 @@ export function plan(rows: readonly ScoreRow[], options: PlanOptions): Plan {
   const passes: Pass[] = [];
   const [alone, others] = split([...rows], (r) => r.alone === true);
   const [longRows, shortRows] = split(others, tooLong);
-  for (const batch of pack(shortRows, budget, cells)) passes.push({ kind: passKind(batch), rows: batch });
+  for (const batch of pack(shortRows, budget, cells, options.maxPastSlots ?? Infinity)) passes.push({ kind: passKind(batch), rows: batch });
   for (const row of longRows) blocks(passes, row, blockSize);
   for (const row of alone) passes.push({ kind: passKind([row]), rows: [row] });
   return { passes };
@@ -139,14 +142,19 @@ export function plan(rows: readonly ScoreRow[], options: PlanOptions): Plan {
 /** Pack rows into passes, longest first and, among rows of one length, longest past
  * first, while rows × longest stays within the budget, rows × longest × (longest past +
  * longest) within the cells, and the pass's padded past (rows × longest past) at most
- * twice the rows' own. One row always fits. */
-function pack(rows: ScoreRow[], budget: number, cells: number): ScoreRow[][] {
+ * twice the rows' own and, unless every row is one token, within `pastSlots`. One row
+ * always fits. */
+function pack(rows: ScoreRow[], budget: number, cells: number, pastSlots: number): ScoreRow[][] {
   // Each row's new keys follow its own past and padding comes after its last key
   // (engine.ts), so rows of any past lengths share a pass and each gets the bits it gets
   // alone (before, the keys of a row with a shorter past sat after padding and its sums
   // rounded differently, so only rows of one past length shared passes: decode steps of
   // sequences of different lengths each ran alone). A short past next to a long one is
-  // laid out to the long one's length, hence the bound on padding.
+  // laid out to the long one's length, hence the bound on padding. Each row's past is laid
+  // out for it and the graph concatenates it with the new keys: a pass's transient memory
+  // is twice its past (17 continuations of 400-token contexts: 2 × 109 MiB), hence the
+  // slots bound — but not for decode steps, where each further pass reads all the weights
+  // again for one token a row.
   const sorted = [...rows].sort((a, b) => b.tokens.length - a.tokens.length || b.startPosition - a.startPosition);
   const passes: ScoreRow[][] = [];
   let current: ScoreRow[] = [];
@@ -156,7 +164,8 @@ function pack(rows: ScoreRow[], budget: number, cells: number): ScoreRow[][] {
   for (const r of sorted) {
     const len = Math.max(1, r.tokens.length);
     const [n, l, p, own] = [current.length + 1, Math.max(longest, len), Math.max(past, r.startPosition), ownPast + r.startPosition];
-    if (current.length > 0 && (n * l > budget || n * l * (p + l) > cells || n * p > 2 * own)) {
+    const laidOut = n * p > 2 * own || (l > 1 && n * p > pastSlots);
+    if (current.length > 0 && (n * l > budget || n * l * (p + l) > cells || laidOut)) {
       passes.push(current);
       [current, longest, past, ownPast] = [[], 0, 0, 0];
     }

@@ -37,6 +37,9 @@ export interface ScorerOptions {
   /** Bytes of one layer's attention scores a pass may build (default 192 MiB): longer
    * rows run in query blocks that shrink as their keys grow. */
   maxAttentionBytes?: number;
+  /** KV bytes of past a pass of rows longer than one token may lay out (default 16 MiB on
+   * the CPU, no bound on CUDA); decode passes are not bounded. */
+  maxPastBytes?: number;
   /** KV bytes the prefix cache keeps between rounds (default 1 GiB); 0 shares prefixes
    * within a round only. Needs `prefixSharing`. */
   prefixCacheBytes?: number;
@@ -61,6 +64,7 @@ export class Scorer {
   readonly prefixSharing: boolean;
   readonly maxTopK: number;
   readonly maxAttentionBytes: number;
+  readonly maxPastBytes: number;
   readonly minSharedTokens: number;
   readonly encoder: RequestEncoder;
   /** Absent when prefix sharing is off. */
@@ -89,6 +93,11 @@ export class Scorer {
     // 1 MiB): peak above the model 2096 MiB / 220 s at 256 MiB, 1965 MiB / 233 s at 192,
     // 1834 MiB / 299 s at 128 (smaller blocks copy the growing KV more often).
     this.maxAttentionBytes = options.maxAttentionBytes ?? 192 * 2 ** 20;
+    // Measured with bench/peer.ts's multiple choice (4 × 6 continuations of 400-token
+    // contexts, mmap threshold 1 MiB), peak RSS / time: no bound 606 MiB / 1.76–1.80 s,
+    // 64 MiB 556 / 1.62–1.78, 32 MiB 511 / 1.64–2.00, 16 MiB 497 / 1.52–1.59, 8 MiB
+    // 470 / 2.11–2.29 (more passes than the weights' reads pay for).
+    this.maxPastBytes = options.maxPastBytes ?? (engine.device.kind === 'cuda' ? Infinity : 16 * 2 ** 20);
     this.minSharedTokens = options.minSharedTokens ?? 8;
     // KV reused across sequences must be what each sequence would compute itself.
     if (this.prefixSharing && !reusableKv(engine.config)) {
@@ -123,6 +132,7 @@ export class Scorer {
     return {
       maxBatchTokens: this.maxBatchTokens,
       maxAttentionCells: Math.floor(this.maxAttentionBytes / (this.engine.config.numHeads * 4)),
+      maxPastSlots: Math.floor(this.maxPastBytes / this.engine.kvBytesPerToken),
     };
   }
 
