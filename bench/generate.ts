@@ -56,13 +56,14 @@ const one = await decode([randomIds(2, 32)], TOKENS);
 // Each stream's step resolves when its round does: one decode step is one round.
 const oneRate = (TOKENS - 1) / (one.seconds - one.firstTokenSeconds);
 console.log(`batch 1: ${oneRate.toFixed(1)} tokens/s (median step ${(median(one.stepSeconds) * 1000).toFixed(1)} ms; first token ${(one.firstTokenSeconds * 1000).toFixed(0)} ms)`);
-const many = await decode(Array.from({ length: STREAMS }, (_, k) => randomIds(100 + k, 32)), TOKENS);
-const manyRate = many.tokens / many.seconds;
-console.log(`${STREAMS} streams: ${manyRate.toFixed(1)} tokens/s aggregate = ${(manyRate / oneRate).toFixed(2)}x batch 1`);
-// As clients send them: prompts of different lengths (17–47 tokens).
-const mixed = await decode(Array.from({ length: STREAMS }, (_, k) => randomIds(200 + k, 17 + ((k * 7) % 31))), TOKENS);
-const mixedRate = mixed.tokens / mixed.seconds;
-console.log(`${STREAMS} streams, prompts of 17–47 tokens: ${mixedRate.toFixed(1)} tokens/s aggregate = ${(mixedRate / oneRate).toFixed(2)}x batch 1`);
+const streams = async (label: string, prompts: number[][]) => {
+  const r = await decode(prompts, TOKENS);
+  const rate = r.tokens / r.seconds;
+  console.log(`${STREAMS} streams${label}: ${rate.toFixed(1)} tokens/s aggregate = ${(rate / oneRate).toFixed(2)}x batch 1`);
+};
+await streams('', Array.from({ length: STREAMS }, (_, k) => randomIds(100 + k, 32)));
+// As clients send them: prompts of different lengths.
+await streams(', prompts of 17–47 tokens', Array.from({ length: STREAMS }, (_, k) => randomIds(200 + k, 17 + ((k * 7) % 31))));
 for (const past of [256, 1900]) {
   const r = await decode([randomIds(300 + past, past)], 16);
   console.log(`past ${past}: median step ${(median(r.stepSeconds) * 1000).toFixed(1)} ms (prompt in ${r.firstTokenSeconds.toFixed(2)} s)`);

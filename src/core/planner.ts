@@ -164,8 +164,8 @@ function pack(rows: ScoreRow[], budget: number, cells: number, pastSlots: number
   for (const r of sorted) {
     const len = Math.max(1, r.tokens.length);
     const [n, l, p, own] = [current.length + 1, Math.max(longest, len), Math.max(past, r.startPosition), ownPast + r.startPosition];
-    const laidOut = n * p > 2 * own || (l > 1 && n * p > pastSlots);
-    if (current.length > 0 && (n * l > budget || n * l * (p + l) > cells || laidOut)) {
+    const pastTooLarge = n * p > 2 * own || (l > 1 && n * p > pastSlots);
+    if (current.length > 0 && (n * l > budget || n * l * (p + l) > cells || pastTooLarge)) {
       passes.push(current);
       [current, longest, past, ownPast] = [[], 0, 0, 0];
     }

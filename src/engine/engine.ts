@@ -256,9 +256,9 @@ export class Engine {
     this.host.dropPast(past.handle);
   }
 
-  /** The empty past (P = 0) that rows starting at position 0 continue. */
-  private get emptyPast(): { type: 'float32' | 'float16'; dims: number[] } {
-    return { type: kvDType(this.device.dtype), dims: [1, this.config.numKvHeads, 0, this.config.headDim] };
+  /** The empty past (P = 0) of a pass of `rows` rows starting at position 0. */
+  private emptyPast(rows: number): { type: 'float32' | 'float16'; dims: number[] } {
+    return { type: kvDType(this.device.dtype), dims: [rows, this.config.numKvHeads, 0, this.config.headDim] };
   }
 
   /** The log-prob head's inputs: which flat positions, which targets, how many
@@ -349,7 +349,7 @@ export class Engine {
       pastLengths,
       numLayers: c.numLayers,
       keepPresent: req.keepPresent,
-      emptyPast: this.emptyPast,
+      emptyPast: this.emptyPast(B),
     });
     if (this.passListeners.length > 0) {
       const size = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);

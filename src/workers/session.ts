@@ -24,7 +24,7 @@ export interface RunRequest {
   numLayers: number;
   /** Keep this pass's whole KV (each row's past, then its new slots) under a new handle. */
   keepPresent?: boolean;
-  /** The empty past's shape: [1, kv_heads, 0, head_dim], in the KV dtype. */
+  /** The empty past's shape: [rows, kv_heads, 0, head_dim], in the KV dtype. */
   emptyPast: { type: 'float32' | 'float16'; dims: number[] };
 }
 
@@ -93,14 +93,14 @@ function kept(handle: number): KvEntry {
   return kv;
 }
 
-/** Slots row `row` of an entry holds (padding after the valid ones included). */
+/** Slots per row of an entry (the engine's `PastKV.length`). */
+function width(kv: KvEntry): number {
+  return kv.kind === 'laidOut' ? kv.layers[0]!.dims[2]! : kv.past[0]!.dims[2]! + kv.fresh[0]!.dims[2]!;
+}
+
+/** Slots row `row` of an entry holds: an extended row's past, then its new slots. */
 function rowSlots(kv: KvEntry, row: number): number {
-  switch (kv.kind) {
-    case 'laidOut':
-      return kv.layers[0]!.dims[2]!;
-    case 'extended':
-      return kv.pastLengths[row]! + kv.fresh[0]!.dims[2]!;
-  }
+  return kv.kind === 'laidOut' ? width(kv) : kv.pastLengths[row]! + kv.fresh[0]!.dims[2]!;
 }
 
 /** Where slots [offset, offset + count) of `row` lie for tensor `i` (layer·2 + key/value):
@@ -144,18 +144,16 @@ function layOut(rows: KvPieceRef[][], length: number, proto: KvEntry): KvTensor[
 /** The past a pass is fed: each of its rows' past row, as one tensor per layer and kind —
  * the kept tensors themselves when they already are that (a decode step's gathered past,
  * a query block continuing the one before), else laid out once. */
-function pastFeeds(r: RunRequest, B: number): KvTensor[] {
+function pastFeeds(r: RunRequest): KvTensor[] {
   if (r.past === undefined) {
-    const dims = [B, ...r.emptyPast.dims.slice(1)];
-    const data = () => (r.emptyPast.type === 'float16' ? new Uint16Array(0) : new Float32Array(0));
-    return Array.from({ length: 2 * r.numLayers }, () => new ort.Tensor(r.emptyPast.type, data(), dims) as KvTensor);
+    const { type, dims } = r.emptyPast;
+    return Array.from({ length: 2 * r.numLayers }, () => new ort.Tensor(type, type === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims) as KvTensor);
   }
   const kv = kept(r.past);
+  const B = r.pastRows.length;
   if (kv.kind === 'laidOut' && kv.layers[0]!.dims[0] === B && r.pastRows.every((row, b) => row === b)) return kv.layers;
   const rows = r.pastRows.map((row) => [{ handle: r.past!, row, offset: 0, count: rowSlots(kv, row) }]);
-  // As wide as the entry (the engine's `PastKV.length`), each row's slots from the start.
-  const width = kv.kind === 'laidOut' ? kv.layers[0]!.dims[2]! : kv.past[0]!.dims[2]! + kv.fresh[0]!.dims[2]!;
-  return layOut(rows, width, kv);
+  return layOut(rows, width(kv), kv);
 }
 
 async function run(r: RunRequest): Promise<RunResult> {
@@ -163,7 +161,7 @@ async function run(r: RunRequest): Promise<RunResult> {
   if (!session) throw new Error(`no session ${r.session}`);
   const feeds: Record<string, ort.Tensor> = {};
   for (const [k, v] of Object.entries(r.feeds)) feeds[k] = tensor(v);
-  const past = pastFeeds(r, r.pastRows.length);
+  const past = pastFeeds(r);
   for (let i = 0; i < r.numLayers; i++) {
     feeds[`past.${i}.key`] = past[2 * i]!;
     feeds[`past.${i}.value`] = past[2 * i + 1]!;
