@@ -116,6 +116,32 @@ describe('continuous batching of sequences of different lengths', () => {
       expect(together[i]![0]!.top).toEqual(alone![0]!.top);
     }
   });
+
+  it('a sequence stepping alone reads its past where it lies: its steps copy a fraction of it, and it gets the bits of a prompt run whole', async () => {
+    const vocab = engine.config.vocabSize;
+    const prompt = randomTokens(rng(9), 101, vocab);
+    // The prompt in 32-token query blocks (four pieces in the cache), then 20 steps.
+    const generate = async (maxTokens: number, maxBatchTokens: number) => {
+      const scorer = new Scorer(engine, { maxBatchTokens });
+      const batcher = new Batcher('m', scorer);
+      const before = await engine.laidOutKvBytes();
+      const [choices] = await runGenerations([new Generation(generationModel(engine, scorer), prompt, { ...GREEDY, maxTokens, logprobs: 3 })], (u, c) => batcher.submit(u, { continuing: c }).result);
+      return { choice: choices![0]!, copied: (await engine.laidOutKvBytes()) - before };
+    };
+    const first = await generate(1, 32);
+    const all = await generate(21, 32);
+    // Each step used to lay out its whole past (≥ 101 slots); now the path is compacted as
+    // it continues, and a step copies only the pieces after the compacted one.
+    const stepsCopied = all.copied - first.copied;
+    expect(stepsCopied).toBeGreaterThan(0);
+    expect(stepsCopied).toBeLessThan((20 * prompt.length * engine.kvBytesPerToken) / 3);
+    // The prompt run in one pass, each step laying out nothing but its own new slots' copy
+    // for the cache: the same bits.
+    const whole = await generate(21, 4096);
+    expect(all.choice.tokens).toEqual(whole.choice.tokens);
+    expect(all.choice.logprobs).toEqual(whole.choice.logprobs);
+    expect(all.choice.top).toEqual(whole.choice.top);
+  });
 });
 
 describe('a long generation in the prefix cache', () => {

@@ -213,10 +213,19 @@ async function runScorePass(
     try {
       // Each row's new KV as a segment of its own, all in one round trip (a decode round
       // inserts a row per running sequence). A row whose past came in many pieces (a
-      // sequence grown a token at a time) goes in whole, its path then read as one piece.
-      // A row's new slots follow its own past (engine.ts).
+      // sequence grown a token at a time) goes in whole, its path then read as one piece;
+      // so does a row that will be continued (a running generation) whose pieces after the
+      // first hold many slots (a prompt run in query blocks, a dialogue's new turn): the
+      // session thread feeds a row's first piece as it lies and copies only the rest
+      // (session.ts). A row's new slots follow its own past (engine.ts).
       const inserted = pass.rows.flatMap((r, b) => (r.path && r.tokens.length > 0 ? [b] : []));
-      const whole = (b: number) => past !== undefined && (pass.rows[b]!.cached?.length ?? 0) >= COMPACT_PIECES;
+      const whole = (b: number) => {
+        const r = pass.rows[b]!;
+        const pieces = r.cached ?? [];
+        if (past === undefined || pieces.length < 2) return false;
+        const continued = r.unit !== undefined && units[r.unit]!.keep === true;
+        return pieces.length >= COMPACT_PIECES || (continued && pieces.slice(1).reduce((n, p) => n + p.count, 0) >= COMPACT_SLOTS);
+      };
       const segments = await engine.gatherPasts(
         inserted.map((b) => {
           const r = pass.rows[b]!;
@@ -255,6 +264,9 @@ async function runScorePass(
 
 /** Pieces a row's cached past may come in before the row goes into the cache whole. */
 const COMPACT_PIECES = 16;
+/** Slots after its first piece a continued row's past may have before it goes in whole:
+ * each pass copies them, a compaction copies the whole row once. */
+const COMPACT_SLOTS = 64;
 
 /** A unit's answer before its scores arrive (a unit's positions may come from several
  * passes and from the cache). */

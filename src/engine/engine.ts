@@ -218,6 +218,11 @@ export class Engine {
     return this.host.keptPasts();
   }
 
+  /** KV bytes copied into layouts so far (what a past read where it lies saves). */
+  laidOutKvBytes(): Promise<number> {
+    return this.host.laidOutBytes();
+  }
+
   /** Test hook (CTXPROBE_TEST_HOOKS): make the session thread die. */
   exitHostForTest(): void {
     this.host.exitForTest();

@@ -98,6 +98,11 @@ export class SessionHost {
     return (await this.call<{ count: number }>({ op: 'keptPasts' })).count;
   }
 
+  /** KV bytes the worker has copied into layouts (a pass's past, a cache segment). */
+  async laidOutBytes(): Promise<number> {
+    return (await this.call<{ bytes: number }>({ op: 'laidOutBytes' })).bytes;
+  }
+
   /** Test hook: end the worker as a crash would. */
   exitForTest(): void {
     void this.call({ op: 'exitForTest' }).catch(() => {});

@@ -11,8 +11,13 @@
 //   position_ids  [B, T] int64    absolute position of each new token
 //   key_positions [B, S] int64    position of each key slot, -1 = masked: a row's past, then
 //                                 its new tokens, then padding (slot = position)
-//   past.L.key / past.L.value  [B, kv_heads, P, head_dim]  each row's past (P may be 0),
-//                                 its valid slots first, padding after them
+//   past.L.key / past.L.value  [B, kv_heads, P₀, head_dim]  each row's past (may be empty)
+//   recent.L.key / recent.L.value [B, kv_heads, P₁, head_dim]  the rest of it (may be empty):
+//                                 a row's past is the first past_lengths[b] slots of the
+//                                 two end to end (P = P₀ + P₁), padding after them. A long
+//                                 past kept whole goes in as it lies and the few tokens
+//                                 since as `recent`, so a decode step copies no past outside
+//                                 the graph (session.ts)
 //   past_lengths  [B]    int64    valid slots of each row's past: its new slots follow them
 //   score_rows    [N]    int64    flat index b·T + t of each scored position
 //   target_ids    [N]    int64    the token each scored position should predict
@@ -82,8 +87,9 @@ interface Rope {
 }
 
 interface Past {
-  key: string;
-  value: string;
+  /** The past's two parts (past, recent), each [B, kv_heads, ·, head_dim]. */
+  key: [string, string];
+  value: [string, string];
   /** [B, kv_heads, T, head_dim] int64: the key slot of each new token's K/V. */
   newSlots: string;
   /** bool scalar: some row's past is shorter than the pass's (its new slots move). */
@@ -122,22 +128,28 @@ class DecoderBuilder extends ModelOps {
     if (this.tap) g.scope('model', () => this.tap!.begin(g, { config: c, allowed: mask.allowed, toCompute: (v) => this.fromFloat32(v) }));
     const newSlots = g.scope('model/new_slots', () => this.newSlots(inputIds, pastLengths));
     // Every layer's past has the same length: read it off layer 0's.
-    const pastKey0 = g.input('past.0.key', kvDType(this.dt), ['batch', c.numKvHeads, 'past', c.headDim]);
+    const kvType = kvDType(this.dt);
+    const kvDims = (part: string) => ['batch', c.numKvHeads, part, c.headDim];
+    const pastKey0 = g.input('past.0.key', kvType, kvDims('past'));
+    const recentKey0 = g.input('recent.0.key', kvType, kvDims('recent'));
+    //   past, recent ─Shape[2]─Add─► past slots
     //   past_lengths ─Less(past slots)─► [B] ─Cast─ReduceMax─Cast─► ragged (onnxruntime's CUDA
     //   kernels have no ReduceMin at opset 21, and no ReduceMax over bool)
     const ragged = g.scope('model/new_slots', () => {
-      const slots = g.node('Squeeze', [g.node('Shape', [pastKey0], { name: 'past_dims', attrs: { start: 2, end: 3 } }), g.ints([0])], { name: 'past_slots' });
+      const dim = (t: string, name: string) => g.node('Shape', [t], { name, attrs: { start: 2, end: 3 } });
+      const slots = g.node('Squeeze', [g.node('Add', [dim(pastKey0, 'past_dims'), dim(recentKey0, 'recent_dims')], { name: 'all_past_dims' }), g.ints([0])], { name: 'past_slots' });
       const short = g.cast(g.node('Less', [pastLengths, slots], { name: 'short_rows' }), 'float32', 'bool', 'short_rows_f');
       return g.cast(g.node('ReduceMax', [short], { name: 'any_short', attrs: { keepdims: 0 } }), 'bool', 'float32', 'ragged');
     });
 
     for (let i = 0; i < c.numLayers; i++) {
-      const kvType = kvDType(this.dt);
-      const pastKey = i === 0 ? pastKey0 : g.input(`past.${i}.key`, kvType, ['batch', c.numKvHeads, 'past', c.headDim]);
-      const pastValue = g.input(`past.${i}.value`, kvType, ['batch', c.numKvHeads, 'past', c.headDim]);
-      const layer = g.scope(`model/layers.${i}`, () =>
-        this.decoderLayer(i, x, mask.biases[i]!, c.slidingLayers[i] ? localRope : rope, { key: pastKey, value: pastValue, newSlots, ragged }),
-      );
+      const past: Past = {
+        key: [i === 0 ? pastKey0 : g.input(`past.${i}.key`, kvType, kvDims('past')), i === 0 ? recentKey0 : g.input(`recent.${i}.key`, kvType, kvDims('recent'))],
+        value: [g.input(`past.${i}.value`, kvType, kvDims('past')), g.input(`recent.${i}.value`, kvType, kvDims('recent'))],
+        newSlots,
+        ragged,
+      };
+      const layer = g.scope(`model/layers.${i}`, () => this.decoderLayer(i, x, mask.biases[i]!, c.slidingLayers[i] ? localRope : rope, past));
       x = this.tap ? g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, layer.hidden)) : layer.hidden;
       g.output(`new.${i}.key`, layer.newKey, kvType, ['batch', c.numKvHeads, 'seq', c.headDim]);
       g.output(`new.${i}.value`, layer.newValue, kvType, ['batch', c.numKvHeads, 'seq', c.headDim]);
@@ -330,8 +342,9 @@ class DecoderBuilder extends ModelOps {
     // The scatter only when some row's past is shorter than the pass's: it copies all keys
     // once more (measured: a 1900-token decode pass 34 ms with it, 25 ms behind the If).
     // Each branch makes its own Concat, so no branch hands out a value made outside it.
-    const place = (before: string, fresh: string, name: string) => {
-      const append = () => g.node('Concat', [before, fresh], { name: 'append', attrs: { axis: 2 } });
+    // Past and recent go into the same Concat: the keys are one copy, however the past came.
+    const place = (before: string[], fresh: string, name: string) => {
+      const append = () => g.node('Concat', [...before, fresh], { name: 'append', attrs: { axis: 2 } });
       const [placed] = g.ifNode(
         name,
         past.ragged,
@@ -340,8 +353,8 @@ class DecoderBuilder extends ModelOps {
       );
       return placed!;
     };
-    const allKeys = place(this.kvIn(past.key), k, 'keys');
-    const allValues = place(this.kvIn(past.value), v, 'values');
+    const allKeys = place(past.key.map((t) => this.kvIn(t)), k, 'keys');
+    const allValues = place(past.value.map((t) => this.kvIn(t)), v, 'values');
     const keys = g.node('Unsqueeze', [allKeys, g.ints([2])], { name: 'keys_5d' });
     const values = g.node('Unsqueeze', [allValues, g.ints([2])], { name: 'values_5d' });
     const scores = g.node('FusedMatMul', [q, keys], {
