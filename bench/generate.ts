@@ -1,10 +1,11 @@
 // Generation on the 56M bench model (CPU, F32, 2 threads, greedy): batch-1 decode speed,
 // the aggregate of 16 concurrent streams, the step time with a long past against a short
-// one, the first token of a 1900-token prompt while 8 streams decode (and their step
-// latency meanwhile), and the bytes that cross session.run per generated token — each
-// decode step a unit of the one scheduler, its KV carried from step to step by the prefix
-// cache. With BENCH_PEER=on (node-llama-cpp installed by bench/peer.ts
-// into .bench/peer/), llama.cpp's batch-1 greedy decode on the same weights, F32 KV.
+// one (and the KV the session thread copies per step), the first token of a 1900-token
+// prompt while 8 streams decode (and their step latency meanwhile), and the bytes that
+// cross session.run per generated token — each decode step a unit of the one scheduler,
+// its KV carried from step to step by the prefix cache. With BENCH_PEER=on (node-llama-cpp
+// installed by bench/peer.ts into .bench/peer/), llama.cpp's batch-1 greedy decode on the
+// same weights, F32 KV, and its step with the same long and short pasts.
 // Prints figures, asserts nothing.
 //   npx tsx bench/generate.ts          BENCH_TOKENS=64 BENCH_STREAMS=16
 import fs from 'node:fs';
@@ -64,10 +65,21 @@ const streams = async (label: string, prompts: number[][]) => {
 await streams('', Array.from({ length: STREAMS }, (_, k) => randomIds(100 + k, 32)));
 // As clients send them: prompts of different lengths.
 await streams(', prompts of 17–47 tokens', Array.from({ length: STREAMS }, (_, k) => randomIds(200 + k, 17 + ((k * 7) % 31))));
+// A step's time with a long past against a short one, and the KV the session thread copies
+// per step (the prompt already cached: its prefill is not counted).
+const stepByPast = new Map<number, number>();
 for (const past of [256, 1900]) {
-  const r = await decode([randomIds(300 + past, past)], 16);
-  console.log(`past ${past}: median step ${(median(r.stepSeconds) * 1000).toFixed(1)} ms (prompt in ${r.firstTokenSeconds.toFixed(2)} s)`);
+  const prompt = randomIds(300 + past, past);
+  const prefill = await decode([prompt], 1);
+  const before = await engine.laidOutKvBytes();
+  const r = await decode([prompt], 17);
+  const copied = ((await engine.laidOutKvBytes()) - before) / (r.tokens - 1) / engine.kvBytesPerToken;
+  stepByPast.set(past, median(r.stepSeconds));
+  console.log(
+    `past ${past}: median step ${(median(r.stepSeconds) * 1000).toFixed(1)} ms, KV copied ${copied.toFixed(0)} positions a step (prompt in ${prefill.firstTokenSeconds.toFixed(2)} s)`,
+  );
 }
+console.log(`step at 1900 ÷ at 256: ${(stepByPast.get(1900)! / stepByPast.get(256)!).toFixed(2)}x`);
 
 // A long prompt arriving while 8 streams decode: it is prefilled in chunks of one pass
 // (maxBatchTokens), each round also stepping the streams.
@@ -145,6 +157,15 @@ if (process.env.BENCH_PEER === 'on') {
     await run(randomIds(1, 32), 8);
     const peer = await run(randomIds(2, 32), TOKENS);
     console.log(`llama.cpp batch 1: ${peer.toFixed(1)} tokens/s → ctxprobe ${(oneRate / peer).toFixed(2)}x`);
+    // Its step with a long past against a short one (the same prompts as above).
+    const peerStep = new Map<number, number>();
+    for (const past of [256, 1900]) {
+      peerStep.set(past, 1 / (await run(randomIds(300 + past, past), 17)));
+      console.log(
+        `llama.cpp past ${past}: mean step ${(peerStep.get(past)! * 1000).toFixed(1)} ms → ctxprobe's median ÷ it ${(stepByPast.get(past)! / peerStep.get(past)!).toFixed(2)}x`,
+      );
+    }
+    console.log(`llama.cpp step at 1900 ÷ at 256: ${(peerStep.get(1900)! / peerStep.get(256)!).toFixed(2)}x`);
     await context.dispose();
     await m.dispose();
 
