@@ -14,7 +14,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { Batcher } from '../src/core/batcher.js';
-import { Generation, generationModel, runGenerations, type SamplingParams } from '../src/requests/generate.js';
+import { Generation, generationModel, runGenerations, type GenerationModel, type SamplingParams } from '../src/requests/generate.js';
 import { benchModelDir, randomIds } from './model.js';
 
 const THREADS = Number(process.env.BENCH_THREADS ?? 2);
@@ -27,17 +27,28 @@ const engine = await Engine.load(dir, { threads: THREADS });
 const scorer = new Scorer(engine);
 const batcher = new Batcher('bench', scorer);
 const model = generationModel(engine, scorer);
+/** A model served: its engine, its generation model, its queue. */
+interface Served {
+  engine: Engine;
+  model: GenerationModel;
+  batcher: Batcher;
+}
+const serve = (e: Engine): Served => {
+  const s = new Scorer(e);
+  return { engine: e, model: generationModel(e, s), batcher: new Batcher('bench', s) };
+};
+const main: Served = { engine, model, batcher };
 const params = (maxTokens: number): SamplingParams => ({ temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens, stop: [], n: 1, logprobs: 0, ignoreEos: true });
 
 /** Generate from `prompts` together; seconds from the first step to the last. */
-async function decode(prompts: number[][], maxTokens: number): Promise<{ seconds: number; tokens: number; firstTokenSeconds: number; stepSeconds: number[] }> {
+async function decode(prompts: number[][], maxTokens: number, on: Served = main): Promise<{ seconds: number; tokens: number; firstTokenSeconds: number; stepSeconds: number[] }> {
   const t0 = performance.now();
   let first = 0;
   const steps: number[] = [];
   let last = t0;
   const results = await runGenerations(
-    prompts.map((p) => new Generation(model, p, params(maxTokens))),
-    (units, continuing) => batcher.submit(units, { continuing }).result,
+    prompts.map((p) => new Generation(on.model, p, params(maxTokens))),
+    (units, continuing) => on.batcher.submit(units, { continuing }).result,
     () => {
       const now = performance.now();
       if (!first) first = now;
@@ -66,20 +77,27 @@ await streams('', Array.from({ length: STREAMS }, (_, k) => randomIds(100 + k, 3
 // As clients send them: prompts of different lengths.
 await streams(', prompts of 17–47 tokens', Array.from({ length: STREAMS }, (_, k) => randomIds(200 + k, 17 + ((k * 7) % 31))));
 // A step's time with a long past against a short one, and the KV the session thread copies
-// per step (the prompt already cached: its prefill is not counted).
+// per step (the prompt already cached: its prefill is not counted). On the bench model with
+// a 32k context (positions only differ), for a 4k past.
+const PASTS = [256, 1900, 4000];
 const stepByPast = new Map<number, number>();
-for (const past of [256, 1900]) {
-  const prompt = randomIds(300 + past, past);
-  const prefill = await decode([prompt], 1);
-  const before = await engine.laidOutKvBytes();
-  const r = await decode([prompt], 17);
-  const copied = ((await engine.laidOutKvBytes()) - before) / (r.tokens - 1) / engine.kvBytesPerToken;
-  stepByPast.set(past, median(r.stepSeconds));
-  console.log(
-    `past ${past}: median step ${(median(r.stepSeconds) * 1000).toFixed(1)} ms, KV copied ${copied.toFixed(0)} positions a step (prompt in ${prefill.firstTokenSeconds.toFixed(2)} s)`,
-  );
+{
+  const long = serve(await Engine.load(benchModelDir({ maxPositions: 32768 }, 'ctxprobe-bench-llama-56m-32k'), { threads: THREADS }));
+  for (const past of PASTS) {
+    const prompt = randomIds(300 + past, past);
+    const prefill = await decode([prompt], 1, long);
+    const before = await long.engine.laidOutKvBytes();
+    const r = await decode([prompt], 17, long);
+    const copied = ((await long.engine.laidOutKvBytes()) - before) / (r.tokens - 1) / long.engine.kvBytesPerToken;
+    stepByPast.set(past, median(r.stepSeconds));
+    console.log(
+      `past ${past}: median step ${(median(r.stepSeconds) * 1000).toFixed(1)} ms, KV copied ${copied.toFixed(0)} positions a step (prompt in ${prefill.firstTokenSeconds.toFixed(2)} s)`,
+    );
+  }
+  await long.engine.release();
 }
-console.log(`step at 1900 ÷ at 256: ${(stepByPast.get(1900)! / stepByPast.get(256)!).toFixed(2)}x`);
+const stepRatios = (steps: Map<number, number>) => PASTS.slice(1).map((p) => `at ${p} ${(steps.get(p)! / steps.get(256)!).toFixed(2)}x`).join(', ');
+console.log(`step ÷ step at 256: ${stepRatios(stepByPast)}`);
 
 // A long prompt arriving while 8 streams decode: it is prefilled in chunks of one pass
 // (maxBatchTokens), each round also stepping the streams.
@@ -157,15 +175,26 @@ if (process.env.BENCH_PEER === 'on') {
     await run(randomIds(1, 32), 8);
     const peer = await run(randomIds(2, 32), TOKENS);
     console.log(`llama.cpp batch 1: ${peer.toFixed(1)} tokens/s → ctxprobe ${(oneRate / peer).toFixed(2)}x`);
-    // Its step with a long past against a short one (the same prompts as above).
+    // Its step with the same long and short pasts (a context past the GGUF's 2048 positions:
+    // they change its values, not its work).
+    const longContext = await m.createContext({ contextSize: 4096 + 64, batchSize: 512, threads: THREADS, experimentalKvCacheKeyType: 'F32', experimentalKvCacheValueType: 'F32', flashAttention: false });
+    const longSeq = longContext.getSequence();
     const peerStep = new Map<number, number>();
-    for (const past of [256, 1900]) {
-      peerStep.set(past, 1 / (await run(randomIds(300 + past, past), 17)));
+    for (const past of PASTS) {
+      await longSeq.clearHistory();
+      let count = 0;
+      let start = 0;
+      for await (const _ of longSeq.evaluate(randomIds(300 + past, past) as never, { temperature: 0 })) {
+        if (count === 0) start = performance.now();
+        if (++count >= 17) break;
+      }
+      peerStep.set(past, (performance.now() - start) / 1000 / 16);
       console.log(
         `llama.cpp past ${past}: mean step ${(peerStep.get(past)! * 1000).toFixed(1)} ms → ctxprobe's median ÷ it ${(stepByPast.get(past)! / peerStep.get(past)!).toFixed(2)}x`,
       );
     }
-    console.log(`llama.cpp step at 1900 ÷ at 256: ${(peerStep.get(1900)! / peerStep.get(256)!).toFixed(2)}x`);
+    console.log(`llama.cpp step ÷ step at 256: ${stepRatios(peerStep)}`);
+    await longContext.dispose();
     await context.dispose();
     await m.dispose();
 
