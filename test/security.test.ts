@@ -15,6 +15,7 @@ import { loadTokens } from '../src/serving/security.js';
 import { ConfigError } from '../src/common/errors.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { makeCertificates } from './certs.js';
+import { scrape } from './helpers.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const TOKEN = 'test-token-0123456789abcdef';
@@ -72,12 +73,15 @@ describe('TLS with bearer tokens', () => {
     expect(res.models[0].name).toBe('m');
   });
 
-  it('refuses a call without a token, or with a wrong one, as UNAUTHENTICATED', async () => {
+  it('refuses a call without a token, or with a wrong one, as UNAUTHENTICATED, and counts it in /metrics', async () => {
+    const series = 'ctxprobe_requests_total{method="ListModels",code="UNAUTHENTICATED"}';
+    const before = (await scrape(server.metricsPort!)).get(series) ?? 0;
     for (const token of [undefined, 'wrong-token-0123456789abcdef']) {
       const err = await listModels(server.port, credentials(certs.ca), token).catch((e) => e);
       expect(err.code).toBe(grpc.status.UNAUTHENTICATED);
       expect(err.details).toMatch(/authorization: a valid "Bearer <token>" is required/);
     }
+    expect((await scrape(server.metricsPort!)).get(series)! - before).toBe(2);
   });
 
   it('fails the handshake for a client that trusts another CA', async () => {

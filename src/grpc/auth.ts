@@ -10,16 +10,19 @@ import { toStatus } from './status.js';
 const OPEN_PREFIXES = ['/grpc.health.v1.Health/'];
 
 /** A server interceptor that answers UNAUTHENTICATED unless `authorization: Bearer <token>`
- * carries one of `tokens` (compared in constant time). */
-export function bearerAuth(tokens: string[]): grpc.ServerInterceptor {
+ * carries one of `tokens` (compared in constant time). A refused call never reaches its
+ * handler, so `refused` hears of it (the path, the error), to be counted as handlers count. */
+export function bearerAuth(tokens: string[], refused?: (path: string, err: Error) => void): grpc.ServerInterceptor {
   const valid = tokenChecker(tokens);
   return (method, call) => {
     const open = OPEN_PREFIXES.some((p) => method.path.startsWith(p));
     const listener = new grpc.ServerListenerBuilder()
       .withOnReceiveMetadata((metadata, next) => {
         const header = metadata.get('authorization')[0];
-        if (open || (typeof header === 'string' && valid(header))) next(metadata);
-        else call.sendStatus(toStatus(new UnauthenticatedError('authorization: a valid "Bearer <token>" is required')));
+        if (open || (typeof header === 'string' && valid(header))) return next(metadata);
+        const err = new UnauthenticatedError('authorization: a valid "Bearer <token>" is required');
+        refused?.(method.path, err);
+        call.sendStatus(toStatus(err));
       })
       .build();
     return new grpc.ServerInterceptingCall(call, new grpc.ResponderBuilder().withStart((next) => next(listener)).build());

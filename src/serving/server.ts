@@ -88,14 +88,22 @@ export class CtxprobeServer {
     const tlsMaterial = options.tls ? loadTls(options.tls) : undefined;
     const credentials = serverCredentials(tlsMaterial);
     const checkToken = options.authTokens?.length ? tokenChecker(options.authTokens) : undefined;
+    // A call refused for its token is recorded as its handler records calls (method, code);
+    // paths that are not the API's go under one label, so no client mints label values.
+    let recordRefusal: (path: string, err: Error) => void = () => {};
     const grpcServer = new grpc.Server({
       'grpc.max_receive_message_length': maxBytes,
       'grpc.max_send_message_length': maxBytes,
-      interceptors: options.authTokens?.length ? [bearerAuth(options.authTokens)] : [],
+      interceptors: options.authTokens?.length ? [bearerAuth(options.authTokens, (path, err) => recordRefusal(path, err))] : [],
     });
     const server = new CtxprobeServer(grpcServer, options);
     const { def, v1 } = loadPackage();
     const methods = apiServices(server.service);
+    recordRefusal = (path, err) => {
+      const [, service, name] = /^\/([^/]+)\/([^/]+)$/.exec(path) ?? [];
+      const known = service !== undefined && name !== undefined && Object.hasOwn(methods, service) && Object.hasOwn(methods[service as keyof typeof methods], name);
+      server.service.begin(known ? name : 'grpc other').end('UNAUTHENTICATED', err);
+    };
     grpcServer.addService(v1.Scoring.service, grpcHandlers(server.service, methods['ctxprobe.v1.Scoring']));
     grpcServer.addService(v1.Probing.service, grpcHandlers(server.service, methods['ctxprobe.v1.Probing']));
     grpcServer.addService(v1.Generation.service, grpcHandlers(server.service, methods['ctxprobe.v1.Generation']));
