@@ -6,6 +6,7 @@
 // metrics, bearer tokens and TLS as on the gRPC side; /openapi.json lists every method.
 import fs from 'node:fs';
 import https from 'node:https';
+import { request as httpRequest } from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CtxprobeServer } from '../src/serving/server.js';
@@ -242,6 +243,52 @@ describe('HTTP/JSON transcoding', () => {
     expect(events).toHaveLength(2);
     expect(events.every((e) => e.startsWith('data: {'))).toBe(true);
     expect(JSON.parse(events[1]!.slice(6)).finishReason).toBe('length');
+  });
+
+  it('ScoreStream answers an NDJSON line as it arrives, while the client is still sending its body', async () => {
+    const [x, y] = CASES.ScoreStream!.request.messages as unknown[];
+    const url = new URL(`${base}/v1/score-stream`);
+    const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/x-ndjson' } });
+    const answers: any[] = [];
+    let firstAnswer!: () => void;
+    const first = new Promise<void>((resolve) => (firstAnswer = resolve));
+    const ended = new Promise<number>((resolve, reject) => {
+      req.on('error', reject);
+      req.on('response', (res) => {
+        res.setEncoding('utf8');
+        let rest = '';
+        res.on('data', (chunk: string) => {
+          const lines = (rest + chunk).split('\n');
+          rest = lines.pop()!;
+          for (const line of lines.filter(Boolean)) answers.push(JSON.parse(line));
+          if (answers.length > 0) firstAnswer();
+        });
+        res.on('end', () => resolve(res.statusCode!));
+      });
+    });
+    req.write(JSON.stringify(x) + '\n'); // chunked: the body stays open
+    await first;
+    expect(answers.map((a) => a.item.id)).toEqual(['x']);
+    req.end(JSON.stringify(y) + '\n');
+    expect(await ended).toBe(200);
+    expect(answers.map((a) => [a.item.id, a.errorCode])).toEqual([
+      ['x', 0],
+      ['y', 0],
+    ]);
+  });
+
+  it('refuses an NDJSON body over --max-message-bytes with 413, naming the limit', async () => {
+    const small = await CtxprobeServer.start({ port: 0, metricsPort: -1, httpPort: 0, maxMessageBytes: 1000 });
+    try {
+      const res = await http(`http://127.0.0.1:${small.httpPort}`, '/v1/score-stream', {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-ndjson' },
+        body: JSON.stringify({ item: { id: 'x', contextText: 'a'.repeat(2000), continuationsText: ['b'] } }) + '\n',
+      });
+      expect([res.status, res.body.message]).toEqual([413, 'body: over the limit of 1000 bytes (--max-message-bytes)']);
+    } finally {
+      await small.drain();
+    }
   });
 
   it('takes a deadline in grpc-timeout, refuses a malformed one, and records calls as gRPC does', async () => {

@@ -105,6 +105,7 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
 
   // Every RPC over HTTP/JSON, from the proto's google.api.http rules.
   registerTranscoded(app, service, {
+    bodyLimit,
     failed: (req, err) => {
       const r = records.get(req);
       if (r) r.failure = err;

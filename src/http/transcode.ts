@@ -10,17 +10,19 @@
 // the bytes gRPC would send, printed by protobuf's JSON mapping (src/api/json-mapping.ts).
 // Streams (server streaming, ScoreStream) answer newline-delimited JSON, one message a
 // line, or server-sent events (`data: <message>`) when the client accepts
-// text/event-stream; ScoreStream takes its messages as a JSON array or NDJSON lines.
+// text/event-stream; ScoreStream takes its messages as a JSON array or NDJSON lines, the
+// lines dispatched as they arrive (a client that streams its body gets answers meanwhile,
+// as over gRPC).
 // A failure before the first message is an HTTP error; after it, a last
 // `{"error": status}` line (SSE: an `error` event). Errors are google.rpc.Status-shaped:
 // {code: <gRPC code number>, message, details: []}, with the HTTP status of the error
 // table (src/http/status.ts). The deadline is the `grpc-timeout` header (gRPC's own
 // format: 30S, 500m …, as grpc-gateway takes it); a client that hangs up cancels.
-import { PassThrough } from 'node:stream';
+import { PassThrough, type Readable } from 'node:stream';
 import protobuf from 'protobufjs';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ConfigError, InvalidArgumentError, errorMessage } from '../common/errors.js';
+import { ConfigError, InvalidArgumentError, TooLargeError, errorMessage } from '../common/errors.js';
 import type { CallContext, Service } from '../serving/service.js';
 import { apiServices, checkedText, type ApiMethod } from '../api/methods.js';
 import { loadDefinition } from '../api/proto.js';
@@ -89,14 +91,18 @@ export function httpBindings(root = apiRoot()): HttpBinding[] {
 export interface TranscodeHooks {
   /** The call failed after its answer began (a stream's last line): record it so. */
   failed(req: FastifyRequest, err: unknown): void;
+  /** The body limit (--max-message-bytes): fastify's own parsers apply it; an NDJSON body,
+   * read as it arrives, is counted here. */
+  bodyLimit: number;
 }
 
 export function registerTranscoded(app: FastifyInstance, service: Service, hooks: TranscodeHooks): HttpBinding[] {
   const def = loadDefinition();
   const bodies = apiServices(service) as unknown as Record<string, Record<string, ApiMethod>>;
   const bindings = httpBindings();
-  // ScoreStream's messages may come one JSON value a line.
-  app.addContentTypeParser('application/x-ndjson', { parseAs: 'string' }, (_req, text, done) => done(null, { ndjson: text as string }));
+  // ScoreStream's messages may come one JSON value a line: the body stays a stream, read
+  // by the route as it arrives.
+  app.addContentTypeParser('application/x-ndjson', (_req, payload, done) => done(null, { ndjson: payload }));
   for (const b of bindings) {
     const serial = (def[b.service] as unknown as Record<string, MethodDefinition<object, object>>)[b.name]!;
     const body = bodies[b.service]![b.name]!;
@@ -121,6 +127,12 @@ export function registerTranscoded(app: FastifyInstance, service: Service, hooks
           if (body.kind === 'server-stream') {
             const request = checkedText(decode(bodyOf(req)));
             await body.run(request, call, (answer) => out.write(encode(answer as object)));
+          } else if (isNdjson(req.body)) {
+            await answerAsTheyArrive(req.body.ndjson, hooks.bodyLimit, call, {
+              decode: (m, i) => decode(m, `message ${i}`),
+              answer: (m, i, c) => body.answer(m, i, c),
+              write: (answer) => out.write(encode(answer as object)),
+            });
           } else {
             const requests = messagesOf(req).map((m, i) => decode(m, `message ${i}`));
             await Promise.all(requests.map(async (m, i) => out.write(encode((await body.answer(m, i, call)) as object))));
@@ -159,25 +171,74 @@ function bodyOf(req: FastifyRequest): unknown {
   return body;
 }
 
-const isNdjson = (v: unknown): v is { ndjson: string } => typeof v === 'object' && v !== null && 'ndjson' in v && Object.keys(v).length === 1;
+const isNdjson = (v: unknown): v is { ndjson: Readable } => typeof v === 'object' && v !== null && 'ndjson' in v && Object.keys(v).length === 1;
 
-/** A streamed call's messages: a JSON array, one object, or NDJSON lines. */
+/** A streamed call's messages when the body came whole: a JSON array or one object. */
 function messagesOf(req: FastifyRequest): unknown[] {
   const body = req.body as unknown;
   if (body === undefined) throw new InvalidArgumentError('body', 'messages are required: a JSON array, or one JSON object a line (application/x-ndjson)');
-  if (Array.isArray(body)) return body;
-  if (!isNdjson(body)) return [body];
-  return body.ndjson
-    .split('\n')
-    .map((line, i) => [line.trim(), i] as const)
-    .filter(([line]) => line !== '')
-    .map(([line, i]) => {
-      try {
-        return JSON.parse(line) as unknown;
-      } catch (err) {
-        throw new InvalidArgumentError(`body line ${i + 1}`, `not JSON: ${(err as Error).message}`);
+  return Array.isArray(body) ? body : [body];
+}
+
+/** An NDJSON body's lines as they arrive: per chunk, its complete lines as JSON. */
+async function* ndjsonChunks(body: Readable, limit: number): AsyncGenerator<unknown[]> {
+  body.setEncoding('utf8');
+  let rest = '';
+  let line = 0;
+  let bytes = 0;
+  const parse = (text: string): unknown[] => {
+    line++;
+    if (text.trim() === '') return [];
+    try {
+      return [JSON.parse(text)];
+    } catch (err) {
+      throw new InvalidArgumentError(`body line ${line}`, `not JSON: ${(err as Error).message}`);
+    }
+  };
+  for await (const chunk of body as AsyncIterable<string>) {
+    bytes += Buffer.byteLength(chunk);
+    if (bytes > limit) throw new TooLargeError(`body: over the limit of ${limit} bytes (--max-message-bytes)`);
+    const lines = (rest + chunk).split('\n');
+    rest = lines.pop()!;
+    yield lines.flatMap(parse);
+  }
+  yield parse(rest);
+}
+
+/** Each NDJSON message answered as soon as it is ready, dispatched as its line arrives.
+ * A chunk's lines are all decoded before any of them is dispatched, so a body that
+ * arrives at once is refused whole when one line is bad (an HTTP error, nothing answered),
+ * as a JSON array is. The first failure stops the reading and cancels the messages still
+ * running; answers after it are not written. */
+async function answerAsTheyArrive<Req, Res>(
+  body: Readable,
+  limit: number,
+  call: CallContext,
+  each: { decode: (json: unknown, index: number) => Req; answer: (req: Req, index: number, call: CallContext) => Promise<Res>; write: (answer: Res) => void },
+): Promise<void> {
+  const stop = new AbortController();
+  const running: CallContext = { ...call, signal: call.signal ? AbortSignal.any([call.signal, stop.signal]) : stop.signal };
+  const pending: Promise<void>[] = [];
+  let failure: { err: unknown } | undefined;
+  let index = 0;
+  try {
+    for await (const messages of ndjsonChunks(body, limit)) {
+      const requests = messages.map((m) => each.decode(m, index++));
+      for (const [k, m] of requests.entries()) {
+        const i = index - requests.length + k;
+        pending.push(each.answer(m, i, running).then((a) => void (failure || each.write(a)), (err: unknown) => void (failure ??= { err })));
       }
-    });
+      if (failure) break;
+    }
+  } catch (err) {
+    failure ??= { err };
+  }
+  if (failure) {
+    stop.abort();
+    body.resume(); // the rest of the body is read and dropped
+  }
+  await Promise.all(pending);
+  if (failure) throw failure.err;
 }
 
 /** A GET's query as the JSON its request's fields would have: each key a field (JSON or
