@@ -15,6 +15,7 @@
 // node-llama-cpp is not a dependency of ctxprobe: the first run installs it (pinned, CPU
 // binary only) into .bench/peer/. Prints figures, asserts nothing.
 //   npx tsx bench/peer.ts                  BENCH_PAIRS=3 BENCH_ITEMS=4 BENCH_TEXTS=4
+//   BENCH_MAX_BATCH_TOKENS=N, BENCH_MAX_PAST_MIB=N   ctxprobe's scorer bounds (default 512, 16)
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -58,7 +59,8 @@ async function runSide(side: 'ctxprobe' | 'llama.cpp', workload: Workload, check
     const { Scorer } = await import('../src/core/scorer.js');
     const engine = await Engine.load(dir, { threads: THREADS });
     const maxBatchTokens = process.env.BENCH_MAX_BATCH_TOKENS ? Number(process.env.BENCH_MAX_BATCH_TOKENS) : undefined;
-    const scorer = new Scorer(engine, { prefixCacheBytes: 0, ...(maxBatchTokens ? { maxBatchTokens } : {}) });
+    const maxPastBytes = process.env.BENCH_MAX_PAST_MIB ? Number(process.env.BENCH_MAX_PAST_MIB) * 2 ** 20 : undefined;
+    const scorer = new Scorer(engine, { prefixCacheBytes: 0, ...(maxBatchTokens ? { maxBatchTokens } : {}), ...(maxPastBytes !== undefined ? { maxPastBytes } : {}) });
     if (check) {
       const scores = await scorer.loglikelihood([{ context: items[0]!.context, continuations: [items[0]!.continuations[0]!] }]);
       await engine.release();

@@ -64,6 +64,27 @@ describe('plan', () => {
     expect(plan([row(0, 5), row(1, 5), row(2, 5)], { maxBatchTokens: 2 }).passes.map((p) => p.rows.length)).toEqual([2, 1]);
   });
 
+  it('counts a past that rows share once against the laid-out past bound (the graph gathers it per row)', () => {
+    // Six continuations of each of two 400-token contexts, 30 tokens each.
+    const cont = (unit: number, context: number): ScoreRow => ({
+      unit,
+      tokens: Array.from({ length: 30 }, (_, i) => i + 3),
+      startPosition: 400,
+      scoredFrom: 0,
+      targetFrom: 0,
+      targetCount: 30,
+      pastRow: 0,
+      cached: [{ handle: 100 + context, offset: 0, count: 400 }],
+    });
+    const rows = Array.from({ length: 12 }, (_, u) => cont(u, u % 2));
+    const sizes = (maxPastSlots: number) => plan(rows, { maxBatchTokens: 512, maxPastSlots }).passes.map((p) => p.rows.length);
+    // Both contexts fit 800 slots: the token budget alone splits (17 rows of 30 ≤ 512).
+    expect(sizes(800)).toEqual([12]);
+    // One context's 400 slots: a pass per context, each with its six continuations.
+    expect(sizes(400)).toEqual([6, 6]);
+    expect(plan(rows, { maxBatchTokens: 512, maxPastSlots: 400 }).passes.map((p) => new Set(p.rows.map((r) => r.cached![0]!.handle)).size)).toEqual([1, 1]);
+  });
+
   it('runs a row longer than the budget in query blocks, each continuing the one before', () => {
     // Prefix [1, 2, 3], tail [4 … 10]: positions 3..9 are scored (7 targets); budget 4.
     const long = unit([1, 2, 3], [4, 5, 6, 7, 8, 9, 10]);

@@ -29,8 +29,8 @@ export interface PlanOptions {
    * attention may hold per head: maxAttentionBytes / (heads × 4). Default: no bound
    * beyond the token budget. */
   maxAttentionCells?: number;
-  /** Past slots (rows × longest past) a pass of rows longer than one token may lay out;
-   * default: no bound. */
+  /** Past slots (distinct pasts × longest past) a pass of rows longer than one token may
+   * lay out; default: no bound. */
   maxPastSlots?: number;
 }
 
@@ -140,42 +140,56 @@ export function plan(rows: readonly ScoreRow[], options: PlanOptions): Plan {
 }
 
 /** Pack rows into passes, longest first and, among rows of one length, longest past
- * first, while rows × longest stays within the budget, rows × longest × (longest past +
- * longest) within the cells, and the pass's padded past (rows × longest past) at most
- * twice the rows' own and, unless every row is one token, within `pastSlots`. One row
- * always fits. */
+ * first (rows of one past together), while rows × longest stays within the budget, rows × longest × (longest past +
+ * longest) within the cells, and the pass's padded past (distinct pasts × longest past)
+ * at most twice their own and, unless every row is one token, within `pastSlots`. One
+ * row always fits. */
 function pack(rows: ScoreRow[], budget: number, cells: number, pastSlots: number): ScoreRow[][] {
   // Each row's new keys follow its own past and padding comes after its last key
   // (engine.ts), so rows of any past lengths share a pass and each gets the bits it gets
   // alone (before, the keys of a row with a shorter past sat after padding and its sums
   // rounded differently, so only rows of one past length shared passes: decode steps of
-  // sequences of different lengths each ran alone). A short past next to a long one is
-  // laid out to the long one's length, hence the bound on padding. Each row's past is laid
-  // out for it and the graph concatenates it with the new keys: a pass's transient memory
-  // is twice its past (17 continuations of 400-token contexts: 2 × 109 MiB), hence the
-  // slots bound — but not for decode steps, where each further pass reads all the weights
-  // again for one token a row.
-  const sorted = [...rows].sort((a, b) => b.tokens.length - a.tokens.length || b.startPosition - a.startPosition);
+  // sequences of different lengths each ran alone). A pass's distinct pasts are laid out
+  // once, each to the longest one's length, hence the bound on padding; rows that share
+  // one (continuations of a context) read it there, the graph gathering it per row a layer
+  // at a time. The laid-out past is held for the whole pass, hence the slots bound — but
+  // not for decode steps, where each further pass reads all the weights again for one
+  // token a row.
+  // Rows of one past together, so that they share a pass.
+  const keys = new Map(rows.map((r) => [r, pastKey(r)]));
+  const sorted = [...rows].sort((a, b) => b.tokens.length - a.tokens.length || b.startPosition - a.startPosition || (keys.get(a)! < keys.get(b)! ? -1 : keys.get(a)! > keys.get(b)! ? 1 : 0));
   const passes: ScoreRow[][] = [];
   let current: ScoreRow[] = [];
   let longest = 0;
   let past = 0;
+  let pasts = new Map<string, number>();
   let ownPast = 0;
   for (const r of sorted) {
     const len = Math.max(1, r.tokens.length);
-    const [n, l, p, own] = [current.length + 1, Math.max(longest, len), Math.max(past, r.startPosition), ownPast + r.startPosition];
-    const pastTooLarge = n * p > 2 * own || (l > 1 && n * p > pastSlots);
+    const key = keys.get(r)!;
+    const isNew = !pasts.has(key);
+    const [d, l, p, own] = [pasts.size + (isNew ? 1 : 0), Math.max(longest, len), Math.max(past, r.startPosition), ownPast + (isNew ? r.startPosition : 0)];
+    const n = current.length + 1;
+    const pastTooLarge = d * p > 2 * own || (l > 1 && d * p > pastSlots);
     if (current.length > 0 && (n * l > budget || n * l * (p + l) > cells || pastTooLarge)) {
       passes.push(current);
-      [current, longest, past, ownPast] = [[], 0, 0, 0];
+      [current, longest, past, ownPast, pasts] = [[], 0, 0, 0, new Map()];
     }
     current.push(r);
     longest = Math.max(longest, len);
     past = Math.max(past, r.startPosition);
-    ownPast += r.startPosition;
+    if (!pasts.has(key)) {
+      pasts.set(key, r.startPosition);
+      ownPast += r.startPosition;
+    }
   }
   if (current.length > 0) passes.push(current);
   return passes;
+}
+
+/** Rows with the same key continue the same cached past (the runner lays it out once). */
+export function pastKey(row: ScoreRow): string {
+  return (row.cached ?? []).map((p) => `${p.handle}:${p.offset}:${p.count}`).join(',');
 }
 
 /** A long row as query blocks, each of `blockSize(keys before it)` tokens; the first

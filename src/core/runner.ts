@@ -4,7 +4,7 @@
 // prefix cache, each row's new KV and scores go into it as the pass ends.
 import type { Engine, KvPiece, PassProbe, PastKV, Row, ScoredPosition } from '../engine/engine.js';
 import { CancelledError } from '../common/errors.js';
-import { planTokens, type Plan, type ScorePass, type ScoreRow } from './planner.js';
+import { pastKey, planTokens, type Plan, type ScorePass, type ScoreRow } from './planner.js';
 import type { Match, Piece, PrefixCache, ScoreEntry } from './prefix-cache.js';
 import { unitTokens, type ProbeSums, type TopK, type Unit, type UnitScore } from './units.js';
 
@@ -83,11 +83,10 @@ async function gatherRows(engine: Engine, rows: ScoreRow[]): Promise<{ past: Pas
   const distinct = new Map<string, number>();
   const lists: KvPiece[][] = [];
   const pastRows = rows.map((r) => {
-    const pieces = r.cached ?? [];
-    const key = pieces.map((p) => `${p.handle}:${p.offset}:${p.count}`).join(',');
+    const key = pastKey(r);
     let at = distinct.get(key);
     if (at === undefined) {
-      at = lists.push(pieces.map((p: Piece) => ({ handle: p.handle, row: 0, offset: p.offset, count: p.count }))) - 1;
+      at = lists.push((r.cached ?? []).map((p: Piece) => ({ handle: p.handle, row: 0, offset: p.offset, count: p.count }))) - 1;
       distinct.set(key, at);
     }
     return at;

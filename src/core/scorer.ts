@@ -37,8 +37,8 @@ export interface ScorerOptions {
   /** Bytes of one layer's attention scores a pass may build (default 192 MiB): longer
    * rows run in query blocks that shrink as their keys grow. */
   maxAttentionBytes?: number;
-  /** KV bytes of past a pass of rows longer than one token may lay out (default 16 MiB on
-   * the CPU, no bound on CUDA); decode passes are not bounded. */
+  /** KV bytes of past a pass of rows longer than one token may lay out, each distinct past
+   * once (default 8 MiB on the CPU, no bound on CUDA); decode passes are not bounded. */
   maxPastBytes?: number;
   /** KV bytes the prefix cache keeps between rounds (default 1 GiB); 0 shares prefixes
    * within a round only. Needs `prefixSharing`. */
@@ -94,10 +94,12 @@ export class Scorer {
     // 1834 MiB / 299 s at 128 (smaller blocks copy the growing KV more often).
     this.maxAttentionBytes = options.maxAttentionBytes ?? 192 * 2 ** 20;
     // Measured with bench/peer.ts's multiple choice (4 × 6 continuations of 400-token
-    // contexts, mmap threshold 1 MiB), peak RSS / time: no bound 606 MiB / 1.76–1.80 s,
-    // 64 MiB 556 / 1.62–1.78, 32 MiB 511 / 1.64–2.00, 16 MiB 497 / 1.52–1.59, 8 MiB
-    // 470 / 2.11–2.29 (more passes than the weights' reads pay for).
-    this.maxPastBytes = options.maxPastBytes ?? (engine.device.kind === 'cuda' ? Infinity : 16 * 2 ** 20);
+    // contexts, mmap threshold 1 MiB), peak RSS / time, a context's continuations sharing
+    // its laid-out past (the graph gathers it per row): 32 MiB 488–491 MiB / 1.57–1.75 s,
+    // 16 MiB 480–485 / 1.54–1.83, 8 MiB 427–435 / 1.76–1.87 (llama.cpp 449–456), in-process
+    // 1.37–1.54 s at 8 and 1.32–1.51 at 16. Before they shared it (each row's past laid
+    // out): no bound 606 / 1.76–1.80, 16 MiB 497 / 1.52–1.59, 8 MiB 470 / 2.11–2.29.
+    this.maxPastBytes = options.maxPastBytes ?? (engine.device.kind === 'cuda' ? Infinity : 8 * 2 ** 20);
     this.minSharedTokens = options.minSharedTokens ?? 8;
     // KV reused across sequences must be what each sequence would compute itself.
     if (this.prefixSharing && !reusableKv(engine.config)) {

@@ -11,14 +11,18 @@
 //   position_ids  [B, T] int64    absolute position of each new token
 //   key_positions [B, S] int64    position of each key slot, -1 = masked: a row's past, then
 //                                 its new tokens, then padding (slot = position)
-//   past.L.key / past.L.value  [B, kv_heads, P₀, head_dim]  each row's past (may be empty)
-//   recent.L.key / recent.L.value [B, kv_heads, P₁, head_dim]  the rest of it (may be empty):
+//   past.L.key / past.L.value  [B', kv_heads, P₀, head_dim]  each row's past (may be empty;
+//                                 B' = B, or fewer rows that the pass's rows share)
+//   recent.L.key / recent.L.value [B', kv_heads, P₁, head_dim]  the rest of it (may be empty):
 //                                 a row's past is the first past_lengths[b] slots of the
 //                                 two end to end (P = P₀ + P₁), padding after them. A long
 //                                 past kept whole goes in as it lies and the few tokens
 //                                 since as `recent`, so a decode step copies no past outside
 //                                 the graph (session.ts)
 //   past_lengths  [B]    int64    valid slots of each row's past: its new slots follow them
+//   past_rows     [B]    int64    the row of past/recent each row continues, read when the
+//                                 past has fewer rows than the pass (rows sharing a past:
+//                                 continuations of one context); else row b is row b
 //   score_rows    [N]    int64    flat index b·T + t of each scored position
 //   target_ids    [N]    int64    the token each scored position should predict
 //   top_k         [1]    int64
@@ -94,6 +98,10 @@ interface Past {
   newSlots: string;
   /** bool scalar: some row's past is shorter than the pass's (its new slots move). */
   ragged: string;
+  /** [B] int64: the past row each row continues, read when `shared`. */
+  rows: string;
+  /** bool [1]: the past has fewer rows than the pass. */
+  shared: string;
 }
 
 class DecoderBuilder extends ModelOps {
@@ -117,6 +125,7 @@ class DecoderBuilder extends ModelOps {
     const keyPositions = g.input('key_positions', 'int64', ['batch', 'total']);
     g.input('shape_salt', 'bool', ['salt']);
     const pastLengths = g.input('past_lengths', 'int64', ['batch']);
+    const pastRows = g.input('past_rows', 'int64', ['batch']);
 
     let x = g.scope('model', () => this.embed(inputIds, positionIds));
     const mask = g.scope('model/attn_mask', () => this.attentionMask(positionIds, keyPositions));
@@ -129,7 +138,8 @@ class DecoderBuilder extends ModelOps {
     const newSlots = g.scope('model/new_slots', () => this.newSlots(inputIds, pastLengths));
     // Every layer's past has the same length: read it off layer 0's.
     const kvType = kvDType(this.dt);
-    const kvDims = (part: string) => ['batch', c.numKvHeads, part, c.headDim];
+    // The past may have fewer rows than the pass (rows sharing one): `past_batch`.
+    const kvDims = (part: string) => ['past_batch', c.numKvHeads, part, c.headDim];
     const pastKey0 = g.input('past.0.key', kvType, kvDims('past'));
     const recentKey0 = g.input('recent.0.key', kvType, kvDims('recent'));
     //   past, recent ─Shape[2]─Add─► past slots
@@ -142,12 +152,20 @@ class DecoderBuilder extends ModelOps {
       return g.cast(g.node('ReduceMax', [short], { name: 'any_short', attrs: { keepdims: 0 } }), 'bool', 'float32', 'ragged');
     });
 
+    //   past.0.key, input_ids ─Shape[0]─Equal─Not─► shared (the past has fewer rows than the pass)
+    const shared = g.scope('model/past_rows', () => {
+      const rows = (t: string, name: string) => g.node('Shape', [t], { name, attrs: { start: 0, end: 1 } });
+      return g.node('Not', [g.node('Equal', [rows(pastKey0, 'past_batch'), rows(inputIds, 'batch')], { name: 'same_rows' })], { name: 'shared' });
+    });
+
     for (let i = 0; i < c.numLayers; i++) {
       const past: Past = {
         key: [i === 0 ? pastKey0 : g.input(`past.${i}.key`, kvType, kvDims('past')), i === 0 ? recentKey0 : g.input(`recent.${i}.key`, kvType, kvDims('recent'))],
         value: [g.input(`past.${i}.value`, kvType, kvDims('past')), g.input(`recent.${i}.value`, kvType, kvDims('recent'))],
         newSlots,
         ragged,
+        rows: pastRows,
+        shared,
       };
       const layer = g.scope(`model/layers.${i}`, () => this.decoderLayer(i, x, mask.biases[i]!, c.slidingLayers[i] ? localRope : rope, past));
       x = this.tap ? g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, layer.hidden)) : layer.hidden;
@@ -330,10 +348,10 @@ class DecoderBuilder extends ModelOps {
       q = g.scope('q_rope', () => this.applyRope(q, q5));
       k = g.scope('k_rope', () => this.applyRope(k, rope));
     }
-    // The session host lays out each row's past (a past shared by many rows, once per row):
-    // an in-graph Gather by row was one more copy of the whole past per pass, also for a
-    // decode step whose rows each continue their own (onnxruntime's profiler: 7 ms of a
-    // 47 ms pass at a 1900-token past).
+    // The session host lays out each distinct past once; a Gather by row runs only when
+    // rows share one (below): always on, it was one more copy of the whole past per pass,
+    // also for a decode step whose rows each continue their own (onnxruntime's profiler:
+    // 7 ms of a 47 ms pass at a 1900-token past).
     // Each row's new tokens go right after its own past, not after the pass's longest: the
     // CPU kernels' sums over key slots round differently when masked slots sit between
     // keys (measured: a decode row next to a longer one differed from the same row alone
@@ -343,13 +361,29 @@ class DecoderBuilder extends ModelOps {
     // once more (measured: a 1900-token decode pass 34 ms with it, 25 ms behind the If).
     // Each branch makes its own Concat, so no branch hands out a value made outside it.
     // Past and recent go into the same Concat: the keys are one copy, however the past came.
+    // Rows that share a past (continuations of one context) get it by a Gather here, a layer
+    // at a time, where the session thread laid it out once per row for all layers at once
+    // (17 continuations of a 400-token context: 2 × 109 MiB, so passes were bounded to 16 MiB
+    // of past and ran a row or two each).
+    //   shared ─If─┬─ then: past, recent ─Gather(past_rows)─► ragged ─If─┬─ Concat ─ScatterElements─►
+    //              │                                                     └─ Concat ─►
+    //              └─ else: past, recent ───────────────────► ragged ─If─ (the same) ─► keys
+    const dims = [{ dtype: this.dt, dims: ['batch', c.numKvHeads, 'total', D] }];
     const place = (before: string[], fresh: string, name: string) => {
-      const append = () => g.node('Concat', [...before, fresh], { name: 'append', attrs: { axis: 2 } });
+      const placeFrom = (parts: string[]) => {
+        const append = () => g.node('Concat', [...parts, fresh], { name: 'append', attrs: { axis: 2 } });
+        return g.ifNode(
+          'placed',
+          past.ragged,
+          { then: () => [g.node('ScatterElements', [append(), past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } })], else: () => [append()] },
+          dims,
+        );
+      };
       const [placed] = g.ifNode(
         name,
-        past.ragged,
-        { then: () => [g.node('ScatterElements', [append(), past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } })], else: () => [append()] },
-        [{ dtype: this.dt, dims: ['batch', c.numKvHeads, 'total', D] }],
+        past.shared,
+        { then: () => placeFrom(before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }))), else: () => placeFrom(before) },
+        dims,
       );
       return placed!;
     };

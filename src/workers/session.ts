@@ -61,11 +61,11 @@ type KvTensor = ort.Tensor & { data: Float32Array | Uint16Array };
  * head_dim], in one or two parts laid end to end (a part before the last one full in every
  * row). `laidOut`: every row all of its slots (a gather's: a long past kept whole may be
  * its first part as it lies, the pieces after it laid out as the second). `extended`: a
- * pass's KV as the pass saw it — row b the first `pastLengths[b]` slots of the past it was
- * fed, then its new tokens' — kept without copying that past again: the graph returns only
- * the new tokens' KV. */
+ * pass's KV as the pass saw it — row b the first `pastLengths[b]` slots of row
+ * `pastRows[b]` of the past it was fed, then its new tokens' — kept without copying that
+ * past again: the graph returns only the new tokens' KV. */
 type Parts = KvTensor[][];
-type KvEntry = { kind: 'laidOut'; parts: Parts } | { kind: 'extended'; parts: Parts; pastLengths: number[]; fresh: KvTensor[] };
+type KvEntry = { kind: 'laidOut'; parts: Parts } | { kind: 'extended'; parts: Parts; pastRows: number[]; pastLengths: number[]; fresh: KvTensor[] };
 
 const sessions = new Map<string, ort.InferenceSession>();
 const pasts = new Map<number, KvEntry>();
@@ -113,23 +113,24 @@ function rowSlots(kv: KvEntry, row: number): number {
 /** Where slots [offset, offset + count) of `row` lie for tensor `i` (layer·2 + key/value):
  * a stretch of each part they reach (an extended row's past: its first pastLengths[row]
  * slots), then of its new slots. */
-function stretches(kv: KvEntry, i: number, row: number, offset: number, count: number): { src: KvTensor; offset: number; count: number }[] {
-  const out: { src: KvTensor; offset: number; count: number }[] = [];
+function stretches(kv: KvEntry, i: number, row: number, offset: number, count: number): { src: KvTensor; row: number; offset: number; count: number }[] {
+  const out: { src: KvTensor; row: number; offset: number; count: number }[] = [];
   const end = offset + count;
   let at = 0;
-  const take = (src: KvTensor, slots: number) => {
+  const take = (src: KvTensor, srcRow: number, slots: number) => {
     const from = Math.max(offset, at);
     const to = Math.min(end, at + slots);
-    if (to > from) out.push({ src, offset: from - at, count: to - from });
+    if (to > from) out.push({ src, row: srcRow, offset: from - at, count: to - from });
     at += slots;
   };
   let past = kv.kind === 'laidOut' ? Infinity : kv.pastLengths[row]!;
+  const pastRow = kv.kind === 'laidOut' ? row : kv.pastRows[row]!;
   for (const part of kv.parts) {
     const slots = Math.min(slotsOf(part[i]!), past);
-    take(part[i]!, slots);
+    take(part[i]!, pastRow, slots);
     past -= slots;
   }
-  if (kv.kind === 'extended') take(kv.fresh[i]!, slotsOf(kv.fresh[i]!));
+  if (kv.kind === 'extended') take(kv.fresh[i]!, row, slotsOf(kv.fresh[i]!));
   return out;
 }
 
@@ -147,7 +148,7 @@ function layOut(rows: KvPieceRef[][], length: number, proto: KvEntry): KvTensor[
         for (const s of stretches(kept(p.handle), i, p.row, p.offset, p.count)) {
           const Ps = s.src.dims[2]!;
           for (let h = 0; h < H; h++) {
-            const from = ((p.row * H + h) * Ps + s.offset) * D;
+            const from = ((s.row * H + h) * Ps + s.offset) * D;
             data.set(s.src.data.subarray(from, from + s.count * D), ((b * H + h) * length + at) * D);
           }
           laidOutBytes += H * s.count * D * data.BYTES_PER_ELEMENT;
@@ -160,19 +161,27 @@ function layOut(rows: KvPieceRef[][], length: number, proto: KvEntry): KvTensor[
   return out;
 }
 
-/** The past a pass is fed, in two parts (past, recent): each of its rows' past row as one
- * tensor per layer and kind — the kept parts themselves when they already are that (a
- * decode step's gathered past, a query block continuing the one before), else laid out
- * once. */
-function pastFeeds(r: RunRequest): [KvTensor[], KvTensor[]] {
+/** The past a pass is fed, in two parts (past, recent), and the row of it each pass row
+ * continues: the kept parts themselves when they are laid out (a decode step's gathered
+ * past; the distinct pasts of rows that share them, which the graph gathers per row),
+ * else each pass row's past laid out once (a query block continuing the one before). */
+function pastFeeds(r: RunRequest): { past: KvTensor[]; recent: KvTensor[]; rows: number[] } {
   const { type, dims } = r.emptyPast;
-  const empty = () => Array.from({ length: 2 * r.numLayers }, () => new ort.Tensor(type, type === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims) as KvTensor);
-  if (r.past === undefined) return [empty(), empty()];
-  const kv = kept(r.past);
   const B = r.pastRows.length;
-  if (kv.kind === 'laidOut' && kv.parts[0]![0]!.dims[0] === B && r.pastRows.every((row, b) => row === b)) return [kv.parts[0]!, kv.parts[1] ?? empty()];
+  const empty = (rows: number) =>
+    Array.from({ length: 2 * r.numLayers }, () => new ort.Tensor(type, type === 'float16' ? new Uint16Array(0) : new Float32Array(0), [rows, ...dims.slice(1)]) as KvTensor);
+  const identity = Array.from({ length: B }, (_, b) => b);
+  if (r.past === undefined) return { past: empty(B), recent: empty(B), rows: identity };
+  const kv = kept(r.past);
+  if (kv.kind === 'laidOut') {
+    const rows = kv.parts[0]![0]!.dims[0]!;
+    // As many rows as the pass: row b is row b (the graph reads past_rows only when the
+    // past has fewer rows than the pass).
+    if (rows === B && r.pastRows.every((row, b) => row === b)) return { past: kv.parts[0]!, recent: kv.parts[1] ?? empty(B), rows: identity };
+    if (rows < B) return { past: kv.parts[0]!, recent: kv.parts[1] ?? empty(rows), rows: r.pastRows };
+  }
   const rows = r.pastRows.map((row) => [{ handle: r.past!, row, offset: 0, count: rowSlots(kv, row) }]);
-  return [layOut(rows, width(kv), kv), empty()];
+  return { past: layOut(rows, width(kv), kv), recent: empty(B), rows: identity };
 }
 
 async function run(r: RunRequest): Promise<RunResult> {
@@ -180,7 +189,8 @@ async function run(r: RunRequest): Promise<RunResult> {
   if (!session) throw new Error(`no session ${r.session}`);
   const feeds: Record<string, ort.Tensor> = {};
   for (const [k, v] of Object.entries(r.feeds)) feeds[k] = tensor(v);
-  const [past, recent] = pastFeeds(r);
+  const { past, recent, rows } = pastFeeds(r);
+  feeds.past_rows = new ort.Tensor('int64', BigInt64Array.from(rows, BigInt), [rows.length]);
   for (let i = 0; i < r.numLayers; i++) {
     feeds[`past.${i}.key`] = past[2 * i]!;
     feeds[`past.${i}.value`] = past[2 * i + 1]!;
@@ -198,7 +208,7 @@ async function run(r: RunRequest): Promise<RunResult> {
   for (let i = 0; i < r.numLayers; i++) fresh.push(out[`new.${i}.key`] as KvTensor, out[`new.${i}.value`] as KvTensor);
   const present = nextHandle++;
   const parts = [past, recent].filter((p) => slotsOf(p[0]!) > 0);
-  pasts.set(present, parts.length === 0 ? { kind: 'laidOut', parts: [fresh] } : { kind: 'extended', parts, pastLengths: r.pastLengths, fresh });
+  pasts.set(present, parts.length === 0 ? { kind: 'laidOut', parts: [fresh] } : { kind: 'extended', parts, pastRows: rows, pastLengths: r.pastLengths, fresh });
   return { outputs, present };
 }
 
