@@ -102,6 +102,8 @@ interface Past {
   rows: string;
   /** bool [1]: the past has fewer rows than the pass. */
   shared: string;
+  /** bool [1]: ragged or shared (the plain path's If). */
+  special: string;
 }
 
 class DecoderBuilder extends ModelOps {
@@ -157,6 +159,10 @@ class DecoderBuilder extends ModelOps {
       const rows = (t: string, name: string) => g.node('Shape', [t], { name, attrs: { start: 0, end: 1 } });
       return g.node('Not', [g.node('Equal', [rows(pastKey0, 'past_batch'), rows(inputIds, 'batch')], { name: 'same_rows' })], { name: 'shared' });
     });
+    // ragged or shared, as Not(And(Not, Not)): onnxruntime's CUDA kernels have no Or.
+    const special = g.scope('model/past_rows', () =>
+      g.node('Not', [g.node('And', [g.node('Not', [ragged], { name: 'not_ragged' }), g.node('Not', [shared], { name: 'not_shared' })], { name: 'plain' })], { name: 'ragged_or_shared' }),
+    );
 
     for (let i = 0; i < c.numLayers; i++) {
       const past: Past = {
@@ -166,6 +172,7 @@ class DecoderBuilder extends ModelOps {
         ragged,
         rows: pastRows,
         shared,
+        special,
       };
       const layer = g.scope(`model/layers.${i}`, () => this.decoderLayer(i, x, mask.biases[i]!, c.slidingLayers[i] ? localRope : rope, past));
       x = this.tap ? g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, layer.hidden)) : layer.hidden;
@@ -365,24 +372,26 @@ class DecoderBuilder extends ModelOps {
     // at a time, where the session thread laid it out once per row for all layers at once
     // (17 continuations of a 400-token context: 2 × 109 MiB, so passes were bounded to 16 MiB
     // of past and ran a row or two each).
-    //   shared ─If─┬─ then: past, recent ─Gather(past_rows)─► ragged ─If─┬─ Concat ─ScatterElements─►
-    //              │                                                     └─ Concat ─►
-    //              └─ else: past, recent ───────────────────► ragged ─If─ (the same) ─► keys
+    // A plain pass (every row its own past, none shorter: long blocks, rolling, batch-1
+    // decode) takes one If and a Concat; the nested Ifs are for the small passes only (an
+    // If nested in the plain path held one more keys-sized buffer: 16k rolling peak 983–992
+    // → 1001–1005 MiB).
+    //   ragged or shared ─If─┬─ else: Concat(past, recent, new) ─► keys
+    //                        └─ then: shared ─If─┬─ else: Concat ─ScatterElements─►
+    //                                            └─ then: Gather(past_rows) ─► ragged ─If─┬─ Concat ─ScatterElements─►
+    //                                                                                     └─ Concat ─►
     const dims = [{ dtype: this.dt, dims: ['batch', c.numKvHeads, 'total', D] }];
     const place = (before: string[], fresh: string, name: string) => {
-      const placeFrom = (parts: string[]) => {
-        const append = () => g.node('Concat', [...parts, fresh], { name: 'append', attrs: { axis: 2 } });
-        return g.ifNode(
-          'placed',
-          past.ragged,
-          { then: () => [g.node('ScatterElements', [append(), past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } })], else: () => [append()] },
-          dims,
-        );
+      const append = (parts: string[]) => g.node('Concat', [...parts, fresh], { name: 'append', attrs: { axis: 2 } });
+      const scatter = (parts: string[]) => g.node('ScatterElements', [append(parts), past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } });
+      const sharedPast = () => {
+        const gathered = before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
+        return g.ifNode('placed', past.ragged, { then: () => [scatter(gathered)], else: () => [append(gathered)] }, dims);
       };
       const [placed] = g.ifNode(
         name,
-        past.shared,
-        { then: () => placeFrom(before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }))), else: () => placeFrom(before) },
+        past.special,
+        { then: () => g.ifNode('shared', past.shared, { then: sharedPast, else: () => [scatter(before)] }, dims), else: () => [append(before)] },
         dims,
       );
       return placed!;
