@@ -178,6 +178,11 @@ export function addServeCommands(program: Command): void {
       // finish — for at most --drain-timeout-ms, after which what is left is refused and
       // every connection closed. A second signal exits at once.
       let stopping = false;
+      // The model being loaded, if any: its session thread may be inside onnxruntime, and
+      // exiting then aborted the process (`terminate called after throwing an instance of
+      // 'Napi::Error'`, exit 134) where a drain should end with 0. The stop waits for it and
+      // frees it; no model loads after a signal.
+      let loading: Promise<Awaited<ReturnType<typeof loadModel>>> | undefined;
       const stop = async (signal: string) => {
         if (stopping) {
           log({ level: 'warn', event: 'stopped', signal, how: 'second signal: exiting at once' });
@@ -186,12 +191,20 @@ export function addServeCommands(program: Command): void {
         stopping = true;
         log({ level: 'info', event: 'draining', signal, deadlineMs: flags.drainTimeoutMs });
         const how = await server.close(flags.drainTimeoutMs);
+        await loading?.then(
+          (m) => m.engine.release(),
+          () => {},
+        );
         log({ level: how === 'drained' ? 'info' : 'warn', event: 'stopped', how });
         process.exit(0);
       };
       for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void stop(signal));
       for (const entry of entriesFrom(flags)) {
-        const m = await loadModel({ ...entry, maxContinuations: entry.maxContinuations ?? flags.maxContinuations });
+        if (stopping) return;
+        loading = loadModel({ ...entry, maxContinuations: entry.maxContinuations ?? flags.maxContinuations });
+        const m = await loading;
+        if (stopping) return; // the stop frees it
+        loading = undefined;
         log({
           level: 'info',
           event: 'model_loaded',
