@@ -24,9 +24,6 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 const dir = benchModelDir();
 const engine = await Engine.load(dir, { threads: THREADS });
-const scorer = new Scorer(engine);
-const batcher = new Batcher('bench', scorer);
-const model = generationModel(engine, scorer);
 /** A model served: its engine, its generation model, its queue. */
 interface Served {
   engine: Engine;
@@ -37,7 +34,8 @@ const serve = (e: Engine): Served => {
   const s = new Scorer(e);
   return { engine: e, model: generationModel(e, s), batcher: new Batcher('bench', s) };
 };
-const main: Served = { engine, model, batcher };
+const main = serve(engine);
+const { model, batcher } = main;
 const params = (maxTokens: number): SamplingParams => ({ temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens, stop: [], n: 1, logprobs: 0, ignoreEos: true });
 
 /** Generate from `prompts` together; seconds from the first step to the last. */

@@ -157,12 +157,12 @@ function pack(rows: ScoreRow[], budget: number, cells: number, pastSlots: number
   // token a row.
   // Rows of one past together, so that they share a pass.
   const keys = new Map(rows.map((r) => [r, pastKey(r)]));
-  const sorted = [...rows].sort((a, b) => b.tokens.length - a.tokens.length || b.startPosition - a.startPosition || (keys.get(a)! < keys.get(b)! ? -1 : keys.get(a)! > keys.get(b)! ? 1 : 0));
+  const sorted = [...rows].sort((a, b) => b.tokens.length - a.tokens.length || b.startPosition - a.startPosition || keys.get(a)!.localeCompare(keys.get(b)!));
   const passes: ScoreRow[][] = [];
   let current: ScoreRow[] = [];
   let longest = 0;
   let past = 0;
-  let pasts = new Map<string, number>();
+  let pasts = new Set<string>();
   let ownPast = 0;
   for (const r of sorted) {
     const len = Math.max(1, r.tokens.length);
@@ -173,13 +173,13 @@ function pack(rows: ScoreRow[], budget: number, cells: number, pastSlots: number
     const pastTooLarge = d * p > 2 * own || (l > 1 && d * p > pastSlots);
     if (current.length > 0 && (n * l > budget || n * l * (p + l) > cells || pastTooLarge)) {
       passes.push(current);
-      [current, longest, past, ownPast, pasts] = [[], 0, 0, 0, new Map()];
+      [current, longest, past, ownPast, pasts] = [[], 0, 0, 0, new Set()];
     }
     current.push(r);
     longest = Math.max(longest, len);
     past = Math.max(past, r.startPosition);
     if (!pasts.has(key)) {
-      pasts.set(key, r.startPosition);
+      pasts.add(key);
       ownPast += r.startPosition;
     }
   }

@@ -223,9 +223,11 @@ async function answerAsTheyArrive<Req, Res>(
   let index = 0;
   try {
     for await (const messages of ndjsonChunks(body, limit)) {
-      const requests = messages.map((m) => each.decode(m, index++));
-      for (const [k, m] of requests.entries()) {
-        const i = index - requests.length + k;
+      const requests = messages.map((json) => {
+        const i = index++;
+        return { i, m: each.decode(json, i) };
+      });
+      for (const { i, m } of requests) {
         pending.push(each.answer(m, i, running).then((a) => void (failure || each.write(a)), (err: unknown) => void (failure ??= { err })));
       }
       if (failure) break;
