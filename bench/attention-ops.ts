@@ -3,7 +3,9 @@
 // causal mask, built four ways — today's MatMul + Softmax (grouped heads by broadcasting;
 // it gives the probabilities the probes need), com.microsoft.MultiHeadAttention (K/V
 // repeated to every head: it has no grouped-query heads), com.microsoft.GroupQueryAttention
-// and the ONNX Attention op (opset 23). Prints median ms of 5 runs and the largest |Δ| of
+// and the ONNX Attention op (opset 23); for decode steps also GroupQueryAttention with its
+// present bound to the past's own buffer (capacity BENCH_KV_CAPACITY slots, 4096 unless
+// set), onnxruntime's in-place KV append. Prints median ms of 5 runs and the largest |Δ| of
 // the output against MatMul + Softmax; asserts nothing.
 import os from 'node:os';
 import ort from 'onnxruntime-node';
@@ -24,10 +26,14 @@ const CASES: Case[] = [
   { name: 'prefill, 4 × 512 tokens', B: 4, T: 512, P: 0 },
   { name: 'query block, 1 × 1024 after 1024', B: 1, T: 1024, P: 1024 },
   { name: 'CHARPEval tails, 6 × 32 after 400', B: 6, T: 32, P: 400 },
+  { name: 'decode step, 1 × 1 after 256', B: 1, T: 1, P: 256 },
+  { name: 'decode step, 1 × 1 after 4000', B: 1, T: 1, P: 4000 },
 ];
+/** The KV buffer's capacity when the present is written into the past's own buffer. */
+const CAPACITY = Number(process.env.BENCH_KV_CAPACITY ?? 4096);
 
 type Build = (g: GraphBuilder) => string;
-const VARIANTS: { name: string; opset: number; build: Build }[] = [
+const VARIANTS: { name: string; opset: number; build: Build; shared?: true }[] = [
   {
     name: 'MatMul + Softmax (today)',
     opset: 21,
@@ -89,6 +95,33 @@ const VARIANTS: { name: string; opset: number; build: Build }[] = [
     },
   },
   {
+    // The one way onnxruntime appends to a KV cache in place: present_k / present_v bound
+    // (preallocated outputs) to the very buffers fed as past_k / past_v, of a fixed
+    // capacity; the kernel writes the new slots and attends the first seqlens_k + 1.
+    name: 'GroupQueryAttention, present in the past buffer',
+    opset: 21,
+    shared: true,
+    build: (g) => {
+      const [out, presentK, presentV] = g.nodeN(
+        'GroupQueryAttention',
+        'gqa',
+        [
+          g.input('q', 'float32', ['B', 'T', HQ * D]),
+          g.input('k', 'float32', ['B', 'T', HKV * D]),
+          g.input('v', 'float32', ['B', 'T', HKV * D]),
+          g.input('past_k', 'float32', ['B', HKV, CAPACITY, D]),
+          g.input('past_v', 'float32', ['B', HKV, CAPACITY, D]),
+          g.input('seqlens_k', 'int32', ['B']),
+          g.input('total_sequence_length', 'int32', [1]),
+        ],
+        { domain: 'com.microsoft', outputs: 3, attrs: { num_heads: HQ, kv_num_heads: HKV, scale: float(scale) } },
+      );
+      g.output('present_k', presentK!, 'float32', ['B', HKV, CAPACITY, D]);
+      g.output('present_v', presentV!, 'float32', ['B', HKV, CAPACITY, D]);
+      return out!;
+    },
+  },
+  {
     name: 'ONNX Attention (opset 23)',
     opset: 23,
     build: (g) => {
@@ -108,16 +141,24 @@ const VARIANTS: { name: string; opset: number; build: Build }[] = [
 let seed = 3;
 const random = (n: number) => Float32Array.from({ length: n }, () => ((seed = (seed * 16807) % 2147483647) / 2147483647 - 0.5) * 2);
 
-function feeds(c: Case, names: readonly string[]): Record<string, ort.Tensor> {
+function feeds(c: Case, names: readonly string[], shared = false): Record<string, ort.Tensor> {
   const S = c.P + c.T;
+  // A shared buffer holds the past in its first P slots of CAPACITY (the rest unread).
+  const pastSlots = shared ? CAPACITY : c.P;
+  const past = () => {
+    const data = new Float32Array(c.B * HKV * pastSlots * D);
+    const values = random(c.B * HKV * c.P * D);
+    for (let r = 0; r < c.B * HKV; r++) data.set(values.subarray(r * c.P * D, (r + 1) * c.P * D), r * pastSlots * D);
+    return new ort.Tensor('float32', data, [c.B, HKV, pastSlots, D]);
+  };
   const bias = new Float32Array(c.T * S);
   for (let t = 0; t < c.T; t++) for (let j = 0; j < S; j++) bias[t * S + j] = j <= c.P + t ? 0 : -1e30;
   const all: Record<string, ort.Tensor> = {
     q: new ort.Tensor('float32', random(c.B * c.T * HQ * D), [c.B, c.T, HQ * D]),
     k: new ort.Tensor('float32', random(c.B * c.T * HKV * D), [c.B, c.T, HKV * D]),
     v: new ort.Tensor('float32', random(c.B * c.T * HKV * D), [c.B, c.T, HKV * D]),
-    past_k: new ort.Tensor('float32', random(c.B * HKV * c.P * D), [c.B, HKV, c.P, D]),
-    past_v: new ort.Tensor('float32', random(c.B * HKV * c.P * D), [c.B, HKV, c.P, D]),
+    past_k: past(),
+    past_v: past(),
     bias: new ort.Tensor('float32', bias, [1, 1, 1, c.T, S]),
     seqlens_k: new ort.Tensor('int32', Int32Array.from({ length: c.B }, () => S - 1), [c.B]),
     total_sequence_length: new ort.Tensor('int32', Int32Array.from([S]), [1]),
@@ -131,17 +172,20 @@ for (const c of CASES) {
   seed = 3;
   let reference: Float32Array | undefined;
   for (const v of VARIANTS) {
+    if (v.shared && (c.B > 1 || c.P + c.T > CAPACITY)) continue;
     try {
       const g = new GraphBuilder();
       g.output('y', v.build(g), 'float32', ['B', 'T', HQ * D]);
       const session = await ort.InferenceSession.create(g.encode('attention', v.opset), { intraOpNumThreads: threads, graphOptimizationLevel: 'all' });
       seed = 3;
-      const input = feeds(c, session.inputNames);
+      const input = feeds(c, session.inputNames, v.shared);
+      // Shared: the same past every run (the new slot is rewritten in place each time).
+      const fetches = v.shared ? { y: null, present_k: input.past_k!, present_v: input.past_v! } : undefined;
       const times: number[] = [];
       let y: Float32Array | undefined;
       for (let r = 0; r < 6; r++) {
         const t = performance.now();
-        const out = await session.run(input);
+        const out = fetches ? await session.run(input, fetches) : await session.run(input);
         if (r > 0) times.push(performance.now() - t);
         y = out.y!.data as Float32Array;
       }
