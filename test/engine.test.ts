@@ -74,6 +74,41 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
     );
   });
 
+  it('rows of pasts of different lengths, laid out with room for their new slots, give the bits of the two-copy layout and of each row alone', async () => {
+    const { engine } = ctx;
+    const vocab = engine.config.vocabSize;
+    const prompts = [randomTokens(11, 7, vocab), randomTokens(12, 12, vocab), randomTokens(13, 3, vocab)];
+    const prefills = await Promise.all(
+      prompts.map((tokens) => engine.forward({ rows: [{ tokens, startPosition: 0, pastRow: 0 }], scored: [], topK: 0, keepPresent: true })),
+    );
+    const pieces = prompts.map((p, b) => [{ handle: prefills[b]!.present!.handle, row: 0, offset: 0, count: p.length }]);
+    const steps = prompts.map((p, b) => ({ tokens: [5 + b, 9 + b], startPosition: p.length, pastRow: b }));
+    const scored = steps.flatMap((_, row) => [0, 1].map((index) => ({ row, index, target: 20 + index })));
+    const pass = async (room: number) => {
+      const past = await engine.gatherPast(pieces, room);
+      try {
+        return await engine.forward({ rows: steps, past, scored, topK: 2, next: [1, 3, 5], keepPresent: false });
+      } finally {
+        engine.dropPast(past);
+      }
+    };
+    const roomy = await pass(engine.queryWidth(steps));
+    const twoCopies = await pass(0);
+    expect(Array.from(roomy.logprobs)).toEqual(Array.from(twoCopies.logprobs));
+    expect(Array.from(roomy.next!)).toEqual(Array.from(twoCopies.next!));
+    for (const [b, p] of prompts.entries()) {
+      const past = await engine.gatherPast([pieces[b]!]);
+      const alone = await engine.forward({ rows: [{ ...steps[b]!, pastRow: 0 }], past, scored: [0, 1].map((index) => ({ row: 0, index, target: 20 + index })), topK: 0, keepPresent: false });
+      engine.dropPast(past);
+      expect(Array.from(alone.logprobs), `row ${b} (past ${p.length})`).toEqual(Array.from(roomy.logprobs.subarray(2 * b, 2 * b + 2)));
+    }
+    // The room is the pass's query width, row for row: anything else is refused before it runs.
+    const past = await engine.gatherPast(pieces, 3);
+    await expect(engine.forward({ rows: steps, past, scored, topK: 0, keepPresent: false })).rejects.toThrow(/room for 3 new slots is read by a pass of 2/);
+    engine.dropPast(past);
+    for (const p of prefills) engine.dropPast(p.present!);
+  });
+
   it('query blocks of any size (1, 3, 7 tokens) give the unblocked answers and the reference', async () => {
     const vocab = ctx.engine.config.vocabSize;
     const context = randomTokens(21, 23, vocab);

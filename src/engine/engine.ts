@@ -53,6 +53,9 @@ export interface PastKV {
   handle: number;
   validLengths: number[];
   length: number;
+  /** Zero slots laid out after `length` for the new tokens of the one pass that reads this
+   * past (its query width: `queryWidth`), which writes them in place. */
+  room?: number;
 }
 
 /** Positions [offset, offset + count) of row `row` of a kept KV. */
@@ -240,10 +243,20 @@ export class Engine {
   }
 
   /** A past laid out from pieces of kept KV: row b is `rows[b]`'s pieces end to end. */
-  async gatherPast(rows: KvPiece[][]): Promise<PastKV> {
+  async gatherPast(rows: KvPiece[][], room = 0): Promise<PastKV> {
     const validLengths = rows.map((pieces) => pieces.reduce((n, p) => n + p.count, 0));
     const length = Math.max(0, ...validLengths);
-    return { handle: await this.host.gather(rows, length), validLengths, length };
+    return { handle: await this.host.gather(rows, length + room), validLengths, length, ...(room > 0 ? { room } : {}) };
+  }
+
+  /** The query slots of a pass of these rows (T): the longest row's tokens, at least two. */
+  queryWidth(rows: readonly { tokens: readonly number[] }[]): number {
+    // At least two query slots: with one, onnxruntime's CPU attention products take
+    // another kernel path whose float32 rounding differs from the same row's in a longer
+    // pass (measured: 12 of 21 positions off by an ulp in a chain of one-token passes,
+    // none with two or more). A padding slot (an invalid key, unscored) keeps a one-token
+    // continuation of a cached prefix bit-identical to computing it in full.
+    return Math.max(2, ...rows.map((r) => r.tokens.length));
   }
 
   /** Pasts laid out from pieces, one per entry, in one round trip to the session thread. */
@@ -287,13 +300,11 @@ export class Engine {
     const c = this.config;
     const past = req.past;
     const B = req.rows.length;
-    // At least two query slots: with one, onnxruntime's CPU attention products take
-    // another kernel path whose float32 rounding differs from the same row's in a longer
-    // pass (measured: 12 of 21 positions off by an ulp in a chain of one-token passes,
-    // none with two or more). A padding slot (an invalid key, unscored) keeps a one-token
-    // continuation of a cached prefix bit-identical to computing it in full.
-    const T = Math.max(2, ...req.rows.map((r) => r.tokens.length));
+    const T = this.queryWidth(req.rows);
     const P = past?.length ?? 0;
+    if (past?.room !== undefined && (past.room !== T || req.rows.length !== past.validLengths.length || req.rows.some((r, b) => r.pastRow !== b))) {
+      throw new Error(`engine: a past laid out with room for ${past.room} new slots is read by a pass of ${T}, row for row`);
+    }
     // Row b's keys: its past's valid slots, then its new tokens, then padding — so the
     // present's valid slots are a prefix of every row, and any pass can be continued.
     const pastLengths = req.rows.map((row) => past?.validLengths[row.pastRow] ?? 0);
@@ -352,6 +363,7 @@ export class Engine {
       past: past?.handle,
       pastRows: req.rows.map((r) => r.pastRow),
       pastLengths,
+      pastSlots: P,
       numLayers: c.numLayers,
       keepPresent: req.keepPresent,
       emptyPast: this.emptyPast(B),

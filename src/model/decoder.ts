@@ -104,6 +104,8 @@ interface Past {
   shared: string;
   /** bool [1]: ragged or shared (the plain path's If). */
   special: string;
+  /** bool [1]: the past already has a slot for every key (room for the new ones). */
+  roomy: string;
 }
 
 class DecoderBuilder extends ModelOps {
@@ -159,6 +161,16 @@ class DecoderBuilder extends ModelOps {
       const rows = (t: string, name: string) => g.node('Shape', [t], { name, attrs: { start: 0, end: 1 } });
       return g.node('Not', [g.node('Equal', [rows(pastKey0, 'past_batch'), rows(inputIds, 'batch')], { name: 'same_rows' })], { name: 'shared' });
     });
+    //   past.0.key ─Shape[2]─┐
+    //   key_positions ─Shape[1]─Equal─► roomy: the past was laid out with room for the new
+    //   slots (rows of different past lengths, each its own), so they are written into it
+    const roomy = g.scope('model/new_slots', () =>
+      g.node(
+        'Equal',
+        [g.node('Shape', [pastKey0], { name: 'laid_out_slots', attrs: { start: 2, end: 3 } }), g.node('Shape', [keyPositions], { name: 'key_slots', attrs: { start: 1, end: 2 } })],
+        { name: 'roomy' },
+      ),
+    );
     // ragged or shared, as Not(And(Not, Not)): onnxruntime's CUDA kernels have no Or.
     const special = g.scope('model/past_rows', () =>
       g.node('Not', [g.node('And', [g.node('Not', [ragged], { name: 'not_ragged' }), g.node('Not', [shared], { name: 'not_shared' })], { name: 'plain' })], { name: 'ragged_or_shared' }),
@@ -173,6 +185,7 @@ class DecoderBuilder extends ModelOps {
         rows: pastRows,
         shared,
         special,
+        roomy,
       };
       const layer = g.scope(`model/layers.${i}`, () => this.decoderLayer(i, x, mask.biases[i]!, c.slidingLayers[i] ? localRope : rope, past));
       x = this.tap ? g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, layer.hidden)) : layer.hidden;
@@ -377,7 +390,8 @@ class DecoderBuilder extends ModelOps {
     // If nested in the plain path held one more keys-sized buffer: 16k rolling peak 983–992
     // → 1001–1005 MiB).
     //   ragged or shared ─If─┬─ else: Concat(past, recent, new) ─► keys
-    //                        └─ then: shared ─If─┬─ else: Concat ─ScatterElements─►
+    //                        └─ then: shared ─If─┬─ else: roomy ─If─┬─ then: ScatterElements(past) ─►
+    //                                            │                  └─ else: Concat ─ScatterElements─►
     //                                            └─ then: Gather(past_rows) ─► ragged ─If─┬─ Concat ─ScatterElements─►
     //                                                                                     └─ Concat ─►
     const dims = [{ dtype: this.dt, dims: ['batch', c.numKvHeads, 'total', D] }];
@@ -388,10 +402,19 @@ class DecoderBuilder extends ModelOps {
         const gathered = before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
         return g.ifNode('placed', past.ragged, { then: () => [scatter(gathered)], else: () => [append(gathered)] }, dims);
       };
+      // Rows of different pasts laid out with room for their new slots: one copy of the
+      // keys where Concat + ScatterElements made two.
+      const ownPast = () =>
+        g.ifNode(
+          'roomy',
+          past.roomy,
+          { then: () => [g.node('ScatterElements', [before[0]!, past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } })], else: () => [scatter(before)] },
+          dims,
+        );
       const [placed] = g.ifNode(
         name,
         past.special,
-        { then: () => g.ifNode('shared', past.shared, { then: sharedPast, else: () => [scatter(before)] }, dims), else: () => [append(before)] },
+        { then: () => g.ifNode('shared', past.shared, { then: sharedPast, else: ownPast }, dims), else: () => [append(before)] },
         dims,
       );
       return placed!;

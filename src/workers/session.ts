@@ -21,6 +21,9 @@ export interface RunRequest {
    * (the row's new tokens' KV follows them). */
   pastRows: number[];
   pastLengths: number[];
+  /** The past's slots per row as the pass sees them (its keys are these and its new
+   * tokens'): the KV under `past` may have more, room laid out for the new slots. */
+  pastSlots: number;
   numLayers: number;
   /** Keep this pass's whole KV (each row's past, then its new slots) under a new handle. */
   keepPresent?: boolean;
@@ -65,7 +68,7 @@ type KvTensor = ort.Tensor & { data: Float32Array | Uint16Array };
  * `pastRows[b]` of the past it was fed, then its new tokens' — kept without copying that
  * past again: the graph returns only the new tokens' KV. */
 type Parts = KvTensor[][];
-type KvEntry = { kind: 'laidOut'; parts: Parts } | { kind: 'extended'; parts: Parts; pastRows: number[]; pastLengths: number[]; fresh: KvTensor[] };
+type KvEntry = { kind: 'laidOut'; parts: Parts } | { kind: 'extended'; parts: Parts; pastSlots: number; pastRows: number[]; pastLengths: number[]; fresh: KvTensor[] };
 
 const sessions = new Map<string, ort.InferenceSession>();
 const pasts = new Map<number, KvEntry>();
@@ -102,7 +105,7 @@ const partsWidth = (parts: Parts) => parts.reduce((n, p) => n + slotsOf(p[0]!), 
 
 /** Slots per row of an entry (the engine's `PastKV.length`). */
 function width(kv: KvEntry): number {
-  return partsWidth(kv.parts) + (kv.kind === 'laidOut' ? 0 : slotsOf(kv.fresh[0]!));
+  return kv.kind === 'laidOut' ? partsWidth(kv.parts) : kv.pastSlots + slotsOf(kv.fresh[0]!);
 }
 
 /** Slots row `row` of an entry holds: an extended row's past, then its new slots. */
@@ -208,7 +211,7 @@ async function run(r: RunRequest): Promise<RunResult> {
   for (let i = 0; i < r.numLayers; i++) fresh.push(out[`new.${i}.key`] as KvTensor, out[`new.${i}.value`] as KvTensor);
   const present = nextHandle++;
   const parts = [past, recent].filter((p) => slotsOf(p[0]!) > 0);
-  pasts.set(present, parts.length === 0 ? { kind: 'laidOut', parts: [fresh] } : { kind: 'extended', parts, pastRows: rows, pastLengths: r.pastLengths, fresh });
+  pasts.set(present, parts.length === 0 ? { kind: 'laidOut', parts: [fresh] } : { kind: 'extended', parts, pastSlots: r.pastSlots, pastRows: rows, pastLengths: r.pastLengths, fresh });
   return { outputs, present };
 }
 
