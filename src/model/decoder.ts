@@ -37,6 +37,7 @@ import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import type { MlpSpec, ModelConfig, RopeSpec } from './families.js';
 import { logprobKernel } from '../../kernels/logprobs.js';
 import { ModelOps, unreachable } from './ops.js';
+import { pastInputs, placeKv, type Past } from './past.js';
 
 export { unreachable };
 
@@ -90,24 +91,6 @@ interface Rope {
   rotaryDim: number;
 }
 
-interface Past {
-  /** The past's two parts (past, recent), each [B, kv_heads, ·, head_dim]. */
-  key: [string, string];
-  value: [string, string];
-  /** [B, kv_heads, T, head_dim] int64: the key slot of each new token's K/V. */
-  newSlots: string;
-  /** bool scalar: some row's past is shorter than the pass's (its new slots move). */
-  ragged: string;
-  /** [B] int64: the past row each row continues, read when `shared`. */
-  rows: string;
-  /** bool [1]: the past has fewer rows than the pass. */
-  shared: string;
-  /** bool [1]: ragged or shared (the plain path's If). */
-  special: string;
-  /** bool [1]: the past already has a slot for every key (room for the new ones). */
-  roomy: string;
-}
-
 class DecoderBuilder extends ModelOps {
   private readonly maskValue: number;
 
@@ -139,54 +122,11 @@ class DecoderBuilder extends ModelOps {
     // Gemma 3: the sliding layers rotate with their own frequencies.
     const localRope = c.localRope ? g.scope('model/rotary_local', () => this.rotaryTables(positionIds, c.localRope!, '/model/rotary_local')) : rope;
     if (this.tap) g.scope('model', () => this.tap!.begin(g, { config: c, allowed: mask.allowed, toCompute: (v) => this.fromFloat32(v) }));
-    const newSlots = g.scope('model/new_slots', () => this.newSlots(inputIds, pastLengths));
-    // Every layer's past has the same length: read it off layer 0's.
     const kvType = kvDType(this.dt);
-    // The past may have fewer rows than the pass (rows sharing one): `past_batch`.
-    const kvDims = (part: string) => ['past_batch', c.numKvHeads, part, c.headDim];
-    const pastKey0 = g.input('past.0.key', kvType, kvDims('past'));
-    const recentKey0 = g.input('recent.0.key', kvType, kvDims('recent'));
-    //   past, recent ─Shape[2]─Add─► past slots
-    //   past_lengths ─Less(past slots)─► [B] ─Cast─ReduceMax─Cast─► ragged (onnxruntime's CUDA
-    //   kernels have no ReduceMin at opset 21, and no ReduceMax over bool)
-    const ragged = g.scope('model/new_slots', () => {
-      const dim = (t: string, name: string) => g.node('Shape', [t], { name, attrs: { start: 2, end: 3 } });
-      const slots = g.node('Squeeze', [g.node('Add', [dim(pastKey0, 'past_dims'), dim(recentKey0, 'recent_dims')], { name: 'all_past_dims' }), g.ints([0])], { name: 'past_slots' });
-      const short = g.cast(g.node('Less', [pastLengths, slots], { name: 'short_rows' }), 'float32', 'bool', 'short_rows_f');
-      return g.cast(g.node('ReduceMax', [short], { name: 'any_short', attrs: { keepdims: 0 } }), 'bool', 'float32', 'ragged');
-    });
-
-    //   past.0.key, input_ids ─Shape[0]─Equal─Not─► shared (the past has fewer rows than the pass)
-    const shared = g.scope('model/past_rows', () => {
-      const rows = (t: string, name: string) => g.node('Shape', [t], { name, attrs: { start: 0, end: 1 } });
-      return g.node('Not', [g.node('Equal', [rows(pastKey0, 'past_batch'), rows(inputIds, 'batch')], { name: 'same_rows' })], { name: 'shared' });
-    });
-    //   past.0.key ─Shape[2]─┐
-    //   key_positions ─Shape[1]─Equal─► roomy: the past was laid out with room for the new
-    //   slots (rows of different past lengths, each its own), so they are written into it
-    const roomy = g.scope('model/new_slots', () =>
-      g.node(
-        'Equal',
-        [g.node('Shape', [pastKey0], { name: 'laid_out_slots', attrs: { start: 2, end: 3 } }), g.node('Shape', [keyPositions], { name: 'key_slots', attrs: { start: 1, end: 2 } })],
-        { name: 'roomy' },
-      ),
-    );
-    // ragged or shared, as Not(And(Not, Not)): onnxruntime's CUDA kernels have no Or.
-    const special = g.scope('model/past_rows', () =>
-      g.node('Not', [g.node('And', [g.node('Not', [ragged], { name: 'not_ragged' }), g.node('Not', [shared], { name: 'not_shared' })], { name: 'plain' })], { name: 'ragged_or_shared' }),
-    );
+    const pastOf = pastInputs(g, c, this.dt, { inputIds, keyPositions, pastLengths, pastRows });
 
     for (let i = 0; i < c.numLayers; i++) {
-      const past: Past = {
-        key: [i === 0 ? pastKey0 : g.input(`past.${i}.key`, kvType, kvDims('past')), i === 0 ? recentKey0 : g.input(`recent.${i}.key`, kvType, kvDims('recent'))],
-        value: [g.input(`past.${i}.value`, kvType, kvDims('past')), g.input(`recent.${i}.value`, kvType, kvDims('recent'))],
-        newSlots,
-        ragged,
-        rows: pastRows,
-        shared,
-        special,
-        roomy,
-      };
+      const past = pastOf(i);
       const layer = g.scope(`model/layers.${i}`, () => this.decoderLayer(i, x, mask.biases[i]!, c.slidingLayers[i] ? localRope : rope, past));
       x = this.tap ? g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, layer.hidden)) : layer.hidden;
       g.output(`new.${i}.key`, layer.newKey, kvType, ['batch', c.numKvHeads, 'seq', c.headDim]);
@@ -238,25 +178,6 @@ class DecoderBuilder extends ModelOps {
       default:
         return unreachable(this.spec.embedScale);
     }
-  }
-
-  // Where each row's new tokens go among its keys: slot past_lengths[b] + t.
-  //   past_lengths [B] ─Unsqueeze─► [B,1] ─┐
-  //   Range(T) ─Unsqueeze─► [1,T] ────────Add─► [B,T] ─Unsqueeze─► [B,1,T,1] ─Expand─► [B,kv,T,D]
-  private newSlots(inputIds: string, pastLengths: string): string {
-    const { g, c } = this;
-    const dims = g.node('Shape', [inputIds], { name: 'ids_shape' });
-    const seqDim = g.node('Slice', [dims, g.ints([1]), g.ints([2])], { name: 'seq_dim' });
-    const T = g.node('Squeeze', [seqDim, g.ints([0])], { name: 'seq_len' });
-    const t = g.node('Range', [g.int(0), T, g.int(1)], { name: 'new_index' });
-    const at = g.node('Add', [g.node('Unsqueeze', [pastLengths, g.ints([1])], { name: 'past_lengths_2d' }), g.node('Unsqueeze', [t, g.ints([0])], { name: 'new_index_2d' })], {
-      name: 'slots',
-    });
-    const shape = g.node('Concat', [g.node('Slice', [dims, g.ints([0]), g.ints([1])], { name: 'batch_dim' }), g.ints([c.numKvHeads]), seqDim, g.ints([c.headDim])], {
-      name: 'kv_shape',
-      attrs: { axis: 0 },
-    });
-    return g.node('Expand', [g.node('Unsqueeze', [at, g.ints([1, 3])], { name: 'slots_4d' }), shape], { name: 'slots_kv' });
   }
 
   // Additive masks from positions (so left/right padding and a shared past all follow the
@@ -368,59 +289,10 @@ class DecoderBuilder extends ModelOps {
       q = g.scope('q_rope', () => this.applyRope(q, q5));
       k = g.scope('k_rope', () => this.applyRope(k, rope));
     }
-    // The session host lays out each distinct past once; a Gather by row runs only when
-    // rows share one (below): always on, it was one more copy of the whole past per pass,
-    // also for a decode step whose rows each continue their own (onnxruntime's profiler:
-    // 7 ms of a 47 ms pass at a 1900-token past).
-    // Each row's new tokens go right after its own past, not after the pass's longest: the
-    // CPU kernels' sums over key slots round differently when masked slots sit between
-    // keys (measured: a decode row next to a longer one differed from the same row alone
-    // in 4,229 of 32,000 log-probs with 3 slots between, none with 8); padding after a
-    // row's last key changes nothing.
-    // The scatter only when some row's past is shorter than the pass's: it copies all keys
-    // once more (measured: a 1900-token decode pass 34 ms with it, 25 ms behind the If).
-    // Each branch makes its own Concat, so no branch hands out a value made outside it.
-    // Past and recent go into the same Concat: the keys are one copy, however the past came.
-    // Rows that share a past (continuations of one context) get it by a Gather here, a layer
-    // at a time, where the session thread laid it out once per row for all layers at once
-    // (17 continuations of a 400-token context: 2 × 109 MiB, so passes were bounded to 16 MiB
-    // of past and ran a row or two each).
-    // A plain pass (every row its own past, none shorter: long blocks, rolling, batch-1
-    // decode) takes one If and a Concat; the nested Ifs are for the small passes only (an
-    // If nested in the plain path held one more keys-sized buffer: 16k rolling peak 983–992
-    // → 1001–1005 MiB).
-    //   ragged or shared ─If─┬─ else: Concat(past, recent, new) ─► keys
-    //                        └─ then: shared ─If─┬─ else: roomy ─If─┬─ then: ScatterElements(past) ─►
-    //                                            │                  └─ else: Concat ─ScatterElements─►
-    //                                            └─ then: Gather(past_rows) ─► ragged ─If─┬─ Concat ─ScatterElements─►
-    //                                                                                     └─ Concat ─►
+    // Each row's past, then its new slots, then padding (past.ts: how, and why).
     const dims = [{ dtype: this.dt, dims: ['batch', c.numKvHeads, 'total', D] }];
-    const place = (before: string[], fresh: string, name: string) => {
-      const append = (parts: string[]) => g.node('Concat', [...parts, fresh], { name: 'append', attrs: { axis: 2 } });
-      const scatter = (parts: string[]) => g.node('ScatterElements', [append(parts), past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } });
-      const sharedPast = () => {
-        const gathered = before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
-        return g.ifNode('placed', past.ragged, { then: () => [scatter(gathered)], else: () => [append(gathered)] }, dims);
-      };
-      // Rows of different pasts laid out with room for their new slots: one copy of the
-      // keys where Concat + ScatterElements made two.
-      const ownPast = () =>
-        g.ifNode(
-          'roomy',
-          past.roomy,
-          { then: () => [g.node('ScatterElements', [before[0]!, past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } })], else: () => [scatter(before)] },
-          dims,
-        );
-      const [placed] = g.ifNode(
-        name,
-        past.special,
-        { then: () => g.ifNode('shared', past.shared, { then: sharedPast, else: ownPast }, dims), else: () => [append(before)] },
-        dims,
-      );
-      return placed!;
-    };
-    const allKeys = place(past.key.map((t) => this.kvIn(t)), k, 'keys');
-    const allValues = place(past.value.map((t) => this.kvIn(t)), v, 'values');
+    const allKeys = placeKv(g, past, past.key.map((t) => this.kvIn(t)), k, 'keys', dims);
+    const allValues = placeKv(g, past, past.value.map((t) => this.kvIn(t)), v, 'values', dims);
     const keys = g.node('Unsqueeze', [allKeys, g.ints([2])], { name: 'keys_5d' });
     const values = g.node('Unsqueeze', [allValues, g.ints([2])], { name: 'values_5d' });
     const scores = g.node('FusedMatMul', [q, keys], {
