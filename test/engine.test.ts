@@ -84,16 +84,16 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
     const pieces = prompts.map((p, b) => [{ handle: prefills[b]!.present!.handle, row: 0, offset: 0, count: p.length }]);
     const steps = prompts.map((p, b) => ({ tokens: [5 + b, 9 + b], startPosition: p.length, pastRow: b }));
     const scored = steps.flatMap((_, row) => [0, 1].map((index) => ({ row, index, target: 20 + index })));
-    const pass = async (room: number) => {
-      const past = await engine.gatherPast(pieces, room);
+    const pass = async (forPass?: typeof steps) => {
+      const past = await engine.gatherPast(pieces, forPass);
       try {
         return await engine.forward({ rows: steps, past, scored, topK: 2, next: [1, 3, 5], keepPresent: false });
       } finally {
         engine.dropPast(past);
       }
     };
-    const roomy = await pass(engine.queryWidth(steps));
-    const twoCopies = await pass(0);
+    const roomy = await pass(steps);
+    const twoCopies = await pass();
     expect(Array.from(roomy.logprobs)).toEqual(Array.from(twoCopies.logprobs));
     expect(Array.from(roomy.next!)).toEqual(Array.from(twoCopies.next!));
     for (const [b, p] of prompts.entries()) {
@@ -103,7 +103,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
       expect(Array.from(alone.logprobs), `row ${b} (past ${p.length})`).toEqual(Array.from(roomy.logprobs.subarray(2 * b, 2 * b + 2)));
     }
     // The room is the pass's query width, row for row: anything else is refused before it runs.
-    const past = await engine.gatherPast(pieces, 3);
+    const past = await engine.gatherPast(pieces, steps.map((s) => ({ tokens: [...s.tokens, 1] })));
     await expect(engine.forward({ rows: steps, past, scored, topK: 0, keepPresent: false })).rejects.toThrow(/room for 3 new slots is read by a pass of 2/);
     engine.dropPast(past);
     for (const p of prefills) engine.dropPast(p.present!);

@@ -91,13 +91,8 @@ async function gatherRows(engine: Engine, rows: ScoreRow[]): Promise<{ past: Pas
     }
     return at;
   });
-  // Rows of pasts of different lengths, each its own, get room laid out after their past
-  // for the pass's new slots, which the graph then writes in place: the keys are copied
-  // once, where appending and then moving each row's new slots to the end of its own past
-  // copied them twice (streams decoding from prompts of different lengths).
-  const lengths = lists.map((pieces) => pieces.reduce((n, p) => n + p.count, 0));
-  const ragged = lists.length === rows.length && lengths.some((n) => n !== lengths[0]);
-  return { past: await engine.gatherPast(lists, ragged ? engine.queryWidth(rows) : 0), pastRows };
+  // Read by this pass only: the engine may lay it out with room for the pass's new slots.
+  return { past: await engine.gatherPast(lists, rows), pastRows };
 }
 
 /** Where one scored position's answer goes. */

@@ -54,7 +54,7 @@ export interface PastKV {
   validLengths: number[];
   length: number;
   /** Zero slots laid out after `length` for the new tokens of the one pass that reads this
-   * past (its query width: `queryWidth`), which writes them in place. */
+   * past (its query width), which writes them in place. */
   room?: number;
 }
 
@@ -242,15 +242,21 @@ export class Engine {
     return c.numLayers * 2 * c.numKvHeads * c.headDim * (kvDType(this.device.dtype) === 'float16' ? 2 : 4);
   }
 
-  /** A past laid out from pieces of kept KV: row b is `rows[b]`'s pieces end to end. */
-  async gatherPast(rows: KvPiece[][], room = 0): Promise<PastKV> {
+  /** A past laid out from pieces of kept KV: row b is `rows[b]`'s pieces end to end.
+   * Given the rows of the one pass that reads it, row for row, and pasts of different
+   * lengths, it gets room after them for that pass's new slots, which the graph writes in
+   * place: the keys are copied once, where appending and then moving each row's new slots
+   * to the end of its own past copied them twice (streams decoding from prompts of
+   * different lengths). */
+  async gatherPast(rows: KvPiece[][], forPass?: readonly { tokens: readonly number[] }[]): Promise<PastKV> {
     const validLengths = rows.map((pieces) => pieces.reduce((n, p) => n + p.count, 0));
     const length = Math.max(0, ...validLengths);
+    const room = forPass?.length === rows.length && validLengths.some((n) => n !== validLengths[0]) ? this.queryWidth(forPass) : 0;
     return { handle: await this.host.gather(rows, length + room), validLengths, length, ...(room > 0 ? { room } : {}) };
   }
 
   /** The query slots of a pass of these rows (T): the longest row's tokens, at least two. */
-  queryWidth(rows: readonly { tokens: readonly number[] }[]): number {
+  private queryWidth(rows: readonly { tokens: readonly number[] }[]): number {
     // At least two query slots: with one, onnxruntime's CPU attention products take
     // another kernel path whose float32 rounding differs from the same row's in a longer
     // pass (measured: 12 of 21 positions off by an ulp in a chain of one-token passes,
