@@ -52,8 +52,7 @@ export function probeInputs(
   return g.scope('probe_inputs', () => {
     const bins = g.node('Squeeze', [numBins, g.ints([0])], { name: 'bins_scalar' });
     const excludedBin = g.node('Sub', [bins, g.int(2)], { name: 'excluded_bin' });
-    const onOff = g.constant('float32', [2], [0, 1]);
-    const oneHot = g.node('OneHot', [keyBin, numBins, onOff], { name: 'key_bins_onehot', attrs: { axis: -1 } });
+    const oneHot = g.oneHot(keyBin, numBins, 'key_bins_onehot');
     const keyBinsOneHot = g.node('Unsqueeze', [oneHot, g.ints([1, 2])], { name: 'key_bins_onehot_5d' });
     const keyBinsFlat = g.node('Reshape', [keyBin, g.ints([-1])], { name: 'key_bins_flat' });
     const shape = g.node('Shape', [keyBin], { name: 'key_bin_shape' });
@@ -136,8 +135,7 @@ export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads
       [g.node('GatherElements', [topBins, firstKept], { name: 'vote_bin_5d', attrs: { axis: -1 } }), g.ints([-1])],
       { name: 'vote_bin' },
     );
-    const onOff = g.constant('float32', [2], [0, 1]);
-    const voteOneHot = g.node('OneHot', [voted, p.numBins, onOff], { name: 'vote_onehot', attrs: { axis: -1 } });
+    const voteOneHot = g.oneHot(voted, p.numBins, 'vote_onehot');
     const votes = sumQueries(g, voteOneHot, p.queryWeight, heads, true, 'votes');
 
     const rowMass = g.node('MatMul', [queried, p.keyBinsOneHot], { name: 'row_mass' });
@@ -168,7 +166,7 @@ export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads
             name: 'one_row_shape',
             attrs: { axis: 0 },
           });
-          const zeros = g.node('ConstantOfShape', [shape], { name: 'zeros', attrs: {} });
+          const zeros = g.zeros(shape);
           return [zeros, zeros];
         },
       },
@@ -204,7 +202,7 @@ export function heatmapKeys(
   return g.scope(name, () => {
     const shape = g.node('Shape', [pooled], { name: 'pooled_shape', attrs: { end: 2 } });
     const outShape = g.node('Concat', [shape, numBins], { name: 'out_shape', attrs: { axis: 0 } });
-    const zeros = g.node('ConstantOfShape', [outShape], { name: 'zeros', attrs: {} });
+    const zeros = g.zeros(outShape);
     const indices = g.node(
       'Expand',
       [g.node('Unsqueeze', [keyBin, g.ints([1])], { name: 'key_bin_3d' }), g.node('Shape', [pooled], { name: 'full_shape' })],

@@ -23,7 +23,7 @@ export interface LogprobOutputs {
 //                                            └─Gather(next_rows)──► next_logprobs [M,V]
 export function logprobKernel(g: GraphBuilder, logits: string, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
   return g.scope('logprobs', () => {
-    const logp = g.node('LogSoftmax', [logits], { name: 'log_softmax', attrs: { axis: 1 } });
+    const logp = g.logSoftmax(logits, 1);
     const target = g.node('Unsqueeze', [targetIds, g.ints([1])], { name: 'target' });
     const targetLogp = g.node('GatherElements', [logp, target], { name: 'target_logprob', attrs: { axis: 1 } });
     const logprobs = g.node('Squeeze', [targetLogp, g.ints([1])], { name: 'logprobs' });

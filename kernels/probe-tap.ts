@@ -115,7 +115,7 @@ export function probeTap(): DecoderTap {
                 name: 'one_row_shape',
                 attrs: { axis: 0 },
               });
-              return [g.node('ConstantOfShape', [shape], { name: 'zeros', attrs: {} })];
+              return [g.zeros(shape)];
             },
           },
           [{ dtype: 'float32', dims: ['batch', 'heat_rows', 'bins'] }],

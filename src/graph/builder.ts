@@ -10,7 +10,7 @@
 // builder does (`/model/constants/INT64/[-1, 512]`, `/model/constants/FLOAT/0.5`): the
 // same value is one initializer wherever it is used.
 import onnxProto from 'onnx-proto';
-import { ONNX_DTYPE, ONNX_DTYPE_LABEL, type DTypeName } from '../common/dtypes.js';
+import { ONNX_DTYPE, ONNX_DTYPE_LABEL, f32ToF16, type DTypeName } from '../common/dtypes.js';
 
 const { onnx } = onnxProto;
 
@@ -32,6 +32,14 @@ export interface ExternalTensor {
   length: number;
 }
 
+/** Which execution provider a graph is built for. The decoder is one; where a provider
+ * lacks a kernel, the builder emits an equivalent it has (`matMulT`, `logSoftmax`,
+ * `oneHot`, `zeros`), so no float node falls back to the CPU provider unseen: onnxruntime's
+ * WebGPU provider (1.30) has no `FusedMatMul`, float32 `LogSoftmax`, `OneHot` or
+ * `ConstantOfShape` kernel and runs those on the CPU without a word (measured on lavapipe:
+ * 33 products, the log-softmax and 5 one-hots of the default model's graph). */
+export type GraphTarget = 'cpu' | 'cuda' | 'webgpu';
+
 export interface NodeOptions {
   attrs?: Record<string, AttrValue>;
   domain?: string;
@@ -48,6 +56,8 @@ export class GraphBuilder {
   private readonly constants = new Set<string>();
   /** Values renamed to the graph output they became (`output`): later uses follow. */
   private readonly renamed = new Map<string, string>();
+
+  constructor(readonly target: GraphTarget = 'cpu') {}
 
   /** Run `body` with node names prefixed by `/part` (e.g. scope('layers.3', …)). */
   scope<T>(part: string, body: () => T): T {
@@ -100,7 +110,8 @@ export class GraphBuilder {
       this.nodes = [];
       try {
         const values = this.scope(`${name}_${which}`, body);
-        if (values.length !== outputs.length) throw new Error(`${nodeName}: ${which} branch gives ${values.length} outputs, not ${outputs.length}`);
+        if (values.length !== outputs.length)
+          throw new Error(`${nodeName}: ${which} branch gives ${values.length} outputs, not ${outputs.length}`);
         const names = values.map((v, i) => this.node('Identity', [v], { name: `output_${i}` }));
         return onnx.GraphProto.create({
           name: `${nodeName}/${which}`,
@@ -159,13 +170,15 @@ export class GraphBuilder {
       follow(this.nodes);
       this.renamed.set(value, name);
     } else {
-      this.nodes.push(onnx.NodeProto.create({ name: `/outputs/${name}`, opType: 'Identity', input: [this.renamed.get(value) ?? value], output: [name] }));
+      this.nodes.push(
+        onnx.NodeProto.create({ name: `/outputs/${name}`, opType: 'Identity', input: [this.renamed.get(value) ?? value], output: [name] }),
+      );
     }
     this.outputs.push(valueInfo(name, dtype, dims));
   }
 
   /** A small constant, named by its type, shape and value: one initializer per value. */
-  constant(dtype: 'float32' | 'int64', dims: number[], values: ArrayLike<number>): string {
+  constant(dtype: 'float32' | 'float16' | 'int64', dims: number[], values: ArrayLike<number>): string {
     const list = Array.from(values);
     const shown = dims.length === 0 ? String(list[0]) : `[${list.join(', ')}]`;
     const shape = dims.length > 1 ? `${dims.join('x')}/` : '';
@@ -177,12 +190,19 @@ export class GraphBuilder {
     return this.initializer(name, dtype, dims, values);
   }
 
-  private initializer(name: string, dtype: 'float32' | 'int64', dims: number[], values: ArrayLike<number>): string {
+  /** A named constant of a float type given as float32 values (`float16` is converted). */
+  namedConstantOfType(name: string, dtype: 'float32' | 'float16', dims: number[], values: ArrayLike<number>): string {
+    return this.initializer(name, dtype, dims, values);
+  }
+
+  private initializer(name: string, dtype: 'float32' | 'float16' | 'int64', dims: number[], values: ArrayLike<number>): string {
     if (this.constants.has(name)) return name;
     const raw =
       dtype === 'float32'
         ? new Uint8Array((values instanceof Float32Array ? values : Float32Array.from(values)).buffer.slice(0))
-        : new Uint8Array(BigInt64Array.from(Array.from(values), (v) => BigInt(v)).buffer);
+        : dtype === 'float16'
+          ? new Uint8Array(Uint16Array.from(Array.from(values), (v) => f32ToF16(v)).buffer)
+          : new Uint8Array(BigInt64Array.from(Array.from(values), (v) => BigInt(v)).buffer);
     this.initializers.push(onnx.TensorProto.create({ name, dataType: ONNX_DTYPE[dtype], dims, rawData: raw }));
     this.constants.add(name);
     return name;
@@ -207,6 +227,90 @@ export class GraphBuilder {
   cast(x: string, to: DTypeName, from?: DTypeName, name = `cast_to_${to}`): string {
     if (from === to) return x;
     return this.node('Cast', [x], { name, attrs: { to: ONNX_DTYPE[to] } });
+  }
+
+  // ---- ops whose best form depends on the provider -------------------------------------
+
+  /** a · bᵀ (· alpha), b's last two axes swapped:
+   *   cpu, cuda: FusedMatMul(a, b, transB, alpha)
+   *   webgpu:    MatMul(a, Transpose(b)) ─(Mul alpha, float32 only)─►
+   * A Transpose of a weight is folded at load (onnxruntime's constant folding), so a
+   * linear layer reads a transposed copy and never transposes per pass. */
+  matMulT(
+    a: string,
+    b: string,
+    options: { name?: string; rank: number; alpha?: number; dtype?: 'float32' | 'float16' } = { rank: 2 },
+  ): string {
+    const name = options.name ?? 'FusedMatMul';
+    if (this.target !== 'webgpu') {
+      return this.node('FusedMatMul', [a, b], {
+        name,
+        domain: 'com.microsoft',
+        attrs: { transB: 1, ...(options.alpha !== undefined ? { alpha: float(options.alpha) } : {}) },
+      });
+    }
+    const perm = Array.from({ length: options.rank }, (_, i) => i);
+    [perm[options.rank - 2], perm[options.rank - 1]] = [perm[options.rank - 1]!, perm[options.rank - 2]!];
+    const bt = this.node('Transpose', [b], { name: `${name}_transposed`, attrs: { perm } });
+    const y = this.node('MatMul', [a, bt], { name });
+    if (options.alpha === undefined || options.alpha === 1) return y;
+    return this.node('Mul', [y, this.constant(options.dtype ?? 'float32', [], [options.alpha])], { name: `${name}_scaled` });
+  }
+
+  /** log-softmax over `axis`, float32:
+   *   cpu, cuda: LogSoftmax
+   *   webgpu:    x ─► Sub(x, ReduceLogSumExp(x, keepdims)) */
+  logSoftmax(x: string, axis: number, name = 'log_softmax'): string {
+    if (this.target !== 'webgpu') return this.node('LogSoftmax', [x], { name, attrs: { axis } });
+    const lse = this.node('ReduceLogSumExp', [x, this.ints([axis])], { name: `${name}_lse`, attrs: { keepdims: 1 } });
+    return this.node('Sub', [x, lse], { name });
+  }
+
+  /** One-hot float32 over a new last axis of `depth` ([1] int64) for non-negative indices:
+   *   cpu, cuda: OneHot(indices, depth, [0, 1])
+   *   webgpu:    Cast(Equal(Unsqueeze(indices, -1), Range(0, depth))) */
+  oneHot(indices: string, depth: string, name: string): string {
+    if (this.target !== 'webgpu')
+      return this.node('OneHot', [indices, depth, this.constant('float32', [2], [0, 1])], { name, attrs: { axis: -1 } });
+    return this.scope(name, () => {
+      const ids = this.node('Range', [this.int(0), this.node('Squeeze', [depth, this.ints([0])], { name: 'depth' }), this.int(1)], {
+        name: 'ids',
+      });
+      const hit = this.node('Equal', [this.node('Unsqueeze', [indices, this.ints([-1])], { name: 'indices' }), ids], { name: 'hit' });
+      return this.cast(hit, 'float32', 'bool', 'one_hot');
+    });
+  }
+
+  /** Indices of the non-zero entries of a float32 tensor ([rank, n] int64):
+   *   cpu, cuda: NonZero(x)
+   *   webgpu:    NonZero(Greater(x, 0)) — the provider has no NonZero, so it runs on the CPU
+   *              over a bool (index arithmetic), the comparison on the device */
+  nonZero(x: string, name = 'nonzero'): string {
+    if (this.target !== 'webgpu') return this.node('NonZero', [x], { name });
+    return this.node('NonZero', [this.node('Greater', [x, this.scalar(0)], { name: `${name}_mask` })], { name });
+  }
+
+  /** Rows of `updates` added onto zeros of `shape` at `indices` ([n, 1]), in `dtype`:
+   *   ScatterND(Expand(0, shape), indices, updates, reduction add)
+   *   webgpu, float16: the same in float32 between two Casts (its ScatterND has no float16
+   *   reduction: "Reduction is not supported for data type"). */
+  scatterAdd(shape: string, indices: string, updates: string, dtype: DTypeName, name = 'combine'): string {
+    const wide = this.target === 'webgpu' && dtype !== 'float32';
+    const at = wide ? 'float32' : dtype;
+    const zeros = this.node('Expand', [this.cast(this.scalar(0), at, 'float32', 'zero'), shape], { name: 'zeros' });
+    const summed = this.node('ScatterND', [zeros, indices, this.cast(updates, at, dtype, `${name}_updates`)], {
+      name,
+      attrs: { reduction: 'add' },
+    });
+    return this.cast(summed, dtype, at, `${name}_to_${dtype}`);
+  }
+
+  /** float32 zeros of a runtime shape ([rank] int64):
+   *   cpu, cuda: ConstantOfShape
+   *   webgpu:    Expand(0, shape) */
+  zeros(shape: string, name = 'zeros'): string {
+    if (this.target !== 'webgpu') return this.node('ConstantOfShape', [shape], { name, attrs: {} });
+    return this.node('Expand', [this.scalar(0), shape], { name });
   }
 
   /** A checkpoint weight, referenced in place inside its safetensors file. */

@@ -2,21 +2,23 @@
 // weight layout, norms by role (RMSNorm, Gemma's 1 + w, LayerNorm), activations, soft caps,
 // casts between the compute dtype and float32, and the checkpoint's weights (each made
 // once). The decoder (decoder.ts) extends this and reads as the model alone.
-import { GraphBuilder, float } from '../graph/builder.js';
+import { GraphBuilder, float, type GraphTarget } from '../graph/builder.js';
 import { kvDType, type ComputeDType, type DTypeName } from '../common/dtypes.js';
 import type { ModelConfig } from './families.js';
 import type { WeightSource } from './decoder.js';
 
 export class ModelOps {
-  readonly g = new GraphBuilder();
+  readonly g: GraphBuilder;
   protected readonly spec: ModelConfig['spec'];
 
   constructor(
     protected readonly c: ModelConfig,
     protected readonly source: WeightSource,
     protected readonly dt: ComputeDType,
+    target: GraphTarget = 'cpu',
   ) {
     this.spec = c.spec;
+    this.g = new GraphBuilder(target);
   }
 
   protected activation(x: string): string {
@@ -71,17 +73,14 @@ export class ModelOps {
     }
   }
 
-  //   x ─► FusedMatMul(W, transB) or MatMul(W) for Conv1D ─► (+ bias)
+  //   x ─► x·Wᵀ (builder's matMulT) or MatMul(W) for Conv1D ─► (+ bias)
   protected linear(name: string, x: string, inFeatures: number, outFeatures: number, withBias: boolean, label: string): string {
     const { g } = this;
     return g.scope(label, () => {
       let y: string;
       switch (this.spec.linearLayout) {
         case 'out_in':
-          y = g.node('FusedMatMul', [x, this.weight(`${name}.weight`, [outFeatures, inFeatures])], {
-            domain: 'com.microsoft',
-            attrs: { transB: 1 },
-          });
+          y = g.matMulT(x, this.weight(`${name}.weight`, [outFeatures, inFeatures]));
           break;
         case 'in_out':
           y = g.node('MatMul', [x, this.weight(`${name}.weight`, [inFeatures, outFeatures])]);

@@ -1,0 +1,112 @@
+// Where onnxruntime put each node of a graph: a provider without a kernel for a node runs
+// it on the CPU provider without a word (onnxruntime-node 1.30's WebGPU provider ran every
+// FusedMatMul, the log-softmax and the one-hots of our graphs on the CPU, found only in its
+// verbose log). The only record of the assignment is that log ("Node placements", written
+// to the process's stderr at verbose level), so a child process creates the session with
+// it on and we read its stderr: the node list per provider, and with the graph's element
+// types, which CPU nodes compute on floats (a fallback) and which are index arithmetic
+// (shape and position integers, which stay on the CPU by design: the provider has no int64
+// kernels, onnxruntime-node cannot turn them on, WEBGPU-NODE.md §2).
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import onnxProto from 'onnx-proto';
+import type ort from 'onnxruntime-node';
+import { inferTypes, type Graph } from '../graph/types.js';
+
+export interface PlacedNode {
+  op: string;
+  name: string;
+}
+
+export interface Placements {
+  /** Nodes per provider, by onnxruntime's name for it (`CPUExecutionProvider`, …). */
+  byProvider: Map<string, PlacedNode[]>;
+  /** Nodes left to the CPU provider that read or write a float tensor. */
+  floatOnCpu: PlacedNode[];
+  /** Nodes left to the CPU provider, counted by op type. */
+  cpuOps: Record<string, number>;
+  seconds: number;
+}
+
+const CHILD = `
+const [ortPath, modelPath, optionsPath] = process.argv.slice(1);
+const ort = (await import(ortPath)).default;
+const options = JSON.parse(await (await import('node:fs')).promises.readFile(optionsPath, 'utf8'));
+const session = await ort.InferenceSession.create(modelPath, { ...options, logSeverityLevel: 0, logVerbosityLevel: 0 });
+await session.release();
+`;
+
+/** Create a session of `model` with `options` in a child process and read back where each
+ * node went. Options must be plain data (what JSON carries). */
+export async function placements(model: Uint8Array, options: ort.InferenceSession.SessionOptions): Promise<Placements> {
+  const started = performance.now();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-placements-'));
+  try {
+    const modelPath = path.join(dir, 'model.onnx');
+    const optionsPath = path.join(dir, 'options.json');
+    fs.writeFileSync(modelPath, model);
+    fs.writeFileSync(optionsPath, JSON.stringify(options));
+    const ortPath = import.meta.resolve('onnxruntime-node');
+    const stderr = await new Promise<string>((resolve, reject) => {
+      const child = spawn(process.execPath, ['--input-type=module', '-e', CHILD, ortPath, modelPath, optionsPath], {
+        stdio: ['ignore', 'ignore', 'pipe'],
+        env: { ...process.env, ORT_DISABLE_TELEMETRY: '1' },
+      });
+      const chunks: Buffer[] = [];
+      child.stderr.on('data', (c: Buffer) => chunks.push(c));
+      child.on('error', reject);
+      child.on('close', (code, signal) => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        if (code === 0) resolve(text);
+        else reject(new Error(`the placement check's session failed (${signal ?? `exit ${code}`}): ${lastError(text)}`));
+      });
+    });
+    const byProvider = parsePlacements(stderr);
+    if (byProvider.size === 0) throw new Error('the placement check found no "Node placements" in onnxruntime\'s verbose log');
+    const decoded = onnxProto.onnx.ModelProto.decode(model);
+    const floats = floatNodes(decoded.graph!);
+    const cpu = byProvider.get('CPUExecutionProvider') ?? [];
+    const cpuOps: Record<string, number> = {};
+    for (const n of cpu) cpuOps[n.op] = (cpuOps[n.op] ?? 0) + 1;
+    return { byProvider, floatOnCpu: cpu.filter((n) => floats.has(n.name)), cpuOps, seconds: (performance.now() - started) / 1000 };
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** onnxruntime's verbose "Node placements" block: ` Node(s) placed on [EP]. Number of nodes: N`
+ * followed by `  Op (name)` lines. */
+export function parsePlacements(log: string): Map<string, PlacedNode[]> {
+  const out = new Map<string, PlacedNode[]>();
+  let current: PlacedNode[] | undefined;
+  for (const line of log.split('\n')) {
+    const header = /Node\(s\) placed on \[(\w+)\]/.exec(line);
+    if (header) {
+      current = out.get(header[1]!) ?? [];
+      out.set(header[1]!, current);
+      continue;
+    }
+    const node = /VerifyEachNodeIsAssignedToAnEp\]\s{2,}(\S+) \((.*)\)\s*$/.exec(line);
+    if (node && current) current.push({ op: node[1]!, name: node[2]! });
+    else if (current && !line.includes('VerifyEachNodeIsAssignedToAnEp')) current = undefined;
+  }
+  return out;
+}
+
+/** Names of the nodes (If branches included) that read or write a float tensor. */
+function floatNodes(graph: Graph, outer?: Map<string, string>, into = new Set<string>()): Set<string> {
+  const types = inferTypes(graph, outer);
+  for (const node of graph.node ?? []) {
+    const values = [...(node.input ?? []), ...(node.output ?? [])].filter((v) => v !== '');
+    if (values.some((v) => /float|double/.test(types.get(v) ?? ''))) into.add(node.name!);
+    for (const a of node.attribute ?? []) if (a.g) floatNodes(a.g, types, into);
+  }
+  return into;
+}
+
+function lastError(text: string): string {
+  const lines = text.split('\n').filter((l) => /\[E:|Error|error/.test(l));
+  return (lines.at(-1) ?? text.split('\n').filter(Boolean).at(-1) ?? '').replace(/\x1b\[[0-9;]*m/g, '').slice(0, 500);
+}
