@@ -72,7 +72,7 @@ export function chunkArguments(values: string[]): { label: string; text: string 
 export function withModelFlags(cmd: Command): Command {
   return cmd
     .addOption(new Option('--model <dir>', 'a Hugging Face checkpoint folder (default: the small default model)').env('CTXPROBE_MODEL'))
-    .addOption(new Option('--device <device>', 'cpu, cuda or cuda:N').env('CTXPROBE_DEVICE'))
+    .addOption(new Option('--device <device>', 'cpu, webgpu, cuda or cuda:N').env('CTXPROBE_DEVICE'))
     .addOption(new Option('--dtype <dtype>', 'compute dtype').choices(['float32', 'float16', 'bfloat16']).env('CTXPROBE_DTYPE'))
     .addOption(new Option('--threads <n>', 'CPU threads (0: one per core)').argParser(int('threads')).env('CTXPROBE_THREADS'))
     .addOption(

@@ -86,7 +86,7 @@ export class Scorer {
     // took multiple choice from 1.38–1.84 s / 675 MiB to 1.34–1.38 s / 596 MiB and
     // 4 × 1024-token rolling from 2.56–2.71 s / 553–559 MiB to 2.87–2.98 s / 522–531 MiB
     // (llama.cpp: 548). GPUs want large passes.
-    this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cuda' ? 8192 : 512);
+    this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cpu' ? 512 : 8192);
     this.prefixSharing = options.prefixSharing ?? true;
     this.maxTopK = options.maxTopK ?? 100;
     // Measured with bench/long.ts (32k-token rolling scoring, 8 heads, glibc mmap threshold
@@ -99,7 +99,7 @@ export class Scorer {
     // 16 MiB 480–485 / 1.54–1.83, 8 MiB 427–435 / 1.76–1.87 (llama.cpp 449–456), in-process
     // 1.37–1.54 s at 8 and 1.32–1.51 at 16. Before they shared it (each row's past laid
     // out): no bound 606 / 1.76–1.80, 16 MiB 497 / 1.52–1.59, 8 MiB 470 / 2.11–2.29.
-    this.maxPastBytes = options.maxPastBytes ?? (engine.device.kind === 'cuda' ? Infinity : 8 * 2 ** 20);
+    this.maxPastBytes = options.maxPastBytes ?? (engine.device.kind === 'cpu' ? 8 * 2 ** 20 : Infinity);
     this.minSharedTokens = options.minSharedTokens ?? 8;
     // KV reused across sequences must be what each sequence would compute itself.
     if (this.prefixSharing && !reusableKv(engine.config)) {

@@ -7,7 +7,7 @@ import { DeviceError } from '../common/errors.js';
 import type { ComputeDType } from '../common/dtypes.js';
 
 export interface DeviceOptions {
-  /** `cpu` (default), `cuda` or `cuda:N`. */
+  /** `cpu` (default), `webgpu`, `cuda` or `cuda:N`. */
   device?: string;
   /** Compute dtype; default: see `chooseDtype`. */
   dtype?: ComputeDType;
@@ -19,8 +19,10 @@ export interface DeviceOptions {
   cpuMemArena?: boolean;
 }
 
+export type DeviceKind = 'cpu' | 'cuda' | 'webgpu';
+
 export interface ResolvedDevice {
-  kind: 'cpu' | 'cuda';
+  kind: DeviceKind;
   deviceId: number;
   dtype: ComputeDType;
   /** Why this dtype (reported in ListModels and the load log). */
@@ -40,15 +42,17 @@ const CUDA_HELP =
 
 export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   const spec = (options.device ?? 'cpu').trim().toLowerCase();
-  const match = /^(cpu|cuda)(?::(\d+))?$/.exec(spec);
-  if (!match || (match[1] === 'cpu' && match[2] !== undefined)) {
-    throw new DeviceError(`device ${JSON.stringify(options.device)} is not one of cpu, cuda, cuda:N`);
+  const match = /^(cpu|cuda|webgpu)(?::(\d+))?$/.exec(spec);
+  if (!match || (match[1] !== 'cuda' && match[2] !== undefined)) {
+    throw new DeviceError(`device ${JSON.stringify(options.device)} is not one of cpu, webgpu, cuda, cuda:N`);
   }
-  const kind = match[1] as 'cpu' | 'cuda';
+  const kind = match[1] as DeviceKind;
   const deviceId = Number(match[2] ?? 0);
   const { dtype, reason: dtypeReason } = chooseDtype(kind, options.dtype, options.checkpointDtype);
-  if (kind === 'cpu' && dtype === 'bfloat16') {
-    throw new DeviceError('dtype bfloat16 needs device cuda: the CPU execution provider has no bfloat16 MatMul');
+  if (kind !== 'cuda' && dtype === 'bfloat16') {
+    throw new DeviceError(
+      `dtype bfloat16 needs device cuda: the ${kind === 'cpu' ? 'CPU execution provider has no bfloat16 MatMul' : 'WebGPU provider has no bfloat16 type'}`,
+    );
   }
   const threads = options.threads ?? 0;
   if (!Number.isInteger(threads) || threads < 0) throw new DeviceError(`threads must be a whole number ≥ 0 (got ${threads})`);
@@ -62,6 +66,14 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   if (kind === 'cuda') {
     if (!cudaProviderInstalled()) throw new DeviceError(`device ${spec}: ${CUDA_HELP}`);
     sessionOptions.executionProviders = [{ name: 'cuda', deviceId }];
+  } else if (kind === 'webgpu') {
+    if (!ort.listSupportedBackends().some((b) => b.name === 'webgpu' && b.bundled)) {
+      throw new DeviceError(`device webgpu: this build of onnxruntime-node has no WebGPU provider (${process.platform}-${process.arch})`);
+    }
+    sessionOptions.executionProviders = [{ name: 'webgpu' }];
+    // Its warning that some nodes run on the CPU says nothing of which: the load reports the
+    // placements itself (placements.ts).
+    sessionOptions.logSeverityLevel = 3;
   } else {
     sessionOptions.executionProviders = ['cpu'];
   }
@@ -73,13 +85,32 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
  * range is too small for some models' activations: Qwen2.5 and Gemma are known to
  * overflow), else float16. Norms, soft-caps, softmax and log-probs run in float32 in every
  * case (decoder.ts). */
-export function chooseDtype(kind: 'cpu' | 'cuda', requested: ComputeDType | undefined, checkpointDtype: string | undefined): { dtype: ComputeDType; reason: string } {
+export function chooseDtype(
+  kind: DeviceKind,
+  requested: ComputeDType | undefined,
+  checkpointDtype: string | undefined,
+): { dtype: ComputeDType; reason: string } {
+  if (requested === 'float16' && kind === 'webgpu')
+    return { dtype: requested, reason: `asked for (--dtype or the model config): ${WEBGPU_FLOAT16}` };
   if (requested) return { dtype: requested, reason: 'asked for (--dtype or the model config)' };
   if (kind === 'cpu') return { dtype: 'float32', reason: 'CPU default' };
+  if (kind === 'webgpu')
+    return {
+      dtype: 'float32',
+      reason: 'WebGPU default: matrix products accumulate in float32 (its float16 MatMul accumulates in float16)',
+    };
   if (checkpointDtype === 'bfloat16')
-    return { dtype: 'bfloat16', reason: 'CUDA default for a bfloat16 checkpoint (float16 can overflow where the model was trained in bfloat16)' };
+    return {
+      dtype: 'bfloat16',
+      reason: 'CUDA default for a bfloat16 checkpoint (float16 can overflow where the model was trained in bfloat16)',
+    };
   return { dtype: 'float16', reason: `CUDA default for a ${checkpointDtype ?? 'float32'} checkpoint` };
 }
+
+/** What float16 costs on WebGPU: onnxruntime's WebGPU MatMul accumulates float16 products in
+ * float16 (an all-ones 1×4096 · 4096×1 product gives 2048), so log-probs move by far more than
+ * float32's rounding (README, "GPU hosts": the error measured on the fixtures). */
+export const WEBGPU_FLOAT16 = 'products accumulate in float16 on WebGPU, log-probs are approximate (README: GPU hosts)';
 
 /** The CUDA provider library (libonnxruntime_providers_cuda.so) ships only when the
  * install script fetched it; the bundled CPU build lists cuda but cannot load it. */

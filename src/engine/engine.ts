@@ -10,6 +10,10 @@ import { buildDecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, type DeviceOptions, type ResolvedDevice } from './device.js';
+import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
+import { placements } from './placements.js';
+import { describeAdapter } from './adapter.js';
+import { DeviceError } from '../common/errors.js';
 import { TextTokenizer } from '../text/tokenizer.js';
 import { PROBE_OUTPUTS, idleProbeFeeds, probeBins, probeFeeds } from './probe-feeds.js';
 
@@ -143,10 +147,16 @@ export interface EngineInfo {
   vocab: number;
   maxLength: number;
   device: string;
+  /** The GPU as the host's drivers name it (WebGPU: the Vulkan adapter); empty on the CPU. */
+  adapter: string;
   dtype: ComputeDType;
   dtypeReason: string;
   graphNodes: number;
   sessionSeconds: number;
+  /** On a GPU provider: the nodes onnxruntime left to its CPU provider, by op type (index
+   * arithmetic; a float op among them is named in `floatNodesOnCpu`). */
+  cpuNodes?: Record<string, number>;
+  floatNodesOnCpu?: string[];
 }
 
 /** The one onnxruntime session of a model (see `Engine.load`). */
@@ -170,13 +180,18 @@ export class Engine {
     // One graph and one session for scoring and probing, so the weights are prepacked
     // once: the probe graph, whose probe nodes cost a pass that only scores next to
     // nothing (one gathered row; the heatmap reductions behind an If).
-    const graph = buildDecoderGraph(config, ckpt, device.dtype, probeTap());
+    const graph = buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind);
+    const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
     const started = performance.now();
+    // No silent CPU fallback: where each node runs, from onnxruntime itself (placements.ts).
+    const placed =
+      device.kind === 'webgpu' ? await placements(graph.model, runOptions).catch((e: Error) => gpuFailure(device, e)) : undefined;
     const host = new SessionHost();
     try {
-      await host.create(SESSION, graph.model, sessionOptions(graph.weightsDir, device));
+      await host.create(SESSION, graph.model, runOptions, device.kind === 'webgpu' ? deviceKv(config, device) : undefined);
     } catch (e) {
       await host.close();
+      if (device.kind === 'webgpu') gpuFailure(device, e as Error);
       throw e;
     }
     const sessionSeconds = (performance.now() - started) / 1000;
@@ -190,11 +205,13 @@ export class Engine {
       hidden: config.hiddenSize,
       vocab: config.vocabSize,
       maxLength: config.maxPositions,
-      device: device.kind === 'cuda' ? `cuda:${device.deviceId}` : 'cpu',
+      device: device.kind === 'cuda' ? `cuda:${device.deviceId}` : device.kind,
+      adapter: device.kind === 'cpu' ? '' : describeAdapter(device.kind),
       dtype: device.dtype,
       dtypeReason: device.dtypeReason,
       graphNodes: graph.nodeCount,
       sessionSeconds,
+      ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
     };
     return new Engine(dir, config, tokenizer, host, device, info);
   }
@@ -219,6 +236,11 @@ export class Engine {
    * cache's segments): a count that must return to the cache's own after every call. */
   keptPasts(): Promise<number> {
     return this.host.keptPasts();
+  }
+
+  /** Tensors the session thread holds for kept KV (on a GPU: device buffers). */
+  keptTensors(): Promise<number> {
+    return this.host.keptTensors();
   }
 
   /** KV bytes copied into layouts so far (what a past read where it lies saves). */
@@ -250,7 +272,7 @@ export class Engine {
    * different lengths). */
   async gatherPast(rows: KvPiece[][], forPass?: readonly { tokens: readonly number[] }[]): Promise<PastKV> {
     const validLengths = rows.map((pieces) => pieces.reduce((n, p) => n + p.count, 0));
-    const length = Math.max(0, ...validLengths);
+    const length = this.slots(Math.max(0, ...validLengths));
     const room = forPass?.length === rows.length && validLengths.some((n) => n !== validLengths[0]) ? this.queryWidth(forPass) : 0;
     return { handle: await this.host.gather(rows, length + room), validLengths, length, ...(room > 0 ? { room } : {}) };
   }
@@ -262,14 +284,26 @@ export class Engine {
     // pass (measured: 12 of 21 positions off by an ulp in a chain of one-token passes,
     // none with two or more). A padding slot (an invalid key, unscored) keeps a one-token
     // continuation of a cached prefix bit-identical to computing it in full.
-    return Math.max(2, ...rows.map((r) => r.tokens.length));
+    //
+    return this.slots(Math.max(2, ...rows.map((r) => r.tokens.length)));
+  }
+
+  /** `n` slots as a pass lays them out: on WebGPU a multiple of four, query and key slots
+   * alike. onnxruntime's WebGPU MatMul sums in fours along a dimension that is a multiple
+   * of four and one by one otherwise, so a row's rounding depended on its pass's shape
+   * (measured on lavapipe: a token scored after a cached past of 1–22 tokens differed from
+   * the same token in one pass in 35 of 253 cases, by an ulp; a decode row beside a longer
+   * past, in 1 of 16). With every pass's query and key slots rounded up to four (masked,
+   * so adding exact zeros), none differed. */
+  private slots(n: number): number {
+    return this.device.kind === 'webgpu' ? Math.ceil(n / 4) * 4 : n;
   }
 
   /** Pasts laid out from pieces, one per entry, in one round trip to the session thread. */
   async gatherPasts(layouts: KvPiece[][][]): Promise<PastKV[]> {
     const shaped = layouts.map((rows) => {
       const validLengths = rows.map((pieces) => pieces.reduce((n, p) => n + p.count, 0));
-      return { rows, validLengths, length: Math.max(0, ...validLengths) };
+      return { rows, validLengths, length: this.slots(Math.max(0, ...validLengths)) };
     });
     const handles = await this.host.gatherEach(shaped.map((s) => ({ rows: s.rows, length: s.length })));
     return shaped.map((s, i) => ({ handle: handles[i]!, validLengths: s.validLengths, length: s.length }));
@@ -308,7 +342,10 @@ export class Engine {
     const B = req.rows.length;
     const T = this.queryWidth(req.rows);
     const P = past?.length ?? 0;
-    if (past?.room !== undefined && (past.room !== T || req.rows.length !== past.validLengths.length || req.rows.some((r, b) => r.pastRow !== b))) {
+    if (
+      past?.room !== undefined &&
+      (past.room !== T || req.rows.length !== past.validLengths.length || req.rows.some((r, b) => r.pastRow !== b))
+    ) {
       throw new Error(`engine: a past laid out with room for ${past.room} new slots is read by a pass of ${T}, row for row`);
     }
     // Row b's keys: its past's valid slots, then its new tokens, then padding — so the
@@ -322,7 +359,7 @@ export class Engine {
       const valid = pastLengths[b]!;
       for (let j = 0; j < valid; j++) keyPositions[b * (P + T) + j] = BigInt(j);
       for (const h of row.hidden ?? []) {
-        if (h.end > row.startPosition || h.start < 0) throw new Error('engine: hidden keys must lie in the row\'s past');
+        if (h.end > row.startPosition || h.start < 0) throw new Error("engine: hidden keys must lie in the row's past");
         for (let j = h.start; j < h.end; j++) keyPositions[b * (P + T) + j] = -1n;
       }
       row.tokens.forEach((tok, t) => {
@@ -362,7 +399,11 @@ export class Engine {
       for (const l of req.raw?.layers ?? []) fetches.push(`raw.${l}`);
     }
 
-    const { outputs: out, present } = await this.host.run({
+    const {
+      outputs: out,
+      present,
+      moved,
+    } = await this.host.run({
       session: SESSION,
       feeds,
       fetches,
@@ -380,12 +421,22 @@ export class Engine {
         kind: probing ? 'probe' : 'score',
         rows: B,
         tokens: B * T,
-        bytes: {
-          inputs: size(Object.values(feeds)),
-          pastKv: B * P * this.kvBytesPerToken,
-          outputs: size(Object.values(out)),
-          presentKv: req.keepPresent ? B * T * this.kvBytesPerToken : 0,
-        },
+        // On a GPU what crosses is what the session thread moved between host and device (KV
+        // kept on the device moves nothing; a layout's slot index goes up with the inputs).
+        bytes:
+          this.device.kind === 'webgpu'
+            ? {
+                inputs: size(Object.values(feeds)) + moved.layoutIndex,
+                pastKv: moved.pastKv,
+                outputs: size(Object.values(out)),
+                presentKv: moved.presentKv,
+              }
+            : {
+                inputs: size(Object.values(feeds)),
+                pastKv: B * P * this.kvBytesPerToken,
+                outputs: size(Object.values(out)),
+                presentKv: req.keepPresent ? B * T * this.kvBytesPerToken : 0,
+              },
       });
     }
     const result: ForwardResult = {
@@ -432,9 +483,40 @@ function checkpointDtype(configured: string | undefined, ckpt: SafetensorsCheckp
   return stored.size === 1 ? [...stored][0] : undefined;
 }
 
-/** onnxruntime session options: the device's, and where external weights live. */
-function sessionOptions(weightsDir: string, device: ResolvedDevice): Record<string, unknown> {
-  return { ...device.sessionOptions, extra: { session: { model_external_initializers_file_folder_path: weightsDir } } };
+/** onnxruntime session options: the device's, and where external weights live. On WebGPU
+ * the new keys and values stay in device buffers (the next pass reads them there) and
+ * everything else comes back to the host. */
+function sessionOptions(weightsDir: string, device: ResolvedDevice, layers: number): Record<string, unknown> {
+  const options: Record<string, unknown> = {
+    ...device.sessionOptions,
+    extra: { session: { model_external_initializers_file_folder_path: weightsDir } },
+  };
+  if (device.kind === 'webgpu') {
+    const kv = Array.from({ length: layers }, (_, i) => [`new.${i}.key`, `new.${i}.value`]).flat();
+    options.preferredOutputLocation = Object.fromEntries(kv.map((name) => [name, 'gpu-buffer']));
+  }
+  return options;
+}
+
+/** The layout graphs the session thread runs to lay out kept KV on the device (kv-layout.ts). */
+function deviceKv(config: ModelConfig, device: ResolvedDevice) {
+  const shape = { tensors: 2 * config.numLayers, kvHeads: config.numKvHeads, headDim: config.headDim, dtype: device.dtype };
+  return {
+    layouts: layoutBuckets().map((sources) => ({ sources, model: buildKvLayoutGraph(shape, sources) })),
+    kvHeads: config.numKvHeads,
+    headDim: config.headDim,
+    type: kvDType(device.dtype),
+    options: device.sessionOptions,
+  };
+}
+
+/** A WebGPU session that could not be made: most often no Vulkan adapter (no loader or
+ * driver on the host). */
+function gpuFailure(device: ResolvedDevice, e: Error): never {
+  throw new DeviceError(
+    `device ${device.kind}: onnxruntime could not create a WebGPU session (${e.message}). WebGPU on Linux runs on Vulkan: ` +
+      'the Vulkan loader (libvulkan1) and a driver (NVIDIA\'s, or Mesa\'s lavapipe from bookworm-backports for a software GPU) must be installed; see README, "GPU hosts"',
+  );
 }
 
 function int64(data: BigInt64Array, dims: number[]): HostTensor {

@@ -10,7 +10,7 @@
 import type { Worker } from 'node:worker_threads';
 import { UnavailableError } from '../common/errors.js';
 import { startWorker } from '../workers/start.js';
-import type { KvPieceRef, RunRequest, RunResult, SessionMessage, SessionReply } from '../workers/session.js';
+import type { DeviceKv, KvPieceRef, RunRequest, RunResult, SessionMessage, SessionReply } from '../workers/session.js';
 
 // onnxruntime 1.30 starts Microsoft's telemetry client when it creates its environment (the
 // first session): it reads /proc/self/cmdline and matches it with std::regex, whose
@@ -24,6 +24,9 @@ process.env.ORT_DISABLE_TELEMETRY = '1';
 
 export type { HostTensor, RunRequest, RunResult } from '../workers/session.js';
 
+/** One lock for GPU work across every session thread of the process (session.ts). */
+const GPU_LOCK = new SharedArrayBuffer(4);
+
 export class SessionHost {
   private readonly worker: Worker;
   private readonly pending = new Map<number, { resolve(v: any): void; reject(e: Error): void }>();
@@ -34,7 +37,7 @@ export class SessionHost {
   private readonly lostListeners: ((err: Error) => void)[] = [];
 
   constructor() {
-    this.worker = startWorker('session');
+    this.worker = startWorker('session', { workerData: { gpuLock: GPU_LOCK } });
     this.worker.on('message', (msg: SessionReply) => {
       const p = this.pending.get(msg.id);
       this.pending.delete(msg.id);
@@ -67,8 +70,13 @@ export class SessionHost {
   }
 
   /** Create a session named `name` from a serialized model (session options as onnxruntime takes them). */
-  create(name: string, model: Uint8Array, options: Extract<SessionMessage, { op: 'create' }>['options']): Promise<void> {
-    return this.call({ op: 'create', name, model, options });
+  create(
+    name: string,
+    model: Uint8Array,
+    options: Extract<SessionMessage, { op: 'create' }>['options'],
+    deviceKv?: DeviceKv,
+  ): Promise<void> {
+    return this.call({ op: 'create', name, model, options, ...(deviceKv ? { deviceKv } : {}) });
   }
 
   run(run: RunRequest): Promise<RunResult> {
@@ -96,6 +104,11 @@ export class SessionHost {
   /** How many KVs the worker keeps under handles (what leaks show as). */
   async keptPasts(): Promise<number> {
     return (await this.call<{ count: number }>({ op: 'keptPasts' })).count;
+  }
+
+  /** Tensors of kept KV the worker holds (on a GPU, device buffers not yet freed). */
+  async keptTensors(): Promise<number> {
+    return (await this.call<{ count: number }>({ op: 'keptTensors' })).count;
   }
 
   /** KV bytes the worker has copied into layouts (a pass's past, a cache segment). */

@@ -61,7 +61,7 @@ export interface ServiceOptions {
 
 /** What ListModels and /v1/models tell: the engine's facts, the served name and the
  * context length this server scores with. */
-export type ModelInfo = Omit<EngineInfo, 'graphNodes' | 'sessionSeconds'> & { name: string; maxRawAttentionBytes: number };
+export type ModelInfo = Omit<EngineInfo, 'graphNodes' | 'sessionSeconds' | 'cpuNodes' | 'floatNodesOnCpu'> & { name: string; maxRawAttentionBytes: number };
 
 /** One call being answered: `end` records it once, whatever happened. */
 export interface CallRecord {
@@ -193,7 +193,7 @@ export class Service {
   }
 
   info({ entry, engine, scorer, prober }: ServedModel): ModelInfo {
-    const { graphNodes: _nodes, sessionSeconds: _seconds, ...facts } = engine.info;
+    const { graphNodes: _nodes, sessionSeconds: _seconds, cpuNodes: _cpu, floatNodesOnCpu: _float, ...facts } = engine.info;
     return { name: entry.name, ...facts, maxLength: scorer.maxLength, maxRawAttentionBytes: prober.maxRawBytes };
   }
 

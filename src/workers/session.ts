@@ -1,7 +1,7 @@
 // The session worker (session-host.ts): owns the model's onnxruntime sessions and the KV
 // kept between passes, and runs passes off the main thread (onnxruntime-node's `run()`
 // runs the whole pass on the calling thread).
-import { parentPort } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 
 /** A feed or an output: element type, dimensions, values. */
@@ -34,6 +34,21 @@ export interface RunRequest {
 export interface RunResult {
   outputs: Record<string, HostTensor>;
   present?: number;
+  /** Bytes that crossed between host and device for the past fed (host-held KV given to a
+   * GPU session; on the CPU the session reads it in place), the present kept, and the
+   * layout indices uploaded for this pass. */
+  moved: { pastKv: number; presentKv: number; layoutIndex: number };
+}
+
+/** Kept KV on the GPU (the WebGPU provider): the model session's new keys and values stay
+ * in device buffers, and layouts run as these graphs (one per source count, kv-layout.ts). */
+export interface DeviceKv {
+  layouts: { sources: number; model: Uint8Array }[];
+  kvHeads: number;
+  headDim: number;
+  type: 'float32' | 'float16';
+  /** Options of the layout sessions (the model session's provider). */
+  options: ort.InferenceSession.SessionOptions;
 }
 
 /** A piece of kept KV: `count` positions of row `row` of the KV under `handle`, from `offset`. */
@@ -46,13 +61,14 @@ export interface KvPieceRef {
 
 /** What the host asks, and what each answers. */
 export type SessionMessage =
-  | { op: 'create'; name: string; model: Uint8Array; options: ort.InferenceSession.SessionOptions }
+  | { op: 'create'; name: string; model: Uint8Array; options: ort.InferenceSession.SessionOptions; deviceKv?: DeviceKv }
   | { op: 'run'; run: RunRequest }
   | { op: 'gather'; rows: KvPieceRef[][]; length: number }
   | { op: 'gatherEach'; layouts: { rows: KvPieceRef[][]; length: number }[] }
   | { op: 'dropPast'; handle: number }
   | { op: 'keptPasts' }
   | { op: 'laidOutBytes' }
+  | { op: 'keptTensors' }
   | { op: 'release' }
   | { op: 'exitForTest' };
 
@@ -68,15 +84,54 @@ type KvTensor = ort.Tensor & { data: Float32Array | Uint16Array };
  * `pastRows[b]` of the past it was fed, then its new tokens' — kept without copying that
  * past again: the graph returns only the new tokens' KV. */
 type Parts = KvTensor[][];
-type KvEntry = { kind: 'laidOut'; parts: Parts } | { kind: 'extended'; parts: Parts; pastSlots: number; pastRows: number[]; pastLengths: number[]; fresh: KvTensor[] };
+type KvEntry =
+  | { kind: 'laidOut'; parts: Parts }
+  | { kind: 'extended'; parts: Parts; pastSlots: number; pastRows: number[]; pastLengths: number[]; fresh: KvTensor[] };
 
 const sessions = new Map<string, ort.InferenceSession>();
 const pasts = new Map<number, KvEntry>();
 let nextHandle = 1;
 /** KV bytes copied into layouts since the thread started. */
 let laidOutBytes = 0;
+/** Set when the model runs on a GPU provider that keeps its KV on the device. */
+let deviceKv: DeviceKv | undefined;
+const layoutSessions = new Map<number, Promise<ort.InferenceSession>>();
+/** Layout index bytes uploaded since the last pass took them into its count. */
+let layoutIndexBytes = 0;
+
+// Tensors of kept KV are shared: an extended entry holds the past it was fed (another
+// entry's, or a layout made for the pass), a row view may be its source itself. Each is
+// counted by the entries and passes holding it; a GPU tensor is disposed when none does
+// (onnxruntime-node frees a GPU buffer on dispose() only, never on garbage collection:
+// WEBGPU-NODE.md §1, memory grew by one KV a pass without it).
+const holders = new Map<ort.Tensor, number>();
+function hold(ts: Iterable<ort.Tensor>): void {
+  for (const t of ts) holders.set(t, (holders.get(t) ?? 0) + 1);
+}
+function unhold(ts: Iterable<ort.Tensor>): void {
+  for (const t of ts) {
+    const n = (holders.get(t) ?? 1) - 1;
+    if (n > 0) {
+      holders.set(t, n);
+      continue;
+    }
+    holders.delete(t);
+    if (t.location === 'gpu-buffer') t.dispose();
+  }
+}
+const entryTensors = (kv: KvEntry): KvTensor[] => [...kv.parts.flat(), ...(kv.kind === 'extended' ? kv.fresh : [])];
+function keep(entry: KvEntry): number {
+  const handle = nextHandle++;
+  hold(entryTensors(entry));
+  pasts.set(handle, entry);
+  return handle;
+}
 const tensor = (t: HostTensor) => new ort.Tensor(t.type, t.data, t.dims);
-const plain = (t: ort.Tensor): HostTensor => ({ type: t.type as HostTensor['type'], dims: [...t.dims], data: (t.data as HostTensor['data']).slice() });
+const plain = (t: ort.Tensor): HostTensor => ({
+  type: t.type as HostTensor['type'],
+  dims: [...t.dims],
+  data: (t.data as HostTensor['data']).slice(),
+});
 
 // onnxruntime caches a memory pattern per set of input shapes, keyed by an XOR of every
 // input dim, so unrelated passes collide (a 1024-token pass after 1024 cached has the key of
@@ -116,7 +171,13 @@ function rowSlots(kv: KvEntry, row: number): number {
 /** Where slots [offset, offset + count) of `row` lie for tensor `i` (layer·2 + key/value):
  * a stretch of each part they reach (an extended row's past: its first pastLengths[row]
  * slots), then of its new slots. */
-function stretches(kv: KvEntry, i: number, row: number, offset: number, count: number): { src: KvTensor; row: number; offset: number; count: number }[] {
+function stretches(
+  kv: KvEntry,
+  i: number,
+  row: number,
+  offset: number,
+  count: number,
+): { src: KvTensor; row: number; offset: number; count: number }[] {
   const out: { src: KvTensor; row: number; offset: number; count: number }[] = [];
   const end = offset + count;
   let at = 0;
@@ -138,7 +199,11 @@ function stretches(kv: KvEntry, i: number, row: number, offset: number, count: n
 }
 
 /** rows[b]: pieces laid end to end, right-padded to `length`: one tensor per layer and kind. */
-function layOut(rows: KvPieceRef[][], length: number, proto: KvEntry): KvTensor[] {
+function layOut(rows: KvPieceRef[][], length: number, proto: KvEntry): Promise<KvTensor[]> | KvTensor[] {
+  return deviceKv ? layOutOnDevice(rows, length, proto) : layOutOnHost(rows, length, proto);
+}
+
+function layOutOnHost(rows: KvPieceRef[][], length: number, proto: KvEntry): KvTensor[] {
   const B = rows.length;
   const first = proto.parts[0]!;
   const out: KvTensor[] = [];
@@ -164,15 +229,177 @@ function layOut(rows: KvPieceRef[][], length: number, proto: KvEntry): KvTensor[
   return out;
 }
 
+// ---- layouts on the GPU ----------------------------------------------------------------
+
+/** Slots [offset, offset + count) of row `row` of source `j`. */
+interface SourceStretch {
+  j: number;
+  row: number;
+  offset: number;
+  count: number;
+}
+
+/** The same layout as layOutOnHost, run as a layout graph on the device: every tensor's
+ * sources (distinct kept tensors the pieces lie in) and each output row's stretches of them. */
+async function layOutOnDevice(rows: KvPieceRef[][], length: number, proto: KvEntry): Promise<KvTensor[]> {
+  const tensors = proto.parts[0]!.length;
+  const sources: KvTensor[][] = Array.from({ length: tensors }, () => []);
+  const known = new Map<KvTensor, number>();
+  const plan = rows.map((pieces) => {
+    const out: SourceStretch[] = [];
+    for (const p of pieces) {
+      const kv = kept(p.handle);
+      const each = Array.from({ length: tensors }, (_, i) => stretches(kv, i, p.row, p.offset, p.count));
+      each[0]!.forEach((s, k) => {
+        let j = known.get(s.src);
+        if (j === undefined) {
+          j = known.size;
+          known.set(s.src, j);
+          for (let i = 0; i < tensors; i++) sources[i]!.push(each[i]![k]!.src);
+        }
+        out.push({ j, row: s.row, offset: s.offset, count: s.count });
+        laidOutBytes += tensors * s.src.dims[1]! * s.count * s.src.dims[3]! * (s.src.type === 'float16' ? 2 : 4);
+      });
+    }
+    return out;
+  });
+  return runLayout(sources, plan, length);
+}
+
+/** Sources per tensor ([i][j], each [Bⱼ, H, Sⱼ, D]) → [B, H, length, D] per tensor, row b the
+ * stretches plan[b] end to end, zeros after. More sources than one graph takes: rows in
+ * groups first, then the groups' outputs as the sources of one more layout. */
+async function runLayout(sources: KvTensor[][], plan: SourceStretch[][], length: number): Promise<KvTensor[]> {
+  const dk = deviceKv!;
+  const B = plan.length;
+  const n = sources[0]!.length;
+  if (B * length === 0 || n === 0) {
+    return sources.map(
+      () =>
+        new ort.Tensor(dk.type, dk.type === 'float16' ? new Uint16Array(0) : new Float32Array(0), [
+          B,
+          dk.kvHeads,
+          length,
+          dk.headDim,
+        ]) as KvTensor,
+    );
+  }
+  // Held while the layout runs: a drop of their entry meanwhile must not free them.
+  const held = sources.flat();
+  hold(held);
+  try {
+    return await (n > MAX_SOURCES ? runLayoutInGroups(sources, plan, length) : runLayoutOnce(sources, plan, length));
+  } finally {
+    unhold(held);
+  }
+}
+
+async function runLayoutOnce(sources: KvTensor[][], plan: SourceStretch[][], length: number): Promise<KvTensor[]> {
+  const dk = deviceKv!;
+  const B = plan.length;
+  const n = sources[0]!.length;
+  let bucket = 1;
+  while (bucket < n) bucket *= 2;
+  const session = await layoutSession(bucket);
+  const feeds: Record<string, ort.Tensor> = {};
+  const columns: number[] = [];
+  let total = 0;
+  for (let j = 0; j < bucket; j++) {
+    const real = j < n;
+    for (let i = 0; i < sources.length; i++) feeds[`src.${i}.${j}`] = real ? sources[i]![j]! : zeroSlot();
+    columns.push(total);
+    total += real ? sources[0]![j]!.dims[0]! * sources[0]![j]!.dims[2]! : 1;
+  }
+  const index = new Int32Array(B * length).fill(total); // the zero column after the pool
+  plan.forEach((row, b) => {
+    let at = b * length;
+    for (const s of row) {
+      const base = columns[s.j]! + s.row * sources[0]![s.j]!.dims[2]! + s.offset;
+      for (let t = 0; t < s.count; t++) index[at + t] = base + t;
+      at += s.count;
+    }
+  });
+  feeds.index = new ort.Tensor('int32', index, [index.length]);
+  feeds.shape = new ort.Tensor('int64', BigInt64Array.from([dk.kvHeads, B, length, dk.headDim], BigInt), [4]);
+  layoutIndexBytes += index.byteLength;
+  const out = await session.run(feeds);
+  return sources.map((_, i) => out[`out.${i}`] as KvTensor);
+}
+
+async function runLayoutInGroups(sources: KvTensor[][], plan: SourceStretch[][], length: number): Promise<KvTensor[]> {
+  const groups: { rows: number[]; used: Map<number, number> }[] = [];
+  plan.forEach((row, b) => {
+    const mine = new Set(row.map((s) => s.j));
+    if (mine.size > MAX_SOURCES) throw new Error(`a row of kept KV lies in ${mine.size} pieces, more than a layout takes (${MAX_SOURCES})`);
+    let group = groups.at(-1);
+    const added = group ? [...mine].filter((j) => !group!.used.has(j)).length : Infinity;
+    if (!group || group.used.size + added > MAX_SOURCES) groups.push((group = { rows: [], used: new Map() }));
+    for (const j of mine) if (!group.used.has(j)) group.used.set(j, group.used.size);
+    group.rows.push(b);
+  });
+  const parts: KvTensor[][] = [];
+  try {
+    for (const group of groups) {
+      const local = sources.map((perTensor) => [...group.used.keys()].map((j) => perTensor[j]!));
+      const part = await runLayout(
+        local,
+        group.rows.map((b) => plan[b]!.map((s) => ({ ...s, j: group.used.get(s.j)! }))),
+        length,
+      );
+      hold(part);
+      parts.push(part);
+    }
+    const rowsOf = groups.flatMap((group, k) => group.rows.map((b, r) => ({ b, stretch: { j: k, row: r, offset: 0, count: length } })));
+    rowsOf.sort((x, y) => x.b - y.b);
+    return await runLayout(
+      sources.map((_, i) => parts.map((p) => p[i]!)),
+      rowsOf.map((r) => [r.stretch]),
+      length,
+    );
+  } finally {
+    for (const p of parts) unhold(p);
+  }
+}
+
+const MAX_SOURCES = 256;
+let zeroSlotTensor: ort.Tensor | undefined;
+/** A one-slot zero tensor for a layout graph's unused source inputs (never indexed). */
+function zeroSlot(): ort.Tensor {
+  const dk = deviceKv!;
+  const size = dk.kvHeads * dk.headDim;
+  zeroSlotTensor ??= new ort.Tensor(dk.type, dk.type === 'float16' ? new Uint16Array(size) : new Float32Array(size), [
+    1,
+    dk.kvHeads,
+    1,
+    dk.headDim,
+  ]);
+  return zeroSlotTensor;
+}
+
+function layoutSession(sources: number): Promise<ort.InferenceSession> {
+  const dk = deviceKv!;
+  let session = layoutSessions.get(sources);
+  if (!session) {
+    const model = dk.layouts.find((l) => l.sources === sources)?.model;
+    if (!model) throw new Error(`no KV layout graph for ${sources} sources`);
+    session = ort.InferenceSession.create(model, { ...dk.options, preferredOutputLocation: 'gpu-buffer' });
+    layoutSessions.set(sources, session);
+  }
+  return session;
+}
+
 /** The past a pass is fed, in two parts (past, recent), and the row of it each pass row
  * continues: the kept parts themselves when they are laid out (a decode step's gathered
  * past; the distinct pasts of rows that share them, which the graph gathers per row),
  * else each pass row's past laid out once (a query block continuing the one before). */
-function pastFeeds(r: RunRequest): { past: KvTensor[]; recent: KvTensor[]; rows: number[] } {
+async function pastFeeds(r: RunRequest): Promise<{ past: KvTensor[]; recent: KvTensor[]; rows: number[] }> {
   const { type, dims } = r.emptyPast;
   const B = r.pastRows.length;
   const empty = (rows: number) =>
-    Array.from({ length: 2 * r.numLayers }, () => new ort.Tensor(type, type === 'float16' ? new Uint16Array(0) : new Float32Array(0), [rows, ...dims.slice(1)]) as KvTensor);
+    Array.from(
+      { length: 2 * r.numLayers },
+      () => new ort.Tensor(type, type === 'float16' ? new Uint16Array(0) : new Float32Array(0), [rows, ...dims.slice(1)]) as KvTensor,
+    );
   const identity = Array.from({ length: B }, (_, b) => b);
   if (r.past === undefined) return { past: empty(B), recent: empty(B), rows: identity };
   const kv = kept(r.past);
@@ -180,48 +407,79 @@ function pastFeeds(r: RunRequest): { past: KvTensor[]; recent: KvTensor[]; rows:
     const rows = kv.parts[0]![0]!.dims[0]!;
     // As many rows as the pass: row b is row b (the graph reads past_rows only when the
     // past has fewer rows than the pass).
-    if (rows === B && r.pastRows.every((row, b) => row === b)) return { past: kv.parts[0]!, recent: kv.parts[1] ?? empty(B), rows: identity };
+    if (rows === B && r.pastRows.every((row, b) => row === b))
+      return { past: kv.parts[0]!, recent: kv.parts[1] ?? empty(B), rows: identity };
     if (rows < B) return { past: kv.parts[0]!, recent: kv.parts[1] ?? empty(rows), rows: r.pastRows };
   }
   const rows = r.pastRows.map((row) => [{ handle: r.past!, row, offset: 0, count: rowSlots(kv, row) }]);
-  return { past: layOut(rows, width(kv), kv), recent: empty(B), rows: identity };
+  return { past: await layOut(rows, width(kv), kv), recent: empty(B), rows: identity };
 }
+
+const hostBytes = (ts: ort.Tensor[]) => ts.reduce((n, t) => n + (t.location === 'cpu' ? (t.data as ArrayBufferView).byteLength : 0), 0);
 
 async function run(r: RunRequest): Promise<RunResult> {
   const session = sessions.get(r.session);
   if (!session) throw new Error(`no session ${r.session}`);
+  layoutIndexBytes = 0;
   const feeds: Record<string, ort.Tensor> = {};
   for (const [k, v] of Object.entries(r.feeds)) feeds[k] = tensor(v);
-  const { past, recent, rows } = pastFeeds(r);
-  feeds.past_rows = new ort.Tensor('int64', BigInt64Array.from(rows, BigInt), [rows.length]);
-  for (let i = 0; i < r.numLayers; i++) {
-    feeds[`past.${i}.key`] = past[2 * i]!;
-    feeds[`past.${i}.value`] = past[2 * i + 1]!;
-    feeds[`recent.${i}.key`] = recent[2 * i]!;
-    feeds[`recent.${i}.value`] = recent[2 * i + 1]!;
+  const { past, recent, rows } = await pastFeeds(r);
+  // The pass holds what it reads until it ends: a past laid out for it is freed then unless
+  // its present keeps it, and a kept past dropped meanwhile stays until the pass is done.
+  const fed = [...past, ...recent];
+  hold(fed);
+  try {
+    feeds.past_rows = new ort.Tensor('int64', BigInt64Array.from(rows, BigInt), [rows.length]);
+    for (let i = 0; i < r.numLayers; i++) {
+      feeds[`past.${i}.key`] = past[2 * i]!;
+      feeds[`past.${i}.value`] = past[2 * i + 1]!;
+      feeds[`recent.${i}.key`] = recent[2 * i]!;
+      feeds[`recent.${i}.value`] = recent[2 * i + 1]!;
+    }
+    feeds.shape_salt = shapeSalt(feeds);
+    const fetches = [...r.fetches];
+    if (r.keepPresent) for (let i = 0; i < r.numLayers; i++) fetches.push(`new.${i}.key`, `new.${i}.value`);
+    const out = await session.run(feeds, deviceKv ? session.outputNames : fetches);
+    const outputs: Record<string, HostTensor> = {};
+    for (const name of r.fetches) outputs[name] = plain(out[name]!);
+    // A session with outputs on the device runs through one IO binding that keeps every
+    // output it ever bound: an output fetched once and not the next time stays bound to the
+    // earlier run's tensor, which onnxruntime then takes as a preallocated output (a shape
+    // error, or the next run writing into a KV we keep). So such a session fetches every
+    // output every run, and frees the device ones nobody asked for.
+    if (deviceKv)
+      for (const name of session.outputNames) if (!fetches.includes(name) && out[name]?.location === 'gpu-buffer') out[name]!.dispose();
+    const moved = { pastKv: deviceKv ? hostBytes([...past, ...recent]) : 0, presentKv: 0, layoutIndex: layoutIndexBytes };
+    if (!r.keepPresent) return { outputs, moved };
+    const fresh: KvTensor[] = [];
+    for (let i = 0; i < r.numLayers; i++) fresh.push(out[`new.${i}.key`] as KvTensor, out[`new.${i}.value`] as KvTensor);
+    moved.presentKv = deviceKv ? hostBytes(fresh) : 0;
+    const parts = [past, recent].filter((p) => slotsOf(p[0]!) > 0);
+    const present = keep(
+      parts.length === 0
+        ? { kind: 'laidOut', parts: [fresh] }
+        : { kind: 'extended', parts, pastSlots: r.pastSlots, pastRows: rows, pastLengths: r.pastLengths, fresh },
+    );
+    return { outputs, present, moved };
+  } finally {
+    unhold(fed);
   }
-  feeds.shape_salt = shapeSalt(feeds);
-  const fetches = [...r.fetches];
-  if (r.keepPresent) for (let i = 0; i < r.numLayers; i++) fetches.push(`new.${i}.key`, `new.${i}.value`);
-  const out = await session.run(feeds, fetches);
-  const outputs: Record<string, HostTensor> = {};
-  for (const name of r.fetches) outputs[name] = plain(out[name]!);
-  if (!r.keepPresent) return { outputs };
-  const fresh: KvTensor[] = [];
-  for (let i = 0; i < r.numLayers; i++) fresh.push(out[`new.${i}.key`] as KvTensor, out[`new.${i}.value`] as KvTensor);
-  const present = nextHandle++;
-  const parts = [past, recent].filter((p) => slotsOf(p[0]!) > 0);
-  pasts.set(present, parts.length === 0 ? { kind: 'laidOut', parts: [fresh] } : { kind: 'extended', parts, pastSlots: r.pastSlots, pastRows: rows, pastLengths: r.pastLengths, fresh });
-  return { outputs, present };
 }
 
-/** Row `row` of a one-part laid-out entry as a tensor of its own, sharing its memory. */
-function rowView(kv: KvEntry & { kind: 'laidOut' }, row: number): KvTensor[] {
-  return kv.parts[0]!.map((t) => {
-    const [B, H, S, D] = t.dims as [number, number, number, number];
-    const n = H * S * D;
-    return (B === 1 ? t : new ort.Tensor(t.type, t.data.subarray(row * n, (row + 1) * n), [1, H, S, D])) as KvTensor;
-  });
+/** Row `row` of a one-part laid-out entry as a tensor of its own: on the host a view of its
+ * memory; on the GPU the tensor itself when it has one row, else a copy of the row. */
+async function rowView(kv: KvEntry & { kind: 'laidOut' }, row: number): Promise<KvTensor[]> {
+  const tensors = kv.parts[0]!;
+  const [B, H, S, D] = tensors[0]!.dims as [number, number, number, number];
+  if (B === 1) return tensors;
+  if (deviceKv)
+    return runLayout(
+      tensors.map((t) => [t]),
+      [[{ j: 0, row, offset: 0, count: S }]],
+      S,
+    );
+  const n = H * S * D;
+  return tensors.map((t) => new ort.Tensor(t.type, t.data.subarray(row * n, (row + 1) * n), [1, H, S, D]) as KvTensor);
 }
 
 /** rows[b]: pieces laid end to end, right-padded to `length`, kept under a new handle. */
@@ -229,41 +487,51 @@ function rowView(kv: KvEntry & { kind: 'laidOut' }, row: number): KvTensor[] {
 // a sequence, a prompt's KV) keeps that piece where it lies and lays out only the pieces
 // after it (the tokens generated since): a decode step with a 1900-token past copied 61 MiB
 // outside the graph before it ran (measured: the gather 8–25 ms of a 40 ms step).
-function gather(rows: KvPieceRef[][], length: number): { handle: number } {
+async function gather(rows: KvPieceRef[][], length: number): Promise<{ handle: number }> {
   const [first, ...rest] = rows[0]!;
   const kv = first && kept(first.handle);
   let entry: KvEntry;
   if (rows.length === 1 && kv?.kind === 'laidOut' && kv.parts.length === 1 && first!.offset === 0 && first!.count === width(kv)) {
-    const base = rowView(kv, first!.row);
-    entry = { kind: 'laidOut', parts: rest.length > 0 ? [base, layOut([rest], length - first!.count, kv)] : [base] };
-  } else entry = { kind: 'laidOut', parts: [layOut(rows, length, kept(rows.flat()[0]!.handle))] };
-  const handle = nextHandle++;
-  pasts.set(handle, entry);
-  return { handle };
+    const base = await rowView(kv, first!.row);
+    entry = { kind: 'laidOut', parts: rest.length > 0 ? [base, await layOut([rest], length - first!.count, kv)] : [base] };
+  } else entry = { kind: 'laidOut', parts: [await layOut(rows, length, kept(rows.flat()[0]!.handle))] };
+  return { handle: keep(entry) };
 }
 
 async function handle(msg: SessionMessage): Promise<unknown> {
   switch (msg.op) {
     case 'create':
       sessions.set(msg.name, await ort.InferenceSession.create(msg.model, msg.options));
+      if (msg.deviceKv) deviceKv = msg.deviceKv;
       return {};
     case 'run':
       return run(msg.run);
     case 'gather':
       return gather(msg.rows, msg.length);
-    case 'gatherEach':
-      return { handles: msg.layouts.map((l) => gather(l.rows, l.length).handle) };
-    case 'dropPast':
+    case 'gatherEach': {
+      const handles: number[] = [];
+      for (const l of msg.layouts) handles.push((await gather(l.rows, l.length)).handle);
+      return { handles };
+    }
+    case 'dropPast': {
+      const kv = pasts.get(msg.handle);
       pasts.delete(msg.handle);
+      if (kv) unhold(entryTensors(kv));
       return {};
+    }
     case 'keptPasts':
       return { count: pasts.size };
     case 'laidOutBytes':
       return { bytes: laidOutBytes };
+    case 'keptTensors':
+      return { count: holders.size };
     case 'release':
-      for (const s of sessions.values()) await s.release();
-      sessions.clear();
+      for (const t of holders.keys()) if (t.location === 'gpu-buffer') t.dispose();
+      holders.clear();
       pasts.clear();
+      for (const s of [...sessions.values(), ...(await Promise.all(layoutSessions.values()))]) await s.release();
+      sessions.clear();
+      layoutSessions.clear();
       return {};
     case 'exitForTest':
       // Only CTXPROBE_TEST_HOOKS sends this: the thread ends as a crash would end it.
@@ -271,9 +539,39 @@ async function handle(msg: SessionMessage): Promise<unknown> {
   }
 }
 
+// WebGPU work from two threads at once breaks Dawn's device (onnxruntime#32561; measured
+// here: two models on --device webgpu in one process, "CommandEncoder is already finished"
+// then std::bad_alloc). Every session thread of the process shares one lock (a
+// SharedArrayBuffer from session-host.ts), and a thread on the GPU takes its messages one
+// at a time, each under the lock. The CPU provider needs neither.
+const gpuLock = (workerData as { gpuLock?: SharedArrayBuffer } | undefined)?.gpuLock;
+const lockWord = gpuLock ? new Int32Array(gpuLock) : undefined;
+let gpuQueue: Promise<unknown> = Promise.resolve();
+const onGpu = (msg: SessionMessage) =>
+  deviceKv !== undefined ||
+  (msg.op === 'create' && (msg.options.executionProviders ?? []).some((p) => (typeof p === 'string' ? p : p.name) === 'webgpu'));
+
+async function underGpuLock<T>(work: () => Promise<T>): Promise<T> {
+  if (!lockWord) return work();
+  while (Atomics.compareExchange(lockWord, 0, 0, 1) !== 0) Atomics.wait(lockWord, 0, 1, 100);
+  try {
+    return await work();
+  } finally {
+    Atomics.store(lockWord, 0, 0);
+    Atomics.notify(lockWord, 0, 1);
+  }
+}
+
+function dispatch(msg: SessionMessage): Promise<unknown> {
+  if (!onGpu(msg)) return handle(msg);
+  const done = gpuQueue.then(() => underGpuLock(() => handle(msg)));
+  gpuQueue = done.catch(() => {});
+  return done;
+}
+
 const port = parentPort!;
 port.on('message', (msg: SessionMessage & { id: number }) => {
-  handle(msg).then(
+  dispatch(msg).then(
     (result) => {
       const transfer = Object.values((result as Partial<RunResult>).outputs ?? {}).map((t) => t.data.buffer as ArrayBuffer);
       port.postMessage({ id: msg.id, result } satisfies SessionReply, transfer);

@@ -23,7 +23,7 @@ export interface ModelInfo {
    */
   'maxLength'?: (number);
   /**
-   * cpu, cuda:N
+   * cpu, webgpu, cuda:N
    */
   'device'?: (string);
   /**
@@ -39,6 +39,11 @@ export interface ModelInfo {
    * bytes per value), so a client can size its request.
    */
   'maxRawAttentionBytes'?: (number | string | Long);
+  /**
+   * The GPU as the host's drivers name it (webgpu: the Vulkan drivers Dawn chooses from;
+   * cuda: the NVIDIA GPUs); empty on the CPU.
+   */
+  'adapter'?: (string);
 }
 
 export interface ModelInfo__Output {
@@ -62,7 +67,7 @@ export interface ModelInfo__Output {
    */
   'maxLength': (number);
   /**
-   * cpu, cuda:N
+   * cpu, webgpu, cuda:N
    */
   'device': (string);
   /**
@@ -78,4 +83,9 @@ export interface ModelInfo__Output {
    * bytes per value), so a client can size its request.
    */
   'maxRawAttentionBytes': (number);
+  /**
+   * The GPU as the host's drivers name it (webgpu: the Vulkan drivers Dawn chooses from;
+   * cuda: the NVIDIA GPUs); empty on the CPU.
+   */
+  'adapter': (string);
 }

@@ -1,0 +1,240 @@
+// --device webgpu on a software GPU (Mesa's lavapipe under Dawn, ../shared/gpu/README.md):
+// the graphs built for WebGPU leave no float node to the CPU provider (onnxruntime's own
+// placement log, every family); log-probs and attention statistics equal the CPU
+// provider's to float32 rounding; the contracts hold on the device (a generated token's
+// log-prob is the bits Score gives it there, cached = uncached, batched = alone); and the
+// KV stays on the device: a decode step moves token ids in and a few floats out.
+//
+// Skips, saying so, where no Vulkan driver is installed (.ci/run installs lavapipe).
+import fs from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine, type ForwardRequest } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
+import { Batcher } from '../src/core/batcher.js';
+import { Generation, generationModel, runGenerations, type SamplingParams } from '../src/requests/generate.js';
+import { resolveDevice } from '../src/engine/device.js';
+import { placements } from '../src/engine/placements.js';
+import { buildDecoderGraph } from '../src/model/decoder.js';
+import { readModelConfig } from '../src/model/config.js';
+import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
+import { probeTap } from '../kernels/probe-tap.js';
+import { rng } from '../src/common/random.js';
+import { loadModel } from '../src/serving/repository.js';
+import { CtxprobeServer } from '../src/serving/server.js';
+import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
+import { postJson, scrape } from './helpers.js';
+
+const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
+  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
+);
+const maybe = VULKAN_DRIVERS ? describe : describe.skip;
+if (!VULKAN_DRIVERS)
+  console.warn('webgpu tests skipped: no Vulkan driver (apt-get install libvulkan1 and, from bookworm-backports, mesa-vulkan-drivers)');
+
+const GREEDY: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 6, stop: [], n: 1, logprobs: 2 };
+const randomTokens = (r: () => number, n: number, vocab: number) => Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3)));
+
+/** The graph as `Engine.load` builds it for `device`, and the options it creates it with. */
+function graphFor(fx: Fixture, target: 'cpu' | 'webgpu', dtype: 'float32' | 'float16' = 'float32') {
+  const config = readModelConfig(fx.dir);
+  const graph = buildDecoderGraph(config, new SafetensorsCheckpoint(fx.dir), dtype, probeTap(), target);
+  const device = resolveDevice({ device: 'webgpu', threads: 1 });
+  return {
+    model: graph.model,
+    options: { ...device.sessionOptions, extra: { session: { model_external_initializers_file_folder_path: fx.dir } } },
+  };
+}
+
+maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
+  it('catches what it is for: the CPU graph on WebGPU leaves its products and log-softmax to the CPU', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.llama!);
+    const { model, options } = graphFor(fx, 'cpu');
+    const placed = await placements(model, options);
+    const floatOps = new Set(placed.floatOnCpu.map((n) => n.op));
+    expect(floatOps).toContain('FusedMatMul');
+    expect(floatOps).toContain('LogSoftmax');
+    expect(floatOps).toContain('OneHot');
+  });
+
+  it.each([
+    ...Object.keys(FAMILY_FIXTURES).map((f) => [f, 'float32'] as const),
+    ['mixtral', 'float16'] as const,
+    ['gemma2', 'float16'] as const,
+  ])('%s (%s): the WebGPU graph leaves no float op to the CPU; what stays is index arithmetic', async (family, dtype) => {
+    const fx = makeFixture(FAMILY_FIXTURES[family]!);
+    const { model, options } = graphFor(fx, 'webgpu', dtype);
+    const placed = await placements(model, options);
+    expect(placed.floatOnCpu).toEqual([]);
+    expect((placed.byProvider.get('WebGpuExecutionProvider') ?? []).length).toBeGreaterThan(100);
+    // The MatMuls are the device's.
+    expect(placed.byProvider.get('WebGpuExecutionProvider')!.some((n) => n.op === 'MatMul')).toBe(true);
+  });
+});
+
+maybe('WebGPU against the CPU provider, every family', () => {
+  for (const family of Object.keys(FAMILY_FIXTURES)) {
+    describe(family, () => {
+      let cpu: Engine;
+      let gpu: Engine;
+      beforeAll(async () => {
+        const fx = makeFixture(FAMILY_FIXTURES[family]!);
+        [cpu, gpu] = await Promise.all([Engine.load(fx.dir, { threads: 1 }), Engine.load(fx.dir, { device: 'webgpu', threads: 1 })]);
+      });
+      afterAll(async () => Promise.all([cpu?.release(), gpu?.release()]));
+
+      it('log-probs, top-k and attention statistics agree to float32 rounding, also after a cached past laid out on the device', async () => {
+        expect(gpu.info.device).toBe('webgpu');
+        expect(gpu.info.floatNodesOnCpu).toEqual([]);
+        const vocab = cpu.config.vocabSize;
+        const r = rng(3);
+        const prompt = randomTokens(r, 14, vocab);
+        const more = randomTokens(r, 5, vocab);
+        const probe = (n: number, past: number) => ({
+          keyBins: Array.from({ length: past + n }, (_, j) => (j === 0 ? 3 : j % 3)),
+          chunks: 3,
+          queryWeights: Array(n).fill(1),
+        });
+        const first = (e: Engine): ForwardRequest => ({
+          rows: [{ tokens: prompt, startPosition: 0, pastRow: 0, probe: probe(prompt.length, 0) }],
+          scored: prompt.slice(1).map((target, i) => ({ row: 0, index: i, target })),
+          topK: 3,
+          keepPresent: true,
+          heatmap: true,
+        });
+        const results = [];
+        for (const e of [cpu, gpu]) {
+          const a = await e.forward(first(e));
+          // Two rows continuing the first pass's one row (a layout on the device), then a
+          // row continuing a gathered past made of two pieces.
+          const b = await e.forward({
+            rows: [0, 1].map((k) => ({ tokens: more.slice(k), startPosition: prompt.length, pastRow: 0 })),
+            past: a.present,
+            scored: more.slice(1).map((target, i) => ({ row: 0, index: i, target })),
+            topK: 0,
+            keepPresent: true,
+          });
+          const joined = await e.gatherPast([
+            [
+              { handle: a.present!.handle, row: 0, offset: 0, count: prompt.length },
+              { handle: b.present!.handle, row: 1, offset: prompt.length, count: 4 },
+            ],
+          ]);
+          const c = await e.forward({
+            rows: [{ tokens: [7, 8], startPosition: prompt.length + 4, pastRow: 0 }],
+            past: joined,
+            scored: [{ row: 0, index: 0, target: 8 }],
+            topK: 0,
+            keepPresent: false,
+          });
+          for (const p of [a.present!, b.present!, joined]) e.dropPast(p);
+          expect(await e.keptPasts()).toBe(0);
+          expect(await e.keptTensors()).toBe(0);
+          results.push({ a, b, c });
+        }
+        const [x, y] = results as [(typeof results)[0], (typeof results)[0]];
+        const close = (p: ArrayLike<number>, q: ArrayLike<number>, tol: number) => {
+          expect(p.length).toBe(q.length);
+          for (let i = 0; i < p.length; i++) expect(Math.abs(p[i]! - q[i]!), `[${i}] ${p[i]} vs ${q[i]}`).toBeLessThan(tol);
+        };
+        close(x.a.logprobs, y.a.logprobs, 1e-5);
+        close(x.a.topkLogprobs!, y.a.topkLogprobs!, 1e-5);
+        close(x.b.logprobs, y.b.logprobs, 1e-5);
+        close(x.c.logprobs, y.c.logprobs, 1e-5);
+        close(x.a.probe!.mass, y.a.probe!.mass, 1e-5);
+        close(x.a.probe!.sinkMass, y.a.probe!.sinkMass, 1e-5);
+        // Per query slot: the device pads its passes' query slots to a multiple of four.
+        const rows = (p: NonNullable<typeof x.a.probe>, m: Float32Array) => m.subarray(0, prompt.length * p.bins);
+        close(rows(x.a.probe!, x.a.probe!.heat.max.keyMax), rows(y.a.probe!, y.a.probe!.heat.max.keyMax), 1e-5);
+        close(rows(x.a.probe!, x.a.probe!.heat.mean.keySum), rows(y.a.probe!, y.a.probe!.heat.mean.keySum), 1e-5);
+      });
+    });
+  }
+});
+
+maybe('the contracts on the device', () => {
+  let engine: Engine;
+  beforeAll(async () => {
+    engine = await Engine.load(makeFixture(FAMILY_FIXTURES.llama!).dir, { device: 'webgpu', threads: 1 });
+  });
+  afterAll(() => engine?.release());
+
+  it("a generated token's log-prob is the bits Score gives it on the device; batched = alone; cached = uncached", async () => {
+    const vocab = engine.config.vocabSize;
+    const r = rng(11);
+    const prompts = [randomTokens(r, 19, vocab), randomTokens(r, 6, vocab), randomTokens(r, 11, vocab)];
+    const scorer = new Scorer(engine, { maxBatchTokens: 16 });
+    const batcher = new Batcher('m', scorer);
+    const together = await runGenerations(
+      prompts.map((p) => new Generation(generationModel(engine, scorer), p, GREEDY)),
+      (u, c) => batcher.submit(u, { continuing: c }).result,
+    );
+    const uncached = new Scorer(engine, { prefixSharing: false, prefixCacheBytes: 0 });
+    for (const [i, [choice]] of together.entries()) {
+      const seq = prompts[i]!.concat(choice!.tokens);
+      for (const [k, token] of choice!.tokens.entries()) {
+        const score = (
+          await uncached.loglikelihood([{ context: seq.slice(0, prompts[i]!.length + k), continuations: [[token]], topK: 1 }])
+        )[0]![0]!;
+        expect(choice!.logprobs[k]).toBe(score.tokenLogprobs[0]);
+        expect(score.topK![0]!.ids[0]).toBe(token);
+      }
+      const solo = new Scorer(engine);
+      const soloBatcher = new Batcher('solo', solo);
+      const [alone] = await runGenerations(
+        [new Generation(generationModel(engine, solo), prompts[i]!, GREEDY)],
+        (u, c) => soloBatcher.submit(u, { continuing: c }).result,
+      );
+      expect(alone![0]!.tokens).toEqual(choice!.tokens);
+      expect(alone![0]!.logprobs).toEqual(choice!.logprobs);
+      expect(alone![0]!.top).toEqual(choice!.top);
+    }
+  });
+});
+
+maybe('ctxprobe on --device webgpu, as an operator runs it', () => {
+  let server: CtxprobeServer;
+  let base: string;
+  beforeAll(async () => {
+    const model = await loadModel({
+      name: 'gpu',
+      path: makeFixture(FAMILY_FIXTURES.llama!).dir,
+      device: 'webgpu',
+      threads: 1,
+      prefixCacheBytes: 0,
+    });
+    server = await CtxprobeServer.start({ port: 0, metricsPort: 0, httpPort: 0 });
+    server.addModel(model);
+    server.setServing();
+    base = `http://127.0.0.1:${server.httpPort}`;
+  });
+  afterAll(async () => server?.close());
+
+  it('ListModels names the device and the adapter; a decode step moves no KV between host and device, under 64 KiB in all', async () => {
+    const listed = await (await fetch(`${base}/v1/list-models`)).json();
+    const info = listed.models[0];
+    expect(info.device).toBe('webgpu');
+    expect(info.adapter).toMatch(/Vulkan/);
+    const before = await scrape(server.metricsPort!);
+    const steps = 12;
+    const res = await postJson(base, '/v1/completions', {
+      model: 'gpu',
+      prompt: 'The tower was built in',
+      max_tokens: steps,
+      temperature: 0,
+      ignore_eos: true,
+    });
+    expect(res.status).toBe(200);
+    const after = await scrape(server.metricsPort!);
+    const delta = (what: string) =>
+      (after.get(`ctxprobe_forward_pass_bytes_total{model="gpu",what="${what}"}`) ?? 0) -
+      (before.get(`ctxprobe_forward_pass_bytes_total{model="gpu",what="${what}"}`) ?? 0);
+    const passes =
+      (after.get('ctxprobe_forward_passes_total{model="gpu",kind="score"}') ?? 0) -
+      (before.get('ctxprobe_forward_passes_total{model="gpu",kind="score"}') ?? 0);
+    expect(passes).toBeGreaterThanOrEqual(steps);
+    expect(delta('past_kv')).toBe(0);
+    expect(delta('present_kv')).toBe(0);
+    expect(delta('inputs') + delta('outputs')).toBeGreaterThan(0);
+    expect((delta('inputs') + delta('outputs')) / passes).toBeLessThan(64 * 1024);
+  });
+});
