@@ -488,9 +488,11 @@ describe('gRPC Generate', () => {
     const after = await scrape(server.metricsPort!);
     const delta = (k: string) => (after.get(k) ?? 0) - (before.get(k) ?? 0);
     expect(delta('ctxprobe_generated_tokens_total{model="llama-tiny"}')).toBe(12); // the gRPC call's and HTTP's
-    // Every step's whole distribution came out of the graph (4 bytes a token of the vocabulary).
+    // Greedy steps bring their top tokens out of the graph, not the whole distribution (4
+    // bytes a token of the vocabulary, a step: it did before).
     const bytes = (what: string) => delta(`ctxprobe_forward_pass_bytes_total{model="llama-tiny",what="${what}"}`);
-    expect(bytes('outputs')).toBeGreaterThanOrEqual(12 * vocab * 4);
+    expect(bytes('outputs')).toBeGreaterThan(0);
+    expect(bytes('outputs')).toBeLessThan(12 * vocab * 4);
     expect(bytes('present_kv')).toBeGreaterThan(0);
   });
 

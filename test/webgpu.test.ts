@@ -234,7 +234,10 @@ maybe('ctxprobe on --device webgpu, as an operator runs it', () => {
     expect(passes).toBeGreaterThanOrEqual(steps);
     expect(delta('past_kv')).toBe(0);
     expect(delta('present_kv')).toBe(0);
-    expect(delta('inputs') + delta('outputs')).toBeGreaterThan(0);
+    // Token ids and positions go in, log-probs come out (the inputs counted 0 bytes while
+    // their buffers were measured after the run had transferred them).
+    expect(delta('inputs')).toBeGreaterThan(0);
+    expect(delta('outputs')).toBeGreaterThan(0);
     expect((delta('inputs') + delta('outputs')) / passes).toBeLessThan(64 * 1024);
   });
 });

@@ -74,7 +74,12 @@ export async function runPlan(
   }
   return {
     scores,
-    work: { tokensComputed: planTokens(plan), passes: plan.passes.length, tokensReused: 0, tokensRequested: units.reduce((n, u) => n + unitTokens(u), 0) },
+    work: {
+      tokensComputed: planTokens(plan),
+      passes: plan.passes.length,
+      tokensReused: 0,
+      tokensRequested: units.reduce((n, u) => n + unitTokens(u), 0),
+    },
   };
 }
 
@@ -104,6 +109,8 @@ interface Destination {
   targetIndex: number;
   /** A generation step's placeholder: not a score, not for the cache. */
   next?: boolean;
+  /** A generation step that reads the top `nextTop` of its row, not the distribution. */
+  nextTop?: number;
 }
 
 async function runScorePass(
@@ -133,16 +140,24 @@ async function runScorePass(
     // A generation step's distribution: the row that ends the unit, at its last token
     // (scored against a placeholder target; only its whole row is read).
     if (r.unit !== undefined && units[r.unit]!.next && r.startPosition + r.tokens.length === unitTokens(units[r.unit]!)) {
-      next.push({ unit: r.unit, at: scored.length });
+      const nextTop = units[r.unit]!.nextTop;
+      if (nextTop === undefined) next.push({ unit: r.unit, at: scored.length });
       scored.push({ row, index: r.tokens.length - 1, target: 0 });
-      dest.push({ row, position: r.startPosition + r.tokens.length - 1, target: 0, targetIndex: -1, next: true });
+      dest.push({
+        row,
+        position: r.startPosition + r.tokens.length - 1,
+        target: 0,
+        unit: r.unit,
+        targetIndex: -1,
+        ...(nextTop === undefined ? { next: true } : { nextTop }),
+      });
     }
     for (const s of r.cacheScores ?? []) {
       scored.push({ row, index: s.index, target: s.target });
       dest.push({ row, position: r.startPosition + s.index, target: s.target, targetIndex: -1 });
     }
   });
-  const rowTopK = (r: ScoreRow) => (r.unit !== undefined ? units[r.unit]!.topK : (r.topK ?? 0));
+  const rowTopK = (r: ScoreRow) => (r.unit !== undefined ? Math.max(units[r.unit]!.topK, units[r.unit]!.nextTop ?? 0) : (r.topK ?? 0));
   const topK = Math.max(0, ...pass.rows.map(rowTopK));
   const toCache = sink !== undefined && pass.rows.some((r) => r.path);
   const probeOf = (r: ScoreRow) => (r.unit !== undefined ? units[r.unit]!.probe : undefined);
@@ -195,8 +210,16 @@ async function runScorePass(
     if (d.next) return;
     const top =
       width > 0
-        ? { ids: Array.from(out.topkIds!.subarray(n * width, (n + 1) * width), Number), logprobs: Array.from(out.topkLogprobs!.subarray(n * width, (n + 1) * width)) }
+        ? {
+            ids: Array.from(out.topkIds!.subarray(n * width, (n + 1) * width), Number),
+            logprobs: Array.from(out.topkLogprobs!.subarray(n * width, (n + 1) * width)),
+          }
         : undefined;
+    if (d.nextTop !== undefined) {
+      const res = (results[d.unit!] ??= emptyScore(units[d.unit!]!, layerHeads(engine)));
+      res.nextTop = { ids: top!.ids.slice(0, d.nextTop), logprobs: top!.logprobs.slice(0, d.nextTop) };
+      return;
+    }
     const entry = { logprob: out.logprobs[n]!, greedy: out.greedy[n]! };
     if (d.unit !== undefined) {
       const unit = units[d.unit]!;
@@ -206,7 +229,8 @@ async function runScorePass(
       if (unit.topK > 0) res.topK![d.targetIndex] = { ids: top!.ids.slice(0, unit.topK), logprobs: top!.logprobs.slice(0, unit.topK) };
     }
     // Only rows whose KV goes into the cache keep their scores there.
-    if (toCache && pass.rows[d.row]!.path) entries[d.row]!.push({ position: d.position, target: d.target, entry, ...(top ? { topK: top } : {}) });
+    if (toCache && pass.rows[d.row]!.path)
+      entries[d.row]!.push({ position: d.position, target: d.target, entry, ...(top ? { topK: top } : {}) });
   });
   if (toCache && out.present) {
     const present = out.present;
@@ -237,7 +261,14 @@ async function runScorePass(
       for (const [k, b] of inserted.entries()) {
         const r = pass.rows[b]!;
         const segment = segments[k]!;
-        const match = sink!.cache.insert(r.path!, r.startPosition, r.tokens.length, segment.handle, whole(b) ? r.startPosition : 0, entries[b]!);
+        const match = sink!.cache.insert(
+          r.path!,
+          r.startPosition,
+          r.tokens.length,
+          segment.handle,
+          whole(b) ? r.startPosition : 0,
+          entries[b]!,
+        );
         if (match && whole(b) && match.nodes.at(-1)!.segment?.handle === segment.handle) sink!.cache.rebase(match);
         // A trunk's KV stays pinned for the rest of the round: its members continue it.
         if (match && r.unit === undefined) sink!.pinned.push(match);

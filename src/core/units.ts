@@ -35,6 +35,12 @@ export interface Unit {
   /** The log-prob distribution after the last input token comes back (`UnitScore.next`);
    * that token is computed even when the prefix cache holds it. */
   next?: boolean;
+  /** With `next`: only the `nextTop` most likely tokens come back (`UnitScore.nextTop`), not
+   * the whole distribution. A greedy step needs the first (TopK lists the lowest id first
+   * on an exact tie, the argmax generation asks for) and the alternatives it reports; the
+   * distribution was the most a step moved out of the graph (4 bytes a vocabulary entry:
+   * 192 KiB a row for a 49k vocabulary, against a GPU step's 64 KiB target). */
+  nextTop?: number;
   /** The prefix is expected in the prefix cache (a generation step continues the KV its
    * previous step put there): the queue weighs the tail only. */
   continues?: boolean;
@@ -97,6 +103,8 @@ export interface UnitScore {
   probe?: ProbeSums;
   /** Units with `next`: log-probs over the vocabulary after the last input token. */
   next?: Float32Array;
+  /** Units with `nextTop`: the most likely tokens after the last input token, best first. */
+  nextTop?: TopK;
   /** Prefix positions whose KV came from the prefix cache as the round began (units that
    * share a prefix through the cache). */
   prefixReused?: number;

@@ -399,6 +399,10 @@ export class Engine {
       for (const l of req.raw?.layers ?? []) fetches.push(`raw.${l}`);
     }
 
+    // Counted before the run: its buffers are transferred to the session thread (detached
+    // here after; the inputs counted 0 bytes until this was measured before it).
+    const size = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
+    const inputBytes = size(Object.values(feeds));
     const {
       outputs: out,
       present,
@@ -416,7 +420,6 @@ export class Engine {
       emptyPast: this.emptyPast(B),
     });
     if (this.passListeners.length > 0) {
-      const size = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
       this.passed({
         kind: probing ? 'probe' : 'score',
         rows: B,
@@ -426,13 +429,13 @@ export class Engine {
         bytes:
           this.device.kind === 'webgpu'
             ? {
-                inputs: size(Object.values(feeds)) + moved.layoutIndex,
+                inputs: inputBytes + moved.layoutIndex,
                 pastKv: moved.pastKv,
                 outputs: size(Object.values(out)),
                 presentKv: moved.presentKv,
               }
             : {
-                inputs: size(Object.values(feeds)),
+                inputs: inputBytes,
                 pastKv: B * P * this.kvBytesPerToken,
                 outputs: size(Object.values(out)),
                 presentKv: req.keepPresent ? B * T * this.kvBytesPerToken : 0,

@@ -119,7 +119,11 @@ export function checkSampling(p: SamplingParams, promptLength: number, model: Pi
   need(Number.isInteger(p.maxTokens) && p.maxTokens >= 1, 'max_tokens', 'must be a whole number ≥ 1 to generate');
   need(Number.isInteger(p.n) && p.n >= 1 && p.n <= 64, 'n', 'must be a whole number in [1, 64]');
   need(Number.isInteger(p.logprobs) && p.logprobs >= 0 && p.logprobs <= maxTopK, 'logprobs', `must be a whole number in [0, ${maxTopK}]`);
-  need(p.stop.length <= 16 && p.stop.every((s) => s.length > 0 && s.length <= 256), 'stop', 'at most 16 non-empty strings of at most 256 characters');
+  need(
+    p.stop.length <= 16 && p.stop.every((s) => s.length > 0 && s.length <= 256),
+    'stop',
+    'at most 16 non-empty strings of at most 256 characters',
+  );
   need(promptLength >= 1, 'prompt', 'must hold at least one token');
   if (promptLength + p.maxTokens > model.maxLength)
     throw new InvalidArgumentError(
@@ -228,14 +232,19 @@ class Choice {
     return !this.params.ignoreEos && this.model.stopIds.includes(token);
   }
 
-  /** Take the distribution after the sequence so far (and, when asked, the attention of
-   * the token that made it): sample, record, return the event. */
-  accept(logp: Float32Array, attention?: TokenAttention): TokenEvent {
+  /** Take the distribution after the sequence so far, or at temperature 0 its most likely
+   * tokens (TopK's order: best first, the lowest id first on a tie — the argmax), and,
+   * when asked, the attention of the token that made it: sample, record, return the event. */
+  accept(next: Float32Array | TopK, attention?: TokenAttention): TokenEvent {
     if (attention) this.attention.push(attention);
-    const token = sampleToken(logp, this.params, this.random());
+    const whole = next instanceof Float32Array;
+    const token = whole ? sampleToken(next, this.params, this.random()) : next.ids[0]!;
+    const logprob = whole ? next[token]! : next.logprobs[0]!;
+    if (!whole) this.random(); // advanced once a step, as when sampling
     this.tokens.push(token);
-    this.logprobs.push(logp[token]!);
-    const top = this.params.logprobs > 0 ? topOf(logp, this.params.logprobs) : undefined;
+    this.logprobs.push(logprob);
+    const k = this.params.logprobs;
+    const top = k > 0 ? (whole ? topOf(next, k) : { ids: next.ids.slice(0, k), logprobs: next.logprobs.slice(0, k) }) : undefined;
     if (top) this.top.push(top);
     if (this.isEos(token)) this.finish = 'stop';
     else if (this.tokens.length >= this.params.maxTokens) this.finish = 'length';
@@ -252,7 +261,7 @@ class Choice {
     return {
       choice: this.index,
       token,
-      logprob: logp[token]!,
+      logprob,
       ...(top ? { top } : {}),
       text: delta,
       ...(this.finish ? { finish: this.finish } : {}),
@@ -337,10 +346,12 @@ export class Generation {
       // cached) like a step's row.
       return [this.unit(prompt, this.computed, this.computed + model.prefillChunk)];
     }
-    return this.choices.filter((c) => !c.finish).map((c) => {
-      const unit = this.unit(prompt.concat(c.tokens), this.stepFrom(c));
-      return this.bins ? { ...unit, probe: this.probeAsk(c) } : unit;
-    });
+    return this.choices
+      .filter((c) => !c.finish)
+      .map((c) => {
+        const unit = this.unit(prompt.concat(c.tokens), this.stepFrom(c));
+        return this.bins ? { ...unit, probe: this.probeAsk(c) } : unit;
+      });
   }
 
   /** A step's probe: the last token is the query; keys in the prompt's chunks, the
@@ -361,7 +372,19 @@ export class Generation {
   }
 
   private unit(seq: number[], from: number, to = seq.length): Unit {
-    return { prefix: seq.slice(0, from), tail: seq.slice(from, to), targets: [], scored: [], topK: 0, next: true, continues: from > 0, keep: true };
+    // Greedy steps read the top of the distribution only (units.ts, nextTop).
+    const nextTop = this.params.temperature === 0 ? { nextTop: Math.max(1, this.params.logprobs) } : {};
+    return {
+      prefix: seq.slice(0, from),
+      tail: seq.slice(from, to),
+      targets: [],
+      scored: [],
+      topK: 0,
+      next: true,
+      ...nextTop,
+      continues: from > 0,
+      keep: true,
+    };
   }
 
   /** Take the outputs of the step `units()` made: the events of the tokens it produced
@@ -374,7 +397,9 @@ export class Generation {
       return [];
     }
     const running = this.choices.filter((c) => !c.finish);
-    const events = running.map((c, k) => c.accept(outputs[k]!.next!, this.bins ? this.attentionOf(outputs[k]!.probe!) : undefined));
+    const events = running.map((c, k) =>
+      c.accept(outputs[k]!.next ?? outputs[k]!.nextTop!, this.bins ? this.attentionOf(outputs[k]!.probe!) : undefined),
+    );
     // Each choice now holds the prompt and its tokens; a finished one holds nothing.
     running.forEach((c, k) => {
       const kv = outputs[k]!.kept;
@@ -417,7 +442,12 @@ export class Generation {
         for (let h = 0; h < H; h++) sum += data[l * H + h]!;
         return sum / H;
       });
-    return { votes: perLayer(sums.votes), votesExcluded: apart(sums.sinkVotes), mass: perLayer(sums.mass), massExcluded: apart(sums.sinkMass) };
+    return {
+      votes: perLayer(sums.votes),
+      votesExcluded: apart(sums.sinkVotes),
+      mass: perLayer(sums.mass),
+      massExcluded: apart(sums.sinkMass),
+    };
   }
 
   results(): ChoiceResult[] {
@@ -480,7 +510,8 @@ export async function preparePrompt(
   sample: SampleContent & { queryLabels?: string[]; excludePositions?: number[] },
   field: string,
 ): Promise<PreparedPrompt> {
-  if (sample.queryLabels?.length) throw new InvalidArgumentError(`${field}.query_labels`, 'does not apply: the generated tokens are the queries');
+  if (sample.queryLabels?.length)
+    throw new InvalidArgumentError(`${field}.query_labels`, 'does not apply: the generated tokens are the queries');
   const seg = await segmentSample(engine, sample, field);
   const excluded = new Set(sample.excludePositions ?? []);
   for (const [k, p] of [...excluded].entries()) {
