@@ -46,6 +46,8 @@ const hasGrpcPython = (() => {
   }
 })();
 
+const hasVulkan = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some((d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')));
+
 /** A folder of its own, with the shipped data where the README's relative paths expect it. */
 const cwd = tempDir('readme');
 fs.symlinkSync(path.join(ROOT, 'data'), path.join(cwd, 'data'));
@@ -143,8 +145,18 @@ describe('every README command, on the default model', () => {
           expect(err?.message).toMatch(/CUDA build of onnxruntime-node is not installed/);
           return;
         }
+        if (/--device webgpu/.test(args) && !hasVulkan) {
+          console.warn(`skipping ${command}: no Vulkan driver (apt-get install libvulkan1, and mesa-vulkan-drivers from bookworm-backports)`);
+          return;
+        }
         const s = await npmStart(args);
         expect(s.lines.find((l) => l.event === 'serving')!.models.length).toBeGreaterThan(0);
+        if (/--device webgpu/.test(args)) {
+          // On the (software) GPU, with no float op left to the CPU, as its load log says.
+          const loaded = s.lines.find((l) => l.event === 'model_loaded')!;
+          expect([loaded.device, loaded.floatNodesOnCpu]).toEqual(['webgpu', []]);
+          expect(loaded.adapter).toMatch(/Vulkan/);
+        }
         // The start log says where the viewer and the API's document are; both answer.
         const listening = s.lines.find((l) => l.event === 'listening')!;
         if (!/--tls/.test(args)) {
