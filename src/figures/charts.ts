@@ -138,7 +138,7 @@ function cells(
   axes: { x: string[]; y: (string | number)[]; xLabel: string | null; yLabel: string; scheme: PlotNS.ColorScheme; legend: string; marginLeft: number; values: boolean },
 ) {
   const { Plot } = draw;
-  const max = Math.max(1e-9, ...data.map((d) => d.value));
+  const max = data.reduce((m, d) => Math.max(m, d.value), 1e-9); // no spread: data may be client-sized
   const chart = Plot.plot({
     document: draw.document,
     width: Math.max(360, axes.marginLeft + 40 + axes.x.length * 64),

@@ -5,6 +5,7 @@
 // cap. The graph does the reductions over layers, heads and keys (kernels/attention.ts);
 // this file turns per-bin sums into the reported distributions and reduces query tokens
 // to segments.
+import { maxOf, minOf } from '../common/sequences.js';
 import type { Engine } from '../engine/engine.js';
 import { Scorer } from '../core/scorer.js';
 import type { Prepared, ProbeSums, Unit, UnitScore } from '../core/units.js';
@@ -297,7 +298,7 @@ export class Prober {
       const values: number[] = [];
       for (let t = s.start; t < s.end; t++) if (!p.excluded.has(t)) values.push(keyValue(t, u));
       if (values.length === 0) return 0;
-      if (opts.queryReduce === 'max') return Math.max(...values);
+      if (opts.queryReduce === 'max') return maxOf(values);
       const sum = values.reduce((a, v) => a + v, 0);
       return opts.queryReduce === 'sum' ? sum : sum / values.length;
     };
@@ -424,14 +425,14 @@ function firstQuery(p: PreparedSample): number {
 function passStart(p: PreparedSample, logprobs: boolean): number {
   const first = firstQuery(p);
   if (!logprobs) return first;
-  const firstToken = Math.min(...p.seg.segments.filter((s) => p.queryLabels.includes(s.label)).map((s) => s.start));
+  const firstToken = minOf(p.seg.segments.filter((s) => p.queryLabels.includes(s.label)).map((s) => s.start));
   return Math.max(0, Math.min(first, firstToken - 1));
 }
 
 /** Index of a sample's last query-chunk token (excluded positions count: their log-probs
  * may be asked for). */
 function lastQueryToken(p: PreparedSample): number {
-  return Math.max(...p.seg.segments.filter((s) => p.queryLabels.includes(s.label)).map((s) => s.end - 1));
+  return maxOf(p.seg.segments.filter((s) => p.queryLabels.includes(s.label)).map((s) => s.end - 1));
 }
 
 /** The positions in [from, to) whose next token is a query-chunk token (indices relative

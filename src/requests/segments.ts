@@ -5,6 +5,7 @@
 // sees; a chunk's span starts where the encoding of the text before it stops agreeing
 // with the whole's. A token that straddles a chunk boundary therefore belongs to the
 // later chunk.
+import { append } from '../common/sequences.js';
 import { Template } from '@huggingface/jinja';
 import { InvalidArgumentError, checkTokenIds } from '../common/errors.js';
 import type { Engine } from '../engine/engine.js';
@@ -83,7 +84,7 @@ export function segmentIds(chunks: IdChunk[], field = 'chunks'): Segmented {
   const ids: number[] = [];
   const segments = chunks.map((c) => {
     const start = ids.length;
-    ids.push(...c.ids);
+    append(ids, c.ids);
     return { label: c.label, start, end: ids.length };
   });
   checkSpans(segments, field);

@@ -288,8 +288,8 @@ async function analyse(): Promise<void> {
     if (colour === 'mass') {
       let layer = $<HTMLSelectElement>('layer').value;
       const heads = Array.from({ length: probe.heads }, (_, h) => h);
-      const first = Math.min(...querySpans.map((x: Json) => x.start));
-      const last = Math.max(...querySpans.map((x: Json) => x.end));
+      const first = querySpans.reduce((m: number, x: Json) => Math.min(m, x.start), Infinity);
+      const last = querySpans.reduce((m: number, x: Json) => Math.max(m, x.end), -Infinity);
       // Every layer of a large model over a long sample can be more than the model's raw
       // attention cap (ListModels says it): then the middle layer alone, said so.
       const cap = Number(models.find((m) => m.name === probe.model)?.maxRawAttentionBytes ?? Infinity);
@@ -302,7 +302,7 @@ async function analyse(): Promise<void> {
       const mass = keyMass(slices, s.numTokens);
       // Scaled by the largest share after the first token: that one is most models'
       // attention sink and would leave every other token pale.
-      const max = Math.max(1e-9, ...mass.slice(1));
+      const max = mass.slice(1).reduce((m: number, v: number) => Math.max(m, v), 1e-9);
       const card = textCard(`The text, coloured by where the query chunk looks`, `Mean attention of the ${queryText} tokens (${last - first} queries) on each token, ${layer === 'all' ? 'over all layers' : `layer ${layer}${capped ? ' (all layers are over the model\'s raw-attention cap)' : ''}`} and all heads; darker is more (scale: 0 to ${max.toFixed(4)}, the largest after the first token).`);
       card.append(tokenText(s, mass.map((v) => v / max), 'blues', (t) => `attention ${mass[t]!.toFixed(4)}`));
       answers.keyMass = mass;
@@ -311,7 +311,7 @@ async function analyse(): Promise<void> {
       const positions = querySpans.flatMap((x: Json) => Array.from({ length: x.end - x.start }, (_, k) => x.start + k)).filter((t: number) => t > 0);
       const values: (number | undefined)[] = new Array(s.numTokens).fill(undefined);
       const lps: number[] = s.queryLogprobs.map(Number);
-      const worst = Math.min(-1e-9, ...lps);
+      const worst = lps.reduce((m: number, v: number) => Math.min(m, v), -1e-9); // no spread: a long text's log-probs overflow the stack
       positions.forEach((t: number, k: number) => (values[t] = lps[k]! / worst));
       const card = textCard('The text, coloured by per-token log-prob', `Query-chunk tokens (${queryText}): darker is less likely given everything before; sum ${Number(s.queryLogprob).toFixed(3)} nats over ${lps.length} tokens.`);
       card.append(tokenText(s, values, 'reds', (t) => (values[t] === undefined ? '' : `log-prob ${lps[positions.indexOf(t)]!.toFixed(3)}`)));
