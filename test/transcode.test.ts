@@ -15,7 +15,7 @@ import { httpBindings } from '../src/http/transcode.js';
 import { openApiDocument } from '../src/http/openapi.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { makeCertificates } from './certs.js';
-import { client, scrape, serveModel, streamed, unary } from './helpers.js';
+import { client, scoringClient, scrape, serveModel, streamed, unary } from './helpers.js';
 
 const CHUNKS = [
   { label: 'instruction', text: 'You answer from the passage.' },
@@ -28,7 +28,10 @@ const SAMPLE = { id: 's1', chunks: CHUNKS };
 /** Each annotated method: its gRPC service, a request (proto-loader form = JSON form
  * here, as every field name below is one word or given in lowerCamelCase), and how its
  * answers are compared (streams: messages in order, or sorted by a key). */
-const CASES: Record<string, { service: 'Scoring' | 'Probing' | 'Generation'; request: Record<string, unknown>; json?: unknown; sortBy?: (m: any) => string }> = {
+const CASES: Record<
+  string,
+  { service: 'Scoring' | 'Probing' | 'Generation'; request: Record<string, unknown>; json?: unknown; sortBy?: (m: any) => string }
+> = {
   ListModels: { service: 'Scoring', request: {} },
   Tokenize: { service: 'Scoring', request: { texts: ['Hello there', 'the river'], addSpecialTokens: true } },
   Score: {
@@ -40,23 +43,53 @@ const CASES: Record<string, { service: 'Scoring' | 'Probing' | 'Generation'; req
       ],
     },
   },
-  ScoreRolling: { service: 'Scoring', request: { items: [{ id: 'r', text: 'the river floods in spring and the fields drink', minKPercents: [10, 50] }] } },
+  ScoreRolling: {
+    service: 'Scoring',
+    request: { items: [{ id: 'r', text: 'the river floods in spring and the fields drink', minKPercents: [10, 50] }] },
+  },
   ScoreStream: {
     service: 'Scoring',
-    request: { messages: [{ item: { id: 'x', contextText: 'Hi', continuationsText: [' there'] } }, { item: { id: 'y', contextIds: { ids: [5, 6] }, continuationsIds: [{ ids: [7] }] } }, { model: 'nope', item: { id: 'z' } }] },
+    request: {
+      messages: [
+        { item: { id: 'x', contextText: 'Hi', continuationsText: [' there'] } },
+        { item: { id: 'y', contextIds: { ids: [5, 6] }, continuationsIds: [{ ids: [7] }] } },
+        { model: 'nope', item: { id: 'z' } },
+      ],
+    },
     sortBy: (m) => m.item.id,
   },
-  Probe: { service: 'Probing', request: { samples: [SAMPLE, { ...SAMPLE, id: 's2', queryLabels: ['history'] }], perHead: true, withLogprobs: true, withTokens: true, pool: 'POOL_MEAN' } },
+  Probe: {
+    service: 'Probing',
+    request: {
+      samples: [SAMPLE, { ...SAMPLE, id: 's2', queryLabels: ['history'] }],
+      perHead: true,
+      withLogprobs: true,
+      withTokens: true,
+      pool: 'POOL_MEAN',
+    },
+  },
   RawAttention: { service: 'Probing', request: { sample: SAMPLE, layers: [0, 1], heads: [1], dtype: 'ATTENTION_FLOAT16' } },
   Attribute: {
     service: 'Probing',
-    request: { samples: [{ id: 'a', chunks: CHUNKS, targetLabel: 'response' }], interventions: ['INTERVENTION_REMOVE', 'INTERVENTION_MASK'], historySweep: [1] },
+    request: {
+      samples: [{ id: 'a', chunks: CHUNKS, targetLabel: 'response' }],
+      interventions: ['INTERVENTION_REMOVE', 'INTERVENTION_MASK'],
+      historySweep: [1],
+    },
   },
   Generate: {
     service: 'Generation',
-    request: { prompt: { chunks: CHUNKS.slice(0, 3) }, sampling: { maxTokens: 4, temperature: 0.8, seed: { value: 11 }, n: 2, logprobs: 2 }, attention: true },
+    request: {
+      prompt: { chunks: CHUNKS.slice(0, 3) },
+      sampling: { maxTokens: 4, temperature: 0.8, seed: { value: 11 }, n: 2, logprobs: 2 },
+      attention: true,
+    },
     // A wrapper is its bare value in JSON; a 64-bit one a string.
-    json: { prompt: { chunks: CHUNKS.slice(0, 3) }, sampling: { maxTokens: 4, temperature: 0.8, seed: '11', n: 2, logprobs: 2 }, attention: true },
+    json: {
+      prompt: { chunks: CHUNKS.slice(0, 3) },
+      sampling: { maxTokens: 4, temperature: 0.8, seed: '11', n: 2, logprobs: 2 },
+      attention: true,
+    },
   },
 };
 
@@ -94,10 +127,20 @@ function expectSame(grpcValue: any, json: any, at = 'answer'): void {
 async function http(base: string, route: string, init: RequestInit & { json?: unknown } = {}) {
   const headers = new Headers(init.headers);
   if (init.json !== undefined) headers.set('content-type', 'application/json');
-  const res = await fetch(base + route, { method: init.json === undefined ? init.method : 'POST', ...init, headers, body: init.json !== undefined ? JSON.stringify(init.json) : init.body });
+  const res = await fetch(base + route, {
+    method: init.json === undefined ? init.method : 'POST',
+    ...init,
+    headers,
+    body: init.json !== undefined ? JSON.stringify(init.json) : init.body,
+  });
   const text = await res.text();
   const type = res.headers.get('content-type') ?? '';
-  const lines = type.startsWith('application/x-ndjson') ? text.split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [];
+  const lines = type.startsWith('application/x-ndjson')
+    ? text
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l))
+    : [];
   return { status: res.status, type, text, body: type.startsWith('application/json') ? JSON.parse(text) : undefined, lines };
 }
 
@@ -115,7 +158,9 @@ describe('HTTP/JSON transcoding', () => {
   });
 
   it('has a rule for every RPC, and a case here for every rule', () => {
-    const bound = httpBindings().map((b) => b.name).sort();
+    const bound = httpBindings()
+      .map((b) => b.name)
+      .sort();
     expect(bound).toEqual(Object.keys(CASES).sort());
     expect(bound).toHaveLength(9);
   });
@@ -162,7 +207,9 @@ describe('HTTP/JSON transcoding', () => {
     const s = probe.body.samples[0];
     expect(s.tokenIds).toEqual(tokens.body.results[0].ids);
     // Each token's text: the token decoded on its own.
-    const alone = await Promise.all(s.tokenIds.slice(0, 12).map(async (id: number) => (await http(base, '/detokenize', { json: { tokens: [id] } })).body.prompt));
+    const alone = await Promise.all(
+      s.tokenIds.slice(0, 12).map(async (id: number) => (await http(base, '/detokenize', { json: { tokens: [id] } })).body.prompt),
+    );
     expect(s.tokens.slice(0, 12)).toEqual(alone);
     expect(s.tokenIds).toHaveLength(s.numTokens);
     const without = await http(base, '/v1/probe', { json: { samples: [SAMPLE] } });
@@ -170,8 +217,12 @@ describe('HTTP/JSON transcoding', () => {
   });
 
   it('takes proto field names as well as lowerCamelCase, enums by number, 64-bit integers as strings, null as unset', async () => {
-    const camel = await http(base, '/v1/generate', { json: { prompt: { chunks: CHUNKS.slice(0, 2) }, sampling: { maxTokens: 3, temperature: 1, seed: '99' } } });
-    const snake = await http(base, '/v1/generate', { json: { prompt: { chunks: CHUNKS.slice(0, 2), add_special_tokens: null }, sampling: { max_tokens: 3, temperature: 1, seed: 99 } } });
+    const camel = await http(base, '/v1/generate', {
+      json: { prompt: { chunks: CHUNKS.slice(0, 2) }, sampling: { maxTokens: 3, temperature: 1, seed: '99' } },
+    });
+    const snake = await http(base, '/v1/generate', {
+      json: { prompt: { chunks: CHUNKS.slice(0, 2), add_special_tokens: null }, sampling: { max_tokens: 3, temperature: 1, seed: 99 } },
+    });
     expect(camel.status).toBe(200);
     expect(snake.lines.map((l) => l.tokenId)).toEqual(camel.lines.map((l) => l.tokenId));
     const byName = await http(base, '/v1/probe', { json: { samples: [SAMPLE], pool: 'POOL_MEAN' } });
@@ -187,9 +238,18 @@ describe('HTTP/JSON transcoding', () => {
       [{ samples: [SAMPLE], pool: 'POOL_MEDIAN' }, /^pool: expected one of POOL_MAX, POOL_MEAN/],
       [{ samples: [SAMPLE], per_head: true, perHead: false }, /^per_head: given twice \(as per_head and perHead\)/],
       [{ samples: SAMPLE }, /^samples: expected an array, got an object/],
-      [{ samples: [{ chunks: [{ label: 'a', text: 'x', ids: { ids: [1] } }] }] }, /^samples\[0\]\.chunks\[0\]\.content: set one of its fields, not text and ids/],
-      [{ samples: [{ chunks: [{ label: 'a', ids: { ids: [-1] } }] }] }, /^samples\[0\]\.chunks\[0\]\.ids\.ids\[0\]: -1 is out of range for uint32/],
-      [{ samples: [{ chunks: [{ label: 'a', ids: { ids: [1.5] } }] }] }, /^samples\[0\]\.chunks\[0\]\.ids\.ids\[0\]: expected uint32, got number 1.5/],
+      [
+        { samples: [{ chunks: [{ label: 'a', text: 'x', ids: { ids: [1] } }] }] },
+        /^samples\[0\]\.chunks\[0\]\.content: set one of its fields, not text and ids/,
+      ],
+      [
+        { samples: [{ chunks: [{ label: 'a', ids: { ids: [-1] } }] }] },
+        /^samples\[0\]\.chunks\[0\]\.ids\.ids\[0\]: -1 is out of range for uint32/,
+      ],
+      [
+        { samples: [{ chunks: [{ label: 'a', ids: { ids: [1.5] } }] }] },
+        /^samples\[0\]\.chunks\[0\]\.ids\.ids\[0\]: expected uint32, got number 1.5/,
+      ],
       [[SAMPLE], /^body: expected an object \(ProbeRequest\), got an array/],
     ];
     for (const [json, message] of cases) {
@@ -201,7 +261,11 @@ describe('HTTP/JSON transcoding', () => {
       expect(res.body.details).toEqual([]);
     }
     // A lone surrogate escape is no UTF-8 text: refused as gRPC refuses invalid bytes.
-    const lone = await http(base, '/v1/tokenize', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"texts":["ok","bad \\ud800"]}' });
+    const lone = await http(base, '/v1/tokenize', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"texts":["ok","bad \\ud800"]}',
+    });
     expect(lone.status).toBe(400);
     expect(lone.body.message).toBe('texts[1]: is not valid UTF-8');
     // GET takes the request's scalar fields from the query, and nothing else.
@@ -235,9 +299,16 @@ describe('HTTP/JSON transcoding', () => {
     expect(byId.z.errorCode).toBe(grpc.status.NOT_FOUND);
     expect(byId.x.errorCode).toBe(0);
     expect(byId.x.item.continuations[0].numTokens).toBeGreaterThan(0);
-    const broken = await http(base, '/v1/score-stream', { method: 'POST', headers: { 'content-type': 'application/x-ndjson' }, body: '{"item":{}}\n{oops\n' });
+    const broken = await http(base, '/v1/score-stream', {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-ndjson' },
+      body: '{"item":{}}\n{oops\n',
+    });
     expect([broken.status, broken.body.message]).toEqual([400, expect.stringMatching(/^body line 2: not JSON/)]);
-    const sse = await http(base, '/v1/generate', { json: { prompt: { chunks: CHUNKS.slice(0, 1) }, sampling: { maxTokens: 2 } }, headers: { accept: 'text/event-stream' } });
+    const sse = await http(base, '/v1/generate', {
+      json: { prompt: { chunks: CHUNKS.slice(0, 1) }, sampling: { maxTokens: 2 } },
+      headers: { accept: 'text/event-stream' },
+    });
     expect(sse.type).toMatch(/^text\/event-stream/);
     const events = sse.text.split('\n\n').filter(Boolean);
     expect(events).toHaveLength(2);
@@ -248,7 +319,13 @@ describe('HTTP/JSON transcoding', () => {
   it('ScoreStream answers an NDJSON line as it arrives, while the client is still sending its body', async () => {
     const [x, y] = CASES.ScoreStream!.request.messages as unknown[];
     const url = new URL(`${base}/v1/score-stream`);
-    const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/x-ndjson' } });
+    const req = httpRequest({
+      host: url.hostname,
+      port: url.port,
+      path: url.pathname,
+      method: 'POST',
+      headers: { 'content-type': 'application/x-ndjson' },
+    });
     const answers: any[] = [];
     let firstAnswer!: () => void;
     const first = new Promise<void>((resolve) => (firstAnswer = resolve));
@@ -297,11 +374,24 @@ describe('HTTP/JSON transcoding', () => {
     expect([late.status, late.body.code]).toEqual([504, grpc.status.DEADLINE_EXCEEDED]);
     const roomy = await http(base, '/v1/score', { json: CASES.Score!.request, headers: { 'grpc-timeout': '30S' } });
     expect(roomy.status).toBe(200);
+    // 597 hours is past what setTimeout keeps (2³¹−1 ms): it expired at once. A far
+    // deadline is no deadline, over HTTP and over gRPC.
+    const far = await http(base, '/v1/score', { json: CASES.Score!.request, headers: { 'grpc-timeout': '597H' } });
+    expect(far.status).toBe(200);
+    const grpcFar = await new Promise<any>((resolve) =>
+      scoringClient(server.port).Score(CASES.Score!.request, { deadline: Date.now() + 25 * 86_400_000 }, (err: any, res: any) =>
+        resolve(err ?? res),
+      ),
+    );
+    expect(grpcFar.code).toBeUndefined();
+    expect(grpcFar.results ?? grpcFar.items).toBeDefined();
     const bad = await http(base, '/v1/score', { json: CASES.Score!.request, headers: { 'grpc-timeout': '5 seconds' } });
     expect([bad.status, bad.body.message]).toEqual([400, expect.stringMatching(/^grpc-timeout: expected digits and a unit/)]);
     const after = await scrape(server.metricsPort!);
-    const delta = (code: string) => (after.get(`ctxprobe_requests_total{method="Score",code="${code}"}`) ?? 0) - (before.get(`ctxprobe_requests_total{method="Score",code="${code}"}`) ?? 0);
-    expect([delta('OK'), delta('DEADLINE_EXCEEDED'), delta('INVALID_ARGUMENT')]).toEqual([1, 1, 1]);
+    const delta = (code: string) =>
+      (after.get(`ctxprobe_requests_total{method="Score",code="${code}"}`) ?? 0) -
+      (before.get(`ctxprobe_requests_total{method="Score",code="${code}"}`) ?? 0);
+    expect([delta('OK'), delta('DEADLINE_EXCEEDED'), delta('INVALID_ARGUMENT')]).toEqual([3, 1, 1]);
   });
 
   it('cancels a stream whose client hangs up', async () => {
@@ -325,7 +415,8 @@ describe('HTTP/JSON transcoding', () => {
     const key = 'ctxprobe_requests_total{method="Generate",code="CANCELLED"}';
     expect((after.get(key) ?? 0) - (before.get(key) ?? 0)).toBe(1);
     // Fewer than the 200 tokens asked for were made.
-    const made = (m: Map<string, number>) => [...m].filter(([k]) => k.startsWith('ctxprobe_generated_tokens_total')).reduce((s, [, v]) => s + v, 0);
+    const made = (m: Map<string, number>) =>
+      [...m].filter(([k]) => k.startsWith('ctxprobe_generated_tokens_total')).reduce((s, [, v]) => s + v, 0);
     expect(made(after) - made(before)).toBeLessThan(200);
   });
 
@@ -337,7 +428,11 @@ describe('HTTP/JSON transcoding', () => {
     const operations = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([p, verbs]) =>
       Object.entries(verbs).map(([verb, op]) => `${verb.toUpperCase()} ${p} ${op.operationId}`),
     );
-    expect(operations.sort()).toEqual(httpBindings().map((b) => `${b.verb.toUpperCase()} ${b.path} ${b.name}`).sort());
+    expect(operations.sort()).toEqual(
+      httpBindings()
+        .map((b) => `${b.verb.toUpperCase()} ${b.path} ${b.name}`)
+        .sort(),
+    );
     // The built file is the document the proto gives now.
     expect(doc).toEqual(JSON.parse(JSON.stringify(openApiDocument(doc.info.version))));
     // Every reference resolves, and a message's properties are its fields' JSON names.
@@ -387,7 +482,13 @@ describe('HTTP/JSON behind TLS and bearer tokens', () => {
     certs = makeCertificates(tempDir('certs'));
     const { loadModel } = await import('../src/serving/repository.js');
     model = await loadModel({ name: 'm', path: makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 256 }).dir, threads: 1 });
-    server = await CtxprobeServer.start({ port: 0, httpPort: 0, metricsPort: -1, tls: { cert: certs.serverCert, key: certs.serverKey }, authTokens: [TOKEN] });
+    server = await CtxprobeServer.start({
+      port: 0,
+      httpPort: 0,
+      metricsPort: -1,
+      tls: { cert: certs.serverCert, key: certs.serverKey },
+      authTokens: [TOKEN],
+    });
     server.addModel(model);
     server.setServing();
   });
@@ -425,10 +526,15 @@ describe('HTTP/JSON behind TLS and bearer tokens', () => {
     for (const token of [undefined, 'wrong-token-0123456789abcdef']) {
       const refused = await get('/v1/probe', 'POST', token, { samples: [SAMPLE] });
       expect(refused.status).toBe(401);
-      expect(JSON.parse(refused.text)).toEqual({ code: grpc.status.UNAUTHENTICATED, message: 'authorization: a valid "Bearer <token>" is required', details: [] });
+      expect(JSON.parse(refused.text)).toEqual({
+        code: grpc.status.UNAUTHENTICATED,
+        message: 'authorization: a valid "Bearer <token>" is required',
+        details: [],
+      });
     }
     expect((await get('/v1/list-models')).status).toBe(401);
-    for (const open of ['/ui/', '/openapi.json', '/ui/vendor/plot.umd.min.js', '/favicon.ico']) expect((await get(open)).status, open).toBe(200);
+    for (const open of ['/ui/', '/openapi.json', '/ui/vendor/plot.umd.min.js', '/favicon.ico'])
+      expect((await get(open)).status, open).toBe(200);
   });
 
   it('is not served in plaintext', async () => {
@@ -436,5 +542,3 @@ describe('HTTP/JSON behind TLS and bearer tokens', () => {
     expect(err).toBeInstanceOf(Error);
   });
 });
-
-

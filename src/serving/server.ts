@@ -101,7 +101,11 @@ export class CtxprobeServer {
     const methods = apiServices(server.service);
     recordRefusal = (path, err) => {
       const [, service, name] = /^\/([^/]+)\/([^/]+)$/.exec(path) ?? [];
-      const known = service !== undefined && name !== undefined && Object.hasOwn(methods, service) && Object.hasOwn(methods[service as keyof typeof methods], name);
+      const known =
+        service !== undefined &&
+        name !== undefined &&
+        Object.hasOwn(methods, service) &&
+        Object.hasOwn(methods[service as keyof typeof methods], name);
       server.service.begin(known ? name : 'grpc other').end('UNAUTHENTICATED', err);
     };
     grpcServer.addService(v1.Scoring.service, grpcHandlers(server.service, methods['ctxprobe.v1.Scoring']));
@@ -115,6 +119,7 @@ export class CtxprobeServer {
     server.port = await new Promise<number>((resolve, reject) =>
       grpcServer.bindAsync(address, credentials, (err, bound) => (err ? reject(err) : resolve(bound))),
     );
+    dropUnkeepableDeadlines(grpcServer);
     if ((options.httpPort ?? -1) >= 0) {
       const app = buildHttpApp(server.service, { checkToken, tls: tlsMaterial, maxBodyBytes: options.maxMessageBytes });
       await app.listen({ port: options.httpPort, host });
@@ -124,7 +129,12 @@ export class CtxprobeServer {
       server.healthPortServer = await HealthPort.start({
         host,
         port: options.healthPort!,
-        statuses: { '': 'NOT_SERVING', [SCORING_SERVICE]: 'NOT_SERVING', [PROBING_SERVICE]: 'NOT_SERVING', [GENERATION_SERVICE]: 'NOT_SERVING' },
+        statuses: {
+          '': 'NOT_SERVING',
+          [SCORING_SERVICE]: 'NOT_SERVING',
+          [PROBING_SERVICE]: 'NOT_SERVING',
+          [GENERATION_SERVICE]: 'NOT_SERVING',
+        },
       });
     }
     if ((options.metricsPort ?? 9464) >= 0) {
@@ -231,4 +241,21 @@ async function withGrace(closing: Promise<unknown>, force: () => void): Promise<
   const how = await Promise.race([closing.then(() => 'closed' as const), late]);
   clearTimeout(timer);
   if (how === 'late') force();
+}
+
+/** grpc-js (1.14.7, server-interceptors.js handleTimeoutHeader) reads a call's grpc-timeout
+ * as `(value × unit) | 0`: past 2³¹−1 ms the int32 wraps negative and the call gets
+ * DEADLINE_EXCEEDED at once (a client deadline 25 days out, or grpc-timeout 597H). A
+ * deadline that far is no deadline: the header is dropped before grpc-js reads it, by a
+ * listener put ahead of its own on each HTTP/2 server it bound (its private map of them;
+ * test/transcode.test.ts fails if that goes). */
+function dropUnkeepableDeadlines(grpcServer: grpc.Server): void {
+  const http2Servers = (grpcServer as unknown as { http2Servers?: Map<import('node:events').EventEmitter, unknown> }).http2Servers;
+  for (const http2 of http2Servers?.keys() ?? []) {
+    http2.prependListener('stream', (_stream: unknown, headers: Record<string, unknown>) => {
+      const m = /^(\d+)([HMSmun])$/.exec(String(headers['grpc-timeout'] ?? ''));
+      const ms = m ? Number(m[1]) * { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 }[m[2] as 'H'] : 0;
+      if (ms > 2 ** 31 - 1) delete headers['grpc-timeout'];
+    });
+  }
 }

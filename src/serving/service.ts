@@ -6,11 +6,25 @@
 // touch an engine, and neither imports the other. Errors are the ones of src/errors.ts;
 // each transport maps them to its statuses.
 import { Batcher, type BatcherOptions, type Submitted } from '../core/batcher.js';
-import { CancelledError, DeadlineExceededError, InvalidArgumentError, NotFoundError, UnavailableError, checkTokenIds, errorMessage } from '../common/errors.js';
+import {
+  CancelledError,
+  DeadlineExceededError,
+  InvalidArgumentError,
+  NotFoundError,
+  UnavailableError,
+  checkTokenIds,
+  errorMessage,
+} from '../common/errors.js';
 import type { Metrics } from './metrics.js';
 import type { EngineInfo } from '../engine/engine.js';
 import type { LoadedModel } from './repository.js';
-import { countVariants, prepareAttribution, type AttributionOptions, type AttributionSample, type SampleAttribution } from '../requests/attribution.js';
+import {
+  countVariants,
+  prepareAttribution,
+  type AttributionOptions,
+  type AttributionSample,
+  type SampleAttribution,
+} from '../requests/attribution.js';
 import { continuationScore, prepareChunkScores } from '../requests/chunk-scores.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
@@ -29,6 +43,8 @@ import {
 } from '../requests/generate.js';
 
 const DEADLINE_SLACK_MS = 20;
+/** The longest delay setTimeout keeps (a longer one fires after 1 ms). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** How a Score item with a chunked context is probed: its continuation's log-probs, votes
  * and mass; no heatmap, so the context is a cached prefix. */
@@ -61,7 +77,10 @@ export interface ServiceOptions {
 
 /** What ListModels and /v1/models tell: the engine's facts, the served name and the
  * context length this server scores with. */
-export type ModelInfo = Omit<EngineInfo, 'graphNodes' | 'sessionSeconds' | 'cpuNodes' | 'floatNodesOnCpu'> & { name: string; maxRawAttentionBytes: number };
+export type ModelInfo = Omit<EngineInfo, 'graphNodes' | 'sessionSeconds' | 'cpuNodes' | 'floatNodesOnCpu'> & {
+  name: string;
+  maxRawAttentionBytes: number;
+};
 
 /** One call being answered: `end` records it once, whatever happened. */
 export interface CallRecord {
@@ -105,7 +124,12 @@ export class Service {
       this.metrics.forwardPasses.inc({ model: name, kind: pass.kind });
       this.metrics.forwardPassTokens.inc({ model: name, kind: pass.kind }, pass.tokens);
       const b = pass.bytes;
-      for (const [what, n] of [['inputs', b.inputs], ['past_kv', b.pastKv], ['outputs', b.outputs], ['present_kv', b.presentKv]] as const)
+      for (const [what, n] of [
+        ['inputs', b.inputs],
+        ['past_kv', b.pastKv],
+        ['outputs', b.outputs],
+        ['present_kv', b.presentKv],
+      ] as const)
         this.metrics.forwardPassBytes.inc({ model: name, what }, n);
     });
     this.models.set(name, served);
@@ -294,7 +318,10 @@ export class Service {
   /** The per-answer token limit (--max-scored-tokens), for every kind of item. */
   private checkScoredTokens(scored: number): void {
     if (scored > this.maxScoredTokens)
-      throw new InvalidArgumentError('items', `${scored} scored tokens, over the limit of ${this.maxScoredTokens} per answer (--max-scored-tokens)`);
+      throw new InvalidArgumentError(
+        'items',
+        `${scored} scored tokens, over the limit of ${this.maxScoredTokens} per answer (--max-scored-tokens)`,
+      );
   }
 
   /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`). */
@@ -326,7 +353,9 @@ export class Service {
     const answers: ContinuationScore[][] = new Array(requests.length);
     plain.forEach((i, k) => (answers[i] = plainScores[k]!));
     let next = 0;
-    chunked.forEach((i, k) => (answers[i] = pairs[k]!.continuations.map((_, j) => continuationScore(pairs[k]!, j, probed.samples[next++]!))));
+    chunked.forEach(
+      (i, k) => (answers[i] = pairs[k]!.continuations.map((_, j) => continuationScore(pairs[k]!, j, probed.samples[next++]!))),
+    );
     return answers;
   }
 
@@ -378,13 +407,21 @@ export class Service {
 
   /** Chunk attribution: every variant of every sample is a scoring unit of one queued job
    * (it shares the model's queue, limits and prefix cache with scoring). */
-  async attribute(m: ServedModel, samples: AttributionSample[], options: AttributionOptions, call: CallContext): Promise<SampleAttribution[]> {
+  async attribute(
+    m: ServedModel,
+    samples: AttributionSample[],
+    options: AttributionOptions,
+    call: CallContext,
+  ): Promise<SampleAttribution[]> {
     this.checkItems(samples.length, 'samples');
     this.checkTextBytes(samples, 'samples');
     // Counted from the request (options checked first), before a variant is tokenised or built.
     const { total, field } = countVariants(samples, options);
     if (total > this.maxItemsPerRequest)
-      throw new InvalidArgumentError(field, `${total} variants to score, over the limit of ${this.maxItemsPerRequest} per call (--max-items)`);
+      throw new InvalidArgumentError(
+        field,
+        `${total} variants to score, over the limit of ${this.maxItemsPerRequest} per call (--max-items)`,
+      );
     const prepared = await prepareAttribution(m.engine, samples, options, () => checkCall(call));
     return this.scoreUnits(m, prepared, call, { items: samples.length, tokens: prepared.units.reduce((n, u) => n + u.targets.length, 0) });
   }
@@ -416,7 +453,10 @@ export class Service {
       onTokens,
       () => checkCall(call),
     );
-    this.metrics.tokensGenerated.inc({ model: m.entry.name }, results.flat().reduce((n, r) => n + r.tokens.length, 0));
+    this.metrics.tokensGenerated.inc(
+      { model: m.entry.name },
+      results.flat().reduce((n, r) => n + r.tokens.length, 0),
+    );
     return results;
   }
 
@@ -441,15 +481,18 @@ export class Service {
     const cancel = () => submitted.cancel();
     let expired = false;
     const deadline = call.deadline ?? Infinity;
-    const timer = Number.isFinite(deadline)
-      ? setTimeout(
-          () => {
-            expired = true;
-            cancel();
-          },
-          Math.max(0, deadline - Date.now()),
-        )
-      : undefined;
+    // A delay over 2³¹−1 ms becomes 1 ms in setTimeout: a deadline 25 days out (or
+    // grpc-timeout 597H) expired at once. That far, it is no deadline.
+    const timer =
+      Number.isFinite(deadline) && deadline - Date.now() <= MAX_TIMER_MS
+        ? setTimeout(
+            () => {
+              expired = true;
+              cancel();
+            },
+            Math.max(0, deadline - Date.now()),
+          )
+        : undefined;
     if (call.signal?.aborted) cancel();
     call.signal?.addEventListener('abort', cancel);
     try {
