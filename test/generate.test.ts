@@ -8,7 +8,14 @@ import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import type { Unit, UnitScore } from '../src/core/units.js';
 import { rng } from '../src/common/random.js';
-import { Generation, generationModel, runGenerations, sampleToken, type GenerationModel, type SamplingParams } from '../src/requests/generate.js';
+import {
+  Generation,
+  generationModel,
+  runGenerations,
+  sampleToken,
+  type GenerationModel,
+  type SamplingParams,
+} from '../src/requests/generate.js';
 import type { LoadedModel } from '../src/serving/repository.js';
 import type { CtxprobeServer } from '../src/serving/server.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
@@ -69,7 +76,10 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: generation exactness', (family)
     for (const [i, p] of prompts.entries()) {
       const solo = new Scorer(engine, { maxBatchTokens: 64 });
       const soloBatcher = new Batcher('solo', solo);
-      const [choices] = await runGenerations([new Generation(generationModel(engine, solo), p, sampling)], (u, c) => soloBatcher.submit(u, { continuing: c }).result);
+      const [choices] = await runGenerations(
+        [new Generation(generationModel(engine, solo), p, sampling)],
+        (u, c) => soloBatcher.submit(u, { continuing: c }).result,
+      );
       expect(choices!.map((c) => c.tokens)).toEqual(together[i]!.map((c) => c.tokens));
       expect(choices!.map((c) => c.logprobs)).toEqual(together[i]!.map((c) => c.logprobs));
     }
@@ -83,7 +93,18 @@ describe('continuous batching of sequences of different lengths', () => {
   // by an ulp with 3 slots between).
   let engine: Engine;
   beforeAll(async () => {
-    const fx = makeFixture({ family: 'llama', hidden: 128, layers: 2, heads: 2, kvHeads: 1, intermediate: 256, vocab: 300, maxPositions: 512, seed: 23, scale: 0.1 });
+    const fx = makeFixture({
+      family: 'llama',
+      hidden: 128,
+      layers: 2,
+      heads: 2,
+      kvHeads: 1,
+      intermediate: 256,
+      vocab: 300,
+      maxPositions: 512,
+      seed: 23,
+      scale: 0.1,
+    });
     engine = await Engine.load(fx.dir, { threads: 2 });
   });
   afterAll(() => engine?.release());
@@ -110,7 +131,10 @@ describe('continuous batching of sequences of different lengths', () => {
     for (const [i, p] of prompts.entries()) {
       const solo = new Scorer(engine);
       const soloBatcher = new Batcher('solo', solo);
-      const [alone] = await runGenerations([new Generation(generationModel(engine, solo), p, params)], (u, c) => soloBatcher.submit(u, { continuing: c }).result);
+      const [alone] = await runGenerations(
+        [new Generation(generationModel(engine, solo), p, params)],
+        (u, c) => soloBatcher.submit(u, { continuing: c }).result,
+      );
       expect(together[i]![0]!.tokens).toEqual(alone![0]!.tokens);
       expect(together[i]![0]!.logprobs).toEqual(alone![0]!.logprobs);
       expect(together[i]![0]!.top).toEqual(alone![0]!.top);
@@ -125,7 +149,10 @@ describe('continuous batching of sequences of different lengths', () => {
       const scorer = new Scorer(engine, { maxBatchTokens });
       const batcher = new Batcher('m', scorer);
       const before = await engine.laidOutKvBytes();
-      const [choices] = await runGenerations([new Generation(generationModel(engine, scorer), prompt, { ...GREEDY, maxTokens, logprobs: 3 })], (u, c) => batcher.submit(u, { continuing: c }).result);
+      const [choices] = await runGenerations(
+        [new Generation(generationModel(engine, scorer), prompt, { ...GREEDY, maxTokens, logprobs: 3 })],
+        (u, c) => batcher.submit(u, { continuing: c }).result,
+      );
       return { choice: choices![0]!, copied: (await engine.laidOutKvBytes()) - before };
     };
     const first = await generate(1, 32);
@@ -214,14 +241,26 @@ describe('ctxprobe serve --prefix-cache-bytes 0, as a user starts it', () => {
     const server = await serveCli(fx.dir, ['--prefix-cache-bytes', '0'], { CTXPROBE_LOG_LEVEL: 'info' });
     try {
       const prompt = randomTokens(rng(12), 30, 200);
-      const computed = async () => (await scrape(server.metricsPort)).get('ctxprobe_tokens_computed_total{model="' + server.lines.find((l) => l.event === 'serving')!.models[0] + '"}') ?? 0;
+      const computed = async () =>
+        (await scrape(server.metricsPort)).get(
+          'ctxprobe_tokens_computed_total{model="' + server.lines.find((l) => l.event === 'serving')!.models[0] + '"}',
+        ) ?? 0;
       const before = await computed();
-      const res = await postJson(`http://127.0.0.1:${server.httpPort}`, '/v1/completions', { prompt, max_tokens: 10, temperature: 0, ignore_eos: undefined });
+      const res = await postJson(`http://127.0.0.1:${server.httpPort}`, '/v1/completions', {
+        prompt,
+        max_tokens: 10,
+        temperature: 0,
+        ignore_eos: undefined,
+      });
       expect(res.status, res.text).toBe(200);
       // The 30-token prompt with the first step, then one token for each of the 9 others:
       // not the whole sequence again at every step.
       expect((await computed()) - before).toBe(30 + 9);
-      expect((await scrape(server.metricsPort)).get('ctxprobe_prefix_cache_bytes{model="' + server.lines.find((l) => l.event === 'serving')!.models[0] + '"}')).toBe(0);
+      expect(
+        (await scrape(server.metricsPort)).get(
+          'ctxprobe_prefix_cache_bytes{model="' + server.lines.find((l) => l.event === 'serving')!.models[0] + '"}',
+        ),
+      ).toBe(0);
     } finally {
       await server.stop();
     }
@@ -245,7 +284,8 @@ describe('sampling', () => {
       const total = w.reduce((a, b) => a + b, 0);
       return w.map((x) => x / total);
     };
-    for (const T of [1, 0.5, 2]) frequencies({ ...plain, temperature: T }).forEach((f, i) => expect(Math.abs(f - at(T)[i]!)).toBeLessThan(1e-3));
+    for (const T of [1, 0.5, 2])
+      frequencies({ ...plain, temperature: T }).forEach((f, i) => expect(Math.abs(f - at(T)[i]!)).toBeLessThan(1e-3));
   });
 
   it('top-k, top-p and min-p keep the tokens their definitions keep, renormalised', () => {
@@ -326,14 +366,24 @@ describe('/v1/completions and /v1/chat/completions generate', () => {
   const post = (route: string, body: unknown) => postJson(base, route, body);
   /** Server-sent events as a list of parsed chunks, and whether the stream ended with [DONE]. */
   const events = (text: string) => {
-    const data = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+    const data = text
+      .split('\n\n')
+      .filter((e) => e.startsWith('data: '))
+      .map((e) => e.slice(6));
     return { done: data.at(-1) === '[DONE]', chunks: data.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d)) };
   };
 
   it("answers lm-evaluation-harness's generate_until body (local-completions), greedy = the argmax chain of Score", async () => {
     const tok = model.engine.tokenizer;
     // openai_completions.py _create_payload(generate=True): prompt batch, max_tokens, temperature 0, stop (until + eos), seed.
-    const body = { prompt: ['Question: What is the tower? Answer:', 'Knowledge: it is tall.'], model: 'qwen-chat', max_tokens: 10, temperature: 0, stop: ['\n\n', '<|im_end|>'], seed: 1234 };
+    const body = {
+      prompt: ['Question: What is the tower? Answer:', 'Knowledge: it is tall.'],
+      model: 'qwen-chat',
+      max_tokens: 10,
+      temperature: 0,
+      stop: ['\n\n', '<|im_end|>'],
+      seed: 1234,
+    };
     const out = await post('/v1/completions', body);
     expect(out.status).toBe(200);
     expect(out.body.choices).toHaveLength(2);
@@ -344,7 +394,13 @@ describe('/v1/completions and /v1/chat/completions generate', () => {
       const chain: number[] = [];
       for (let k = 0; k < choice.token_ids.length; k++) {
         // The scoring path's greedy next token (max_tokens 1), keyed by id.
-        const scored = await post('/v1/completions', { prompt: [...ids, ...chain], max_tokens: 1, temperature: 0, logprobs: 1, return_tokens_as_token_ids: true });
+        const scored = await post('/v1/completions', {
+          prompt: [...ids, ...chain],
+          max_tokens: 1,
+          temperature: 0,
+          logprobs: 1,
+          return_tokens_as_token_ids: true,
+        });
         chain.push(Number(scored.body.choices[0].logprobs.tokens.at(-1).slice('token_id:'.length)));
       }
       expect(choice.token_ids).toEqual(chain);
@@ -367,17 +423,36 @@ describe('/v1/completions and /v1/chat/completions generate', () => {
 
   it("answers local-chat-completions' body with the model's chat template, as /v1/completions on the rendered prompt", async () => {
     const messages = [{ role: 'user', content: 'Where is the tower?' }];
-    const chat = await post('/v1/chat/completions', { messages, model: 'qwen-chat', max_tokens: 6, temperature: 0, stop: ['\n\n'], seed: 1234 });
+    const chat = await post('/v1/chat/completions', {
+      messages,
+      model: 'qwen-chat',
+      max_tokens: 6,
+      temperature: 0,
+      stop: ['\n\n'],
+      seed: 1234,
+    });
     expect(chat.status).toBe(200);
     expect(chat.body.object).toBe('chat.completion');
     const rendered = '<|im_start|>user\nWhere is the tower?<|im_end|>\n<|im_start|>assistant\n';
-    const plain = await post('/v1/completions', { prompt: rendered, add_special_tokens: false, max_tokens: 6, temperature: 0, stop: ['\n\n'] });
+    const plain = await post('/v1/completions', {
+      prompt: rendered,
+      add_special_tokens: false,
+      max_tokens: 6,
+      temperature: 0,
+      stop: ['\n\n'],
+    });
     expect(chat.body.choices[0].message).toEqual({ role: 'assistant', content: plain.body.choices[0].text });
     expect(chat.body.choices[0].token_ids).toEqual(plain.body.choices[0].token_ids);
 
     const withLogprobs = await post('/v1/chat/completions', { messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2 });
     const content = withLogprobs.body.choices[0].logprobs.content;
-    const plainLogprobs = await post('/v1/completions', { prompt: rendered, add_special_tokens: false, max_tokens: 6, temperature: 0, logprobs: 2 });
+    const plainLogprobs = await post('/v1/completions', {
+      prompt: rendered,
+      add_special_tokens: false,
+      max_tokens: 6,
+      temperature: 0,
+      logprobs: 2,
+    });
     expect(content).toHaveLength(withLogprobs.body.usage.completion_tokens);
     expect(content.map((c: any) => c.logprob)).toEqual(plainLogprobs.body.choices[0].logprobs.token_logprobs);
     content.forEach((c: any) => {
@@ -385,7 +460,13 @@ describe('/v1/completions and /v1/chat/completions generate', () => {
       expect(c.top_logprobs[0].logprob).toBe(c.logprob); // greedy: the most likely
     });
 
-    const streamed = await post('/v1/chat/completions', { messages, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } });
+    const streamed = await post('/v1/chat/completions', {
+      messages,
+      max_tokens: 6,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const { done, chunks } = events(streamed.text);
     expect(done).toBe(true);
     expect(chunks[0].choices[0].delta.role).toBe('assistant');
@@ -413,9 +494,18 @@ describe('/v1/completions and /v1/chat/completions generate', () => {
   it('the same seed gives the same text whatever runs beside it; what is not implemented is refused by name', async () => {
     const body = { prompt: 'Once upon a time', max_tokens: 12, temperature: 1, top_k: 50, seed: 7, n: 2 };
     const alone = await post('/v1/completions', body);
-    const [together] = await Promise.all([post('/v1/completions', body), post('/v1/completions', { ...body, prompt: 'Something else entirely', seed: 8 })]);
+    const [together] = await Promise.all([
+      post('/v1/completions', body),
+      post('/v1/completions', { ...body, prompt: 'Something else entirely', seed: 8 }),
+    ]);
     expect(together.body.choices.map((c: any) => c.token_ids)).toEqual(alone.body.choices.map((c: any) => c.token_ids));
-    for (const [field, value] of [['presence_penalty', 0.5], ['frequency_penalty', 1], ['logit_bias', { '5': 1 }], ['top_p', 0], ['max_tokens', 1000]] as const) {
+    for (const [field, value] of [
+      ['presence_penalty', 0.5],
+      ['frequency_penalty', 1],
+      ['logit_bias', { '5': 1 }],
+      ['top_p', 0],
+      ['max_tokens', 1000],
+    ] as const) {
       const res = await post('/v1/completions', { prompt: 'x', max_tokens: 4, [field]: value });
       expect(res.status).toBe(400);
       expect(res.body.error.message.startsWith(`${field}:`)).toBe(true);
@@ -482,7 +572,9 @@ describe('gRPC Generate', () => {
           for (let c = 0; c < 3; c++) expect(got[l * 4 + c]).toBeCloseTo(want[l * 5 + c], 5);
           expect(got[l * 4 + 3]).toBeCloseTo(want[l * 5 + 3] + want[l * 5 + 4], 5);
         }
-        expect(messages[k][`${what}Excluded`].map((v: number) => v.toFixed(5))).toEqual(p[`${what}Excluded`].map((v: number) => v.toFixed(5)));
+        expect(messages[k][`${what}Excluded`].map((v: number) => v.toFixed(5))).toEqual(
+          p[`${what}Excluded`].map((v: number) => v.toFixed(5)),
+        );
       }
     }
     const after = await scrape(server.metricsPort!);
@@ -516,7 +608,10 @@ describe('gRPC Generate', () => {
     const key = 'ctxprobe_generated_tokens_total{model="llama-tiny"}';
     const count = async () => (await scrape(server.metricsPort!)).get(key) ?? 0;
     const req = { prompt: { chunks: [{ label: 'p', text: 'Once' }] }, sampling: { temperature: 1, maxTokens: 100, ignoreEos: true } };
-    const err = await streamed(gen, 'Generate', req, { deadline: Date.now() + 40 }).then(() => undefined, (e) => e);
+    const err = await streamed(gen, 'Generate', req, { deadline: Date.now() + 40 }).then(
+      () => undefined,
+      (e) => e,
+    );
     expect(err?.code).toBe(4); // DEADLINE_EXCEEDED
     // Over HTTP: read the first event of a stream, then hang up.
     const controller = new AbortController();
@@ -538,6 +633,36 @@ describe('gRPC Generate', () => {
     expect(settled - before).toBeLessThan(100);
   });
 
+  it('counts generated tokens as they are made, those of a stream cancelled midway too', async () => {
+    const key = 'ctxprobe_generated_tokens_total{model="llama-tiny"}';
+    const count = async () => (await scrape(server.metricsPort!)).get(key) ?? 0;
+    const start = await count();
+    const controller = new AbortController();
+    const res = await fetch(`http://127.0.0.1:${server.httpPort}/v1/completions`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once', max_tokens: 100, temperature: 0, stream: true, ignore_eos: true }),
+      signal: controller.signal,
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    let events = 0;
+    for (let text = ''; events < 4;) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error(`the stream ended after ${events} events`);
+      text += new TextDecoder().decode(value);
+      events = (text.match(/^data: \{/gm) ?? []).length;
+    }
+    // The call is still running: its tokens so far are counted (they counted when it ended).
+    expect((await count()) - start).toBeGreaterThanOrEqual(events);
+    controller.abort();
+    await new Promise((r) => setTimeout(r, 300));
+    // Cancelled before its end: what it generated stays counted (it never counted).
+    const after = (await count()) - start;
+    expect(after).toBeGreaterThanOrEqual(events);
+    expect(after).toBeLessThan(100);
+  });
+
   it('refuses a bad request naming the field, before streaming', async () => {
     const gen = client('Generation', server.port);
     const cases: [unknown, RegExp][] = [
@@ -547,7 +672,10 @@ describe('gRPC Generate', () => {
       [{ prompt: { chunks: [{ label: 'a', text: 'hi' }] }, sampling: { maxTokens: 1000 } }, /^max_tokens: the prompt's/],
     ];
     for (const [req, message] of cases) {
-      const err = await streamed(gen, 'Generate', req).then(() => undefined, (e) => e);
+      const err = await streamed(gen, 'Generate', req).then(
+        () => undefined,
+        (e) => e,
+      );
       expect(err?.code, JSON.stringify(req)).toBe(3);
       expect(err.details).toMatch(message);
     }

@@ -447,17 +447,18 @@ export class Service {
   ): Promise<ChoiceResult[][]> {
     this.checkGenerate(m, prompts, params);
     const generations = prompts.map((p, i) => new Generation(generationModel(m.engine, m.scorer), p, params, bins?.[i]));
-    const results = await runGenerations(
+    // Counted as each step makes them: a 50-stream run showed nothing until calls ended,
+    // and a cancelled stream's tokens never.
+    const counted = (prompt: number, events: TokenEvent[]) => {
+      this.metrics.tokensGenerated.inc({ model: m.entry.name }, events.length);
+      onTokens?.(prompt, events);
+    };
+    return runGenerations(
       generations,
       (units, continuing) => this.queued(m.batcher.submit(units, { continuing }), call),
-      onTokens,
+      counted,
       () => checkCall(call),
     );
-    this.metrics.tokensGenerated.inc(
-      { model: m.entry.name },
-      results.flat().reduce((n, r) => n + r.tokens.length, 0),
-    );
-    return results;
   }
 
   /** A generation prompt given as a sample (labelled chunks or chat messages). */
