@@ -111,6 +111,49 @@ function npmStart(args: string): Promise<Started> {
   });
 }
 
+describe('npm start under a supervisor', () => {
+  it('a SIGTERM to the npm process reaches the server, which drains and exits: nothing is left running', async () => {
+    // As systemd or a container runtime stops it: the signal goes to npm's own pid, not to
+    // its process group. npm forwards it to the script's shell; without `exec` in the script
+    // the shell died and left the server running under PID 1, still serving.
+    const child = spawn('npm', ['start', '--silent', '--', '--port', '0', '--http-port', '0', '--metrics-port', '0'], {
+      cwd: ROOT,
+      detached: true,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    const lines: Record<string, any>[] = [];
+    const closed = new Promise<void>((resolve) => child.stderr!.on('close', () => resolve()));
+    const serving = new Promise<void>((resolve, reject) => {
+      child.stderr!.on('data', (d) => {
+        for (const raw of String(d).split('\n')) {
+          try {
+            const line = JSON.parse(raw);
+            lines.push(line);
+            if (line.event === 'serving') resolve();
+          } catch {
+            /* npm's own lines */
+          }
+        }
+      });
+      child.on('exit', (code) => reject(new Error(`npm start exited (${code}) before serving`)));
+    });
+    try {
+      await serving;
+      process.kill(child.pid!, 'SIGTERM');
+      // The pipe closes when the last process holding it — the server — has gone.
+      const gone = await Promise.race([closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 15_000))]);
+      expect(gone, 'the server outlived npm').toBe(true);
+      expect(lines.find((l) => l.event === 'stopped')?.how).toBe('drained');
+    } finally {
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
+    }
+  }, 60_000);
+});
+
 const started: Started[] = [];
 afterAll(async () => {
   for (const s of started) await s.stop().catch(() => {});
