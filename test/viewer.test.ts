@@ -43,7 +43,17 @@ const DIALOGUE = {
 
 async function launch() {
   const { chromium } = await import('playwright-core');
-  return chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'] });
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
+  });
 }
 
 /** A page that records every console error, page error and failed or refused request. */
@@ -63,10 +73,14 @@ async function analyse(page: any, sample: unknown, options: { generate?: boolean
   await page.setChecked('#generate', options.generate ?? false);
   if (options.colour) await page.selectOption('#colour', options.colour);
   await page.click('button:has-text("Analyse")');
-  await page.waitForFunction(() => {
-    const s = document.querySelector('#status')!;
-    return s.textContent!.startsWith('Done') || s.classList.contains('error');
-  }, null, { timeout: 60_000 });
+  await page.waitForFunction(
+    () => {
+      const s = document.querySelector('#status')!;
+      return s.textContent!.startsWith('Done') || s.classList.contains('error');
+    },
+    null,
+    { timeout: 60_000 },
+  );
   return page.textContent('#status');
 }
 
@@ -117,7 +131,13 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     expect(drawn.map((f) => f.kind)).toEqual(['layer-bars', 'layer-cells', 'round-heatmap', 'effect-bars', 'sweep-lines']);
 
     // The same probe, asked directly: the page draws its numbers.
-    const probe = await (await fetch(`${base}/v1/probe`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'chat', samples: [{ ...FOUR_CHUNKS, queryLabels: ['response'] }] }) })).json();
+    const probe = await (
+      await fetch(`${base}/v1/probe`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'chat', samples: [{ ...FOUR_CHUNKS, queryLabels: ['response'] }] }),
+      })
+    ).json();
     const s = probe.samples[0];
     const labels = ['instruction', 'history', 'knowledge', 'response'];
     const votes = matrixRows(s.votes);
@@ -168,9 +188,16 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     const res = await fetch(`${base}/v1/generate`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'chat', prompt: { id: 'transient-1', messages: DIALOGUE.messages.slice(0, -1), addGenerationPrompt: true }, sampling: { maxTokens: 6 } }),
+      body: JSON.stringify({
+        model: 'chat',
+        prompt: { id: 'transient-1', messages: DIALOGUE.messages.slice(0, -1), addGenerationPrompt: true },
+        sampling: { maxTokens: 6 },
+      }),
     });
-    const steps = (await res.text()).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    const steps = (await res.text())
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
     expect(await page.textContent('.generated')).toBe(steps.map((m) => m.text).join(''));
     // A row of cells per generated token, a column per prompt segment (the six messages
     // before the answer) and the response.
@@ -191,7 +218,9 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     await page.setChecked('#attribute', false);
     await page.click('button:has-text("Analyse")');
     await page.waitForFunction(() => (document.querySelector('#status')!.textContent ?? '').startsWith('Done'), null, { timeout: 60_000 });
-    const ticks = await page.$$eval('svg.round-heatmap g[aria-label="y-axis tick label"] text', (ts: Element[]) => ts.map((t) => t.textContent));
+    const ticks = await page.$$eval('svg.round-heatmap g[aria-label="y-axis tick label"] text', (ts: Element[]) =>
+      ts.map((t) => t.textContent),
+    );
     // user, assistant, then the last user turn's passages and question, then the response.
     expect(ticks).toEqual(['user#1', 'assistant#1', 'reference', 'noise', 'question', 'assistant#2']);
     expect(await page.$$eval('svg.figure', (s: Element[]) => s.length)).toBe(3); // no attribution asked
@@ -214,6 +243,42 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     expect(await page.textContent('#status')).toMatch(/samples\[0\]\.chunks\[0\]\.content: set one of its fields/);
     expect(problems.filter((p) => !p.includes('400'))).toEqual([]);
     await page.close();
+  });
+});
+
+describe('the viewer page, as another site would use it', () => {
+  let server: CtxprobeServer;
+  beforeAll(async () => {
+    server = await CtxprobeServer.start({ port: 0, httpPort: 0, metricsPort: -1 });
+  });
+  afterAll(async () => server?.drain());
+
+  it('sends a Content-Security-Policy, nosniff and frame protection with the page and its files', async () => {
+    for (const route of ['/ui/', '/ui/style.css', '/ui/src/http/ui/app.js', '/favicon.ico']) {
+      const res = await fetch(`http://127.0.0.1:${server.httpPort}${route}`);
+      expect(res.status, route).toBe(200);
+      const csp = res.headers.get('content-security-policy') ?? '';
+      expect(csp, route).toContain("frame-ancestors 'none'");
+      expect(csp, route).toContain("script-src 'self'");
+      expect(res.headers.get('x-content-type-options'), route).toBe('nosniff');
+      expect(res.headers.get('x-frame-options'), route).toBe('DENY');
+    }
+  });
+
+  it.skipIf(!haveChromium)('cannot be framed by another page', async () => {
+    const browser = await launch();
+    try {
+      const page = await browser.newPage();
+      const url = `http://127.0.0.1:${server.httpPort}/ui/`;
+      await page.setContent(`<iframe id="f" src="${url}"></iframe>`);
+      await page.waitForTimeout(1500);
+      // The frame's document never becomes the viewer (Chromium blocks it, leaving an error page).
+      const frame = page.frames().find((f: any) => f.url().startsWith(url));
+      const loaded = frame ? await frame.evaluate(() => document.querySelector('#sample') !== null).catch(() => false) : false;
+      expect(loaded).toBe(false);
+    } finally {
+      await browser.close();
+    }
   });
 });
 
@@ -248,7 +313,10 @@ describe.skipIf(!haveChromium)('the viewer behind a bearer token', () => {
   it('asks for the token before any call, then sends it with every call; keeps under the raw-attention cap', async () => {
     const { page, problems } = await openPage(browser, `http://127.0.0.1:${server.httpPort}/ui/`);
     const seen: string[] = [];
-    page.on('request', (r: any) => r.url().includes('/v1/') && seen.push(`${r.url().replace(/^.*\/v1\//, '')} ${r.headers().authorization ?? '-'}`));
+    page.on(
+      'request',
+      (r: any) => r.url().includes('/v1/') && seen.push(`${r.url().replace(/^.*\/v1\//, '')} ${r.headers().authorization ?? '-'}`),
+    );
     await page.waitForFunction(() => (document.querySelector('#status')!.textContent ?? '').includes('bearer token'));
     expect(seen).toEqual([]);
     await page.fill('#token', TOKEN);
@@ -258,7 +326,9 @@ describe.skipIf(!haveChromium)('the viewer behind a bearer token', () => {
     expect(seen.length).toBeGreaterThanOrEqual(4); // list-models, probe, raw-attention, attribute
     // All layers are over this model's raw-attention cap: the text view shows the middle
     // layer, says so, and asked for nothing the server would refuse.
-    expect(await page.textContent('.card:has(.tokens) p.note')).toContain(`layer ${middle} (all layers are over the model's raw-attention cap)`);
+    expect(await page.textContent('.card:has(.tokens) p.note')).toContain(
+      `layer ${middle} (all layers are over the model's raw-attention cap)`,
+    );
     expect(seen.every((s) => s.endsWith(`Bearer ${TOKEN}`))).toBe(true);
     await page.screenshot({ path: path.join(ARTIFACTS, 'viewer-token.png'), fullPage: true });
     expect(problems).toEqual([]);

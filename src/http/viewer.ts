@@ -16,6 +16,17 @@ const require = createRequire(import.meta.url);
 const BUILT_DIR = path.join(PACKAGE_ROOT, 'dist/src');
 const UI_DIR = path.join(BUILT_DIR, 'http/ui');
 
+export const VIEWER_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data: blob:",
+  "connect-src 'self'",
+  "frame-ancestors 'none'",
+  "base-uri 'none'",
+  "form-action 'none'",
+].join('; ');
+
 /** name → [file, content type] */
 const FILES: Record<string, [string, string]> = {
   'index.html': [path.join(UI_DIR, 'index.html'), 'text/html; charset=utf-8'],
@@ -40,6 +51,17 @@ const FILES: Record<string, [string, string]> = {
  * 401 in the console just to learn that). */
 export function registerViewer(app: FastifyInstance, authRequired: boolean): void {
   const open = { open: true };
+  // The page is where its user types a token: no other site may frame it (clickjacking),
+  // run script in it, or have its files sniffed as another type. Its scripts, styles and
+  // calls are its own; Plot draws SVG with inline style attributes (style-src
+  // 'unsafe-inline'); downloads are blob: URLs.
+  app.addHook('onSend', async (req, reply) => {
+    if (!/^\/(ui(\/|$)|favicon\.ico)/.test(req.url)) return;
+    reply.header('content-security-policy', VIEWER_CSP);
+    reply.header('x-content-type-options', 'nosniff');
+    reply.header('x-frame-options', 'DENY');
+    reply.header('referrer-policy', 'no-referrer');
+  });
   // Built by `npm run build` (scripts/build-assets.mjs); a source checkout without a build
   // gets the same document computed now.
   const built = path.join(PACKAGE_ROOT, 'dist/openapi.json');
