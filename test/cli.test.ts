@@ -1,6 +1,7 @@
 // The default model and the command line, as a person on a fresh machine meets them.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -53,8 +54,19 @@ describe('ctxprobe generate', () => {
   it('prints the greedy chain of Score as JSON, streams the same text, and refuses bad options naming them', async () => {
     const fx = makeFixture(FAMILY_FIXTURES.qwen2!);
     const cli = (...args: string[]) =>
-      spawnSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'generate', '--model', fx.dir, '--threads', '1', ...args], { encoding: 'utf8' });
-    const out = cli('--chunk', 'knowledge=The tower is tall.', 'user= How tall is it?', '--max-tokens', '6', '--logprobs', '1', '--attention');
+      spawnSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'generate', '--model', fx.dir, '--threads', '1', ...args], {
+        encoding: 'utf8',
+      });
+    const out = cli(
+      '--chunk',
+      'knowledge=The tower is tall.',
+      'user= How tall is it?',
+      '--max-tokens',
+      '6',
+      '--logprobs',
+      '1',
+      '--attention',
+    );
     expect(out.status, out.stderr).toBe(0);
     const printed = JSON.parse(out.stdout);
     const [choice] = printed.choices;
@@ -67,7 +79,9 @@ describe('ctxprobe generate', () => {
     const prompt = tok.encode('The tower is tall. How tall is it?', true); // with BOS unless --no-special-tokens
     expect(printed.prompt.ids).toEqual(prompt);
     for (const [k, token] of choice.tokens.entries()) {
-      const [[s]] = (await m.scorer.loglikelihood([{ context: [...prompt, ...choice.tokens.slice(0, k)], continuations: [[token]], topK: 1 }])) as any;
+      const [[s]] = (await m.scorer.loglikelihood([
+        { context: [...prompt, ...choice.tokens.slice(0, k)], continuations: [[token]], topK: 1 },
+      ])) as any;
       expect(s.tokenLogprobs[0]).toBe(choice.logprobs[k]);
       expect(s.topK[0].ids[0]).toBe(token);
     }
@@ -83,17 +97,38 @@ describe('ctxprobe generate', () => {
   it('takes its sampling, stop, choice, special-token, exclusion and chat flags as a user types them', async () => {
     const fx = makeFixture({ ...FAMILY_FIXTURES.qwen2!, chatTemplate: 'chatml' });
     const run = (...args: string[]) => {
-      const out = spawnSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'generate', '--model', fx.dir, '--threads', '1', ...args], { encoding: 'utf8' });
+      const out = spawnSync(
+        process.execPath,
+        [path.join(root, 'bin/ctxprobe.js'), 'generate', '--model', fx.dir, '--threads', '1', ...args],
+        { encoding: 'utf8' },
+      );
       expect(out.status, out.stderr).toBe(0);
       return JSON.parse(out.stdout);
     };
-    const sampled = ['--prompt', 'Once upon a time', '--max-tokens', '10', '--temperature', '1.2', '--top-k', '50', '--min-p', '0.01', '--seed', '7', '-n', '2'];
+    const sampled = [
+      '--prompt',
+      'Once upon a time',
+      '--max-tokens',
+      '10',
+      '--temperature',
+      '1.2',
+      '--top-k',
+      '50',
+      '--min-p',
+      '0.01',
+      '--seed',
+      '7',
+      '-n',
+      '2',
+    ];
     const a = run(...sampled);
     expect(a.choices).toHaveLength(2);
     expect(run(...sampled).choices.map((c: any) => c.tokens)).toEqual(a.choices.map((c: any) => c.tokens));
     // A stop string taken from the greedy text ends it there.
     const greedy = run('--prompt', 'Once upon a time', '--max-tokens', '12').choices[0];
-    const at = Array.from({ length: greedy.text.length }, (_, i) => i).findIndex((i) => i > 0 && greedy.text.indexOf(greedy.text.slice(i, i + 2)) === i && greedy.text.slice(i, i + 2).length === 2);
+    const at = Array.from({ length: greedy.text.length }, (_, i) => i).findIndex(
+      (i) => i > 0 && greedy.text.indexOf(greedy.text.slice(i, i + 2)) === i && greedy.text.slice(i, i + 2).length === 2,
+    );
     expect(at).toBeGreaterThan(0);
     const cut = greedy.text.slice(at, at + 2);
     const stopped = run('--prompt', 'Once upon a time', '--max-tokens', '12', '--stop', cut).choices[0];
@@ -102,7 +137,8 @@ describe('ctxprobe generate', () => {
     const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
     const tok = m.engine.tokenizer;
     expect(run('--prompt', 'Hi', '--no-special-tokens', '--max-tokens', '1').prompt.ids).toEqual(tok.encode('Hi', false));
-    const excluded = run('--chunk', 'a=Knowledge here.', 'b= Question?', '--attention', '--exclude', '0', '--max-tokens', '2').choices[0].attention[0];
+    const excluded = run('--chunk', 'a=Knowledge here.', 'b= Question?', '--attention', '--exclude', '0', '--max-tokens', '2').choices[0]
+      .attention[0];
     expect(excluded.massExcluded.every((v: number) => v > 0)).toBe(true);
     // Chat messages from a file, the assistant's turn opened by the template.
     const messages = path.join(tempDir('cli-chat'), 'm.json');
@@ -171,12 +207,13 @@ describe('ctxprobe score', () => {
 describe('glibc malloc setting', () => {
   it('npm start sets MALLOC_MMAP_THRESHOLD_; serve warns when it is not set, and not when it is', async () => {
     const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'));
-    expect(pkg.scripts.start).toMatch(/^MALLOC_MMAP_THRESHOLD_=\$\{MALLOC_MMAP_THRESHOLD_:-1048576\} node bin\/ctxprobe\.js serve$/);
+    expect(pkg.scripts.start).toMatch(/^MALLOC_MMAP_THRESHOLD_=\$\{MALLOC_MMAP_THRESHOLD_:-1048576\} exec node bin\/ctxprobe\.js serve$/);
     const dir = makeFixture(FAMILY_FIXTURES.llama!).dir;
     const without = await serveCli(dir, [], { MALLOC_MMAP_THRESHOLD_: '' });
     const withIt = await serveCli(dir, [], { MALLOC_MMAP_THRESHOLD_: '1048576' });
     try {
-      const warned = (s: Served) => s.lines.some((l) => l.event === 'malloc' && l.level === 'warn' && /MALLOC_MMAP_THRESHOLD_=1048576/.test(l.message));
+      const warned = (s: Served) =>
+        s.lines.some((l) => l.event === 'malloc' && l.level === 'warn' && /MALLOC_MMAP_THRESHOLD_=1048576/.test(l.message));
       expect(warned(without)).toBe(process.platform === 'linux' && Boolean((process.report.getReport() as any).header.glibcVersionRuntime));
       expect(warned(withIt)).toBe(false);
     } finally {
@@ -295,11 +332,29 @@ describe('ctxprobe attribute', () => {
     const fx = makeFixture(FAMILY_FIXTURES.llama!);
     const out = tempDir('attribute-cli');
     // The README's example.
-    const chunks = ['instruction=Answer from the knowledge. ', 'history=User: Who built it? ', 'knowledge=Knowledge: Eiffel built the tower. ', 'response=Bot: Eiffel.'];
+    const chunks = [
+      'instruction=Answer from the knowledge. ',
+      'history=User: Who built it? ',
+      'knowledge=Knowledge: Eiffel built the tower. ',
+      'response=Bot: Eiffel.',
+    ];
     const printed = JSON.parse(
       execFileSync(
         process.execPath,
-        [path.join(root, 'bin/ctxprobe.js'), 'attribute', '--model', fx.dir, '--threads', '1', '--chunk', ...chunks, '--sweep', '0,1,all', '--svg', path.join(out, 'attr')],
+        [
+          path.join(root, 'bin/ctxprobe.js'),
+          'attribute',
+          '--model',
+          fx.dir,
+          '--threads',
+          '1',
+          '--chunk',
+          ...chunks,
+          '--sweep',
+          '0,1,all',
+          '--svg',
+          path.join(out, 'attr'),
+        ],
         { encoding: 'utf8' },
       ),
     );
@@ -439,15 +494,19 @@ describe('long texts on the command line', () => {
       files.push('--chunk', `r${r}=@${path.join(dir, `r${r}.txt`)}`);
     }
     const probe = (chunks: string[]) =>
-      spawnSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'probe', '--model', fx.dir, '--threads', '1', '--query', 'r6', ...chunks], {
-        encoding: 'utf8',
-      });
+      spawnSync(
+        process.execPath,
+        [path.join(root, 'bin/ctxprobe.js'), 'probe', '--model', fx.dir, '--threads', '1', '--query', 'r6', ...chunks],
+        {
+          encoding: 'utf8',
+        },
+      );
     const a = probe(inline);
     expect(a.signal, a.stderr).toBeNull();
     expect(a.status, a.stderr).toBe(0);
     const b = probe(files);
     expect(b.status, b.stderr).toBe(0);
     expect(JSON.parse(a.stdout)).toEqual(JSON.parse(b.stdout));
-    expect(fs.existsSync(`/tmp/mat-debug-${a.pid}.log`)).toBe(false);
+    for (const dir of new Set(['/tmp', os.tmpdir()])) expect(fs.existsSync(path.join(dir, `mat-debug-${a.pid}.log`))).toBe(false);
   }, 120_000);
 });
