@@ -71,17 +71,17 @@ describe('real chat templates, one rendering', () => {
     'mistral-7b-instruct-v0.2',
     'phi-3-small',
     'chatml-openhermes-2.5',
-  ])(
-    '%s: with and without a system message',
+  ])('%s: with and without a system message', async (name) => {
+    await expectSegmented(name, [SYSTEM, ...ROUNDS]);
+    await expectSegmented(name, ROUNDS);
+  });
+
+  it.each(['mistral-large-2407-v3', 'gemma-2-9b-it', 'gemma-7b-it', 'phi-3-mini', 'phi-3-medium'])(
+    '%s: without a system message',
     async (name) => {
-      await expectSegmented(name, [SYSTEM, ...ROUNDS]);
       await expectSegmented(name, ROUNDS);
     },
   );
-
-  it.each(['mistral-large-2407-v3', 'gemma-2-9b-it', 'gemma-7b-it', 'phi-3-mini', 'phi-3-medium'])('%s: without a system message', async (name) => {
-    await expectSegmented(name, ROUNDS);
-  });
 
   it('Mistral v0.2 merges the system prompt into the first user turn: each keeps its own span', async () => {
     const chunks = await expectSegmented('mistral-7b-instruct-v0.2', [SYSTEM, ...ROUNDS]);
@@ -100,6 +100,48 @@ describe('real chat templates, one rendering', () => {
     expect(chunks[1]!.text).toBe('\n<</SYS>>\n\nWho designed the tower?');
   });
 
+  // The markup that closes a message, through its end-of-turn token and the newline after
+  // it, is that message's; the role header that opens the next is the next one's (SPEC).
+  it.each([
+    ['qwen2.5-instruct', '<|im_end|>\n', '<|im_start|>assistant\n', '<|im_start|>user\n'],
+    ['chatml-openhermes-2.5', '<|im_end|>\n', '<|im_start|>assistant\n', '<|im_start|>user\n'],
+    [
+      'llama-3.3-instruct',
+      '<|eot_id|>',
+      '<|start_header_id|>assistant<|end_header_id|>\n\n',
+      '<|start_header_id|>user<|end_header_id|>\n\n',
+    ],
+    ['gemma-2-9b-it', '<end_of_turn>\n', '<start_of_turn>model\n', '<start_of_turn>user\n'],
+    ['phi-3-mini', '<|end|>\n', '<|assistant|>\n', '<|user|>\n'],
+  ])(
+    '%s: a turn keeps its closing end-of-turn token; the next opens with its own header',
+    async (name, close, assistantOpens, userOpens) => {
+      const chunks = await expectSegmented(name, ROUNDS);
+      for (let k = 0; k < ROUNDS.length - 1; k++) {
+        expect(
+          chunks[k]!.text.endsWith(shown(ROUNDS[k]!) + close),
+          `${name}: ${chunks[k]!.label} ends ${JSON.stringify(chunks[k]!.text.slice(-30))}`,
+        ).toBe(true);
+        expect(
+          chunks[k + 1]!.text.startsWith(ROUNDS[k + 1]!.role === 'assistant' ? assistantOpens : userOpens),
+          `${name}: ${chunks[k + 1]!.label}`,
+        ).toBe(true);
+      }
+    },
+  );
+
+  it('Mistral and Llama 2 close an answer with EOS, which stays with it; [/INST] opens the answer', async () => {
+    for (const name of ['mistral-7b-instruct-v0.2', 'llama-2-chat']) {
+      const chunks = await expectSegmented(name, ROUNDS);
+      expect(chunks[1]!.text.startsWith(' [/INST]'), `${name}: ${JSON.stringify(chunks[1]!.text)}`).toBe(true);
+      expect(
+        chunks[1]!.text.trimEnd().endsWith('designed it.</s>') || chunks[1]!.text.endsWith('designed it. </s>'),
+        `${name}: ${JSON.stringify(chunks[1]!.text)}`,
+      ).toBe(true);
+      expect(chunks[2]!.text.startsWith('</s>')).toBe(false);
+    }
+  });
+
   it('Phi-3 small appends EOS without a generation prompt; both go to the last message', async () => {
     const plain = await expectSegmented('phi-3-small', ROUNDS);
     expect(plain.at(-1)!.text.endsWith('<|end|>\n</s>')).toBe(true);
@@ -108,7 +150,9 @@ describe('real chat templates, one rendering', () => {
   });
 
   it('Qwen3 re-renders earlier assistant turns without their reasoning; the answer is still found', async () => {
-    const thinking = ROUNDS.map((m, k) => (k === 1 ? { ...m, content: '<think>\nThe user asks about design.\n</think>\n\n' + m.content } : m));
+    const thinking = ROUNDS.map((m, k) =>
+      k === 1 ? { ...m, content: '<think>\nThe user asks about design.\n</think>\n\n' + m.content } : m,
+    );
     const chunks = await expectSegmented('qwen3-4b-thinking-2507', thinking);
     expect(chunks[1]!.text).not.toContain('The user asks about design.');
   });
@@ -156,9 +200,12 @@ describe('real chat templates, one rendering', () => {
     ];
     const chunks = renderChat(tok, messages, 'messages', template('chatml-openhermes-2.5'));
     expect(chunks.map((c) => c.label)).toEqual(['system', 'passage#1', 'passage#2', 'question', 'assistant#1']);
-    expect(chunks[1]!.text).toBe('<|im_end|>\n<|im_start|>user\nThe tower was designed by the company of Gustave Eiffel.\n');
+    // The system turn keeps its <|im_end|>; the user turn's header opens its first chunk
+    // and its <|im_end|> closes its last.
+    expect(chunks[0]!.text.endsWith('Answer from the passages only.<|im_end|>\n')).toBe(true);
+    expect(chunks[1]!.text).toBe('<|im_start|>user\nThe tower was designed by the company of Gustave Eiffel.\n');
     expect(chunks[2]!.text).toBe('It opened for the 1889 World Fair.\n');
-    expect(chunks[3]!.text).toBe('Who designed it?');
+    expect(chunks[3]!.text).toBe('Who designed it?<|im_end|>\n');
     const seg = await segmentText(tok, chunks, false);
     expect(seg.segments.map((s) => s.label)).toEqual(['system', 'passage#1', 'passage#2', 'question', 'assistant#1']);
     // A template that trims the message (Gemma) cannot place chunks that end in a newline.
@@ -176,7 +223,13 @@ describe('where the template comes from', () => {
     const cfg = JSON.parse(fs.readFileSync(cfgFile, 'utf8'));
     fs.writeFileSync(
       cfgFile,
-      JSON.stringify({ ...cfg, chat_template: [{ name: 'tool_use', template: 'TOOLS' }, { name: 'default', template: template('phi-3-small') }] }),
+      JSON.stringify({
+        ...cfg,
+        chat_template: [
+          { name: 'tool_use', template: 'TOOLS' },
+          { name: 'default', template: template('phi-3-small') },
+        ],
+      }),
     );
     expect(TextTokenizer.load(dir).chatTemplate).toBe(template('phi-3-small'));
     fs.writeFileSync(path.join(dir, 'chat_template.jinja'), template('chatml-openhermes-2.5'));

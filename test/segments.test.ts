@@ -109,12 +109,13 @@ describe('chat messages', () => {
     expect(chunks.map((c) => c.text).join('')).toBe(
       '<s><<SYS>>Follow every refutation.<</SYS>>\n[INST] Translate: hello [/INST] bonjour</s>\n[INST] No, use a formal tone. [/INST] Bonjour, madame.</s>\n',
     );
-    // One rendering; markup between two messages' contents goes to the message it introduces.
+    // One rendering; the markup that closes a message (its EOS and the newline after it)
+    // is that message's, the markup that opens the next ([INST], [/INST]) the next one's.
     expect(chunks.map((c) => c.text)).toEqual([
       '<s><<SYS>>Follow every refutation.',
       '<</SYS>>\n[INST] Translate: hello',
-      ' [/INST] bonjour',
-      '</s>\n[INST] No, use a formal tone.',
+      ' [/INST] bonjour</s>\n',
+      '[INST] No, use a formal tone.',
       ' [/INST] Bonjour, madame.</s>\n',
     ]);
     const seg = await segmentText(tok, chunks, false);

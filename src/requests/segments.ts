@@ -100,8 +100,7 @@ export function renderChatText(
   template = tok.chatTemplate,
   options: ChatRenderOptions = {},
 ): string {
-  if (!template)
-    throw new InvalidArgumentError(field, 'the model has no chat template (tokenizer_config.json or chat_template.jinja)');
+  if (!template) throw new InvalidArgumentError(field, 'the model has no chat template (tokenizer_config.json or chat_template.jinja)');
   if (messages.length === 0) throw new InvalidArgumentError(field, 'at least one message is needed');
   let compiled: Template;
   try {
@@ -136,8 +135,10 @@ export interface ChatRenderOptions {
 
 /** Render a conversation with the model's chat template once, and cut the text into one
  * chunk per message (or per labelled chunk inside a message): each message's content is
- * found in the rendering, in order; template markup goes to the message it introduces,
- * markup after the last message (an EOS, the generation prompt) to the last chunk. A
+ * found in the rendering, in order; the markup that closes a message, through its
+ * end-of-turn token and the newline after it, is that message's, the rest (role headers)
+ * goes to the message it introduces (all of it, for a template with no end-of-turn
+ * token); markup after the last message (an EOS, the generation prompt) to the last chunk. A
  * template that drops a message, rewrites its content beyond trimming, or reorders
  * messages is refused naming the message. */
 export function renderChat(
@@ -148,18 +149,27 @@ export function renderChat(
   options: ChatRenderOptions = {},
 ): TextChunk[] {
   if (!template)
-    throw new InvalidArgumentError(field, 'the model has no chat template (tokenizer_config.json or chat_template.jinja): send labelled chunks instead');
+    throw new InvalidArgumentError(
+      field,
+      'the model has no chat template (tokenizer_config.json or chat_template.jinja): send labelled chunks instead',
+    );
   if (messages.length === 0) throw new InvalidArgumentError(field, 'at least one message is needed');
   messages.forEach((m, k) => {
     if (typeof m.role !== 'string') throw new InvalidArgumentError(`${field}[${k}].role`, 'must be a string');
     if (m.chunks?.length) {
       const joined = m.chunks.map((c) => c.text).join('');
       if (m.content && m.content !== joined)
-        throw new InvalidArgumentError(`${field}[${k}].content`, 'give the content or its chunks, not both (or the chunks\' texts joined)');
+        throw new InvalidArgumentError(`${field}[${k}].content`, "give the content or its chunks, not both (or the chunks' texts joined)");
     } else if (typeof m.content !== 'string') throw new InvalidArgumentError(`${field}[${k}].content`, 'must be a string');
   });
   const contents = messages.map((m) => (m.chunks?.length ? m.chunks.map((c) => c.text).join('') : m.content));
-  const text = renderChatText(tok, messages.map((m, k) => ({ role: m.role, content: contents[k]! })), field, template, options);
+  const text = renderChatText(
+    tok,
+    messages.map((m, k) => ({ role: m.role, content: contents[k]! })),
+    field,
+    template,
+    options,
+  );
   // Where each message's content sits in the rendering: [start, end), and whether it is
   // the content as given (templates trim; Qwen3 drops earlier turns' reasoning).
   const spans: { start: number; end: number; exact: boolean }[] = [];
@@ -173,20 +183,33 @@ export function renderChat(
           `${field}[${k}]`,
           `the chat template renders this message before messages[${k - 1}] (it moves a message, e.g. a system prompt into a later turn), so messages cannot be told apart`,
         );
-      throw new InvalidArgumentError(`${field}[${k}]`, 'the chat template drops this message or rewrites its content, so it has no span of its own');
+      throw new InvalidArgumentError(
+        `${field}[${k}]`,
+        'the chat template drops this message or rewrites its content, so it has no span of its own',
+      );
     }
     spans.push(found);
     cursor = found.end;
   });
   const labels = messageLabels(messages);
+  // Where message k's chunk ends: after its content and the markup that closes it (up to
+  // and including an end-of-turn token and the newline written after it); what opens the
+  // next message (its role header) is the next one's. End-of-turn tokens are attention
+  // sinks: given to the next message, they moved every round's mass to the next round.
+  const ends = spans.map((span, k) =>
+    k === spans.length - 1 ? text.length : span.end + closingMarkup(text.slice(span.end, spans[k + 1]!.start), tok),
+  );
   const chunks: TextChunk[] = [];
   spans.forEach((span, k) => {
-    const from = k === 0 ? 0 : spans[k - 1]!.end;
-    const to = k === spans.length - 1 ? text.length : span.end;
+    const from = k === 0 ? 0 : ends[k - 1]!;
+    const to = ends[k]!;
     const inner = messages[k]!.chunks;
     if (!inner?.length) return chunks.push({ label: labels[k]!, text: text.slice(from, to) });
     if (!span.exact)
-      throw new InvalidArgumentError(`${field}[${k}].chunks`, 'the chat template rewrites this message (trims or drops part of it), so its chunks cannot be placed');
+      throw new InvalidArgumentError(
+        `${field}[${k}].chunks`,
+        'the chat template rewrites this message (trims or drops part of it), so its chunks cannot be placed',
+      );
     let at = from;
     let within = span.start;
     inner.forEach((c, j) => {
@@ -197,6 +220,24 @@ export function renderChat(
     });
   });
   return chunks;
+}
+
+/** End-of-turn tokens as chat templates write them: ChatML, Llama 3, Gemma, Phi-3, the
+ * Llama 2 / Mistral EOS; the model's own EOS is one too. */
+const END_OF_TURN = ['<|im_end|>', '<|eot_id|>', '<|eom_id|>', '<end_of_turn>', '<|end|>', '</s>', '<|endoftext|>'];
+
+/** How much of the markup between two messages closes the first: through its first
+ * end-of-turn token and one newline after it; none when it has no such token (Mistral's
+ * `[/INST]` opens the answer, so it stays with the message it introduces). */
+function closingMarkup(gap: string, tok: TextTokenizer): number {
+  const eos = tok.eosId !== undefined ? tok.tokenString(tok.eosId) : undefined;
+  let first: { at: number; end: number } | undefined;
+  for (const marker of eos && !END_OF_TURN.includes(eos) ? [...END_OF_TURN, eos] : END_OF_TURN) {
+    const at = gap.indexOf(marker);
+    if (at >= 0 && (!first || at < first.at)) first = { at, end: at + marker.length };
+  }
+  if (!first) return 0;
+  return gap[first.end] === '\n' ? first.end + 1 : first.end;
 }
 
 /** The first place at or after `from` where `content` — as given, trimmed, or after its
@@ -231,7 +272,11 @@ export interface SampleContent {
 /** A sample's tokens and labelled spans: its chunks tokenised as one text, its token-id
  * chunks concatenated, or its messages rendered with the chat template (throws
  * InvalidArgumentError naming the field). */
-export async function segmentSample(engine: Pick<Engine, 'tokenizer' | 'config'>, sample: SampleContent, field: string): Promise<Segmented> {
+export async function segmentSample(
+  engine: Pick<Engine, 'tokenizer' | 'config'>,
+  sample: SampleContent,
+  field: string,
+): Promise<Segmented> {
   const tok = engine.tokenizer;
   const given = [sample.chunks, sample.chunkIds, sample.messages].filter((x) => x !== undefined && x.length > 0).length;
   if (given !== 1) throw new InvalidArgumentError(field, 'give exactly one of chunks, chunk_ids or messages');
@@ -249,4 +294,3 @@ export async function segmentSample(engine: Pick<Engine, 'tokenizer' | 'config'>
   sample.chunkIds!.forEach((c, k) => checkTokenIds(c.ids, engine.config.vocabSize, `${field}.chunk_ids[${k}].ids`));
   return segmentIds(sample.chunkIds!, `${field}.chunk_ids`);
 }
-
