@@ -5,6 +5,9 @@ import { CtxprobeServer } from '../serving/server.js';
 import { resolveSecurity } from '../serving/security.js';
 import { entriesFrom, int, log, mallocAdvice, portOrOff, withModelFlags } from './common.js';
 
+/** A signal repeated within this many ms is one delivery (see `stop`). */
+const DUPLICATE_SIGNAL_MS = 100;
+
 export function addServeCommands(program: Command): void {
   withModelFlags(program.command('serve').description('serve the models of a repository (or one --model) over gRPC'))
     .addOption(
@@ -183,12 +186,18 @@ export function addServeCommands(program: Command): void {
       // 'Napi::Error'`, exit 134) where a drain should end with 0. The stop waits for it and
       // frees it; no model loads after a signal.
       let loading: Promise<Awaited<ReturnType<typeof loadModel>>> | undefined;
+      let stoppedAt = 0;
       const stop = async (signal: string) => {
+        // One signal can arrive twice: a supervisor's SIGTERM to the process group reaches
+        // the server and npm, which forwards it (npm start execs the server). Within
+        // DUPLICATE_SIGNAL_MS of the first it is that signal again, not a second one.
+        if (stopping && Date.now() - stoppedAt < DUPLICATE_SIGNAL_MS) return;
         if (stopping) {
           log({ level: 'warn', event: 'stopped', signal, how: 'second signal: exiting at once' });
           process.exit(0);
         }
         stopping = true;
+        stoppedAt = Date.now();
         log({ level: 'info', event: 'draining', signal, deadlineMs: flags.drainTimeoutMs });
         const how = await server.close(flags.drainTimeoutMs);
         await loading?.then(
