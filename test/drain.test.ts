@@ -99,7 +99,9 @@ describe('SIGTERM', () => {
     const socket = net.connect(s.httpPort, '127.0.0.1');
     socket.on('error', () => {});
     await new Promise((r) => socket.once('connect', r));
-    socket.write('POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"prompt": "');
+    socket.write(
+      'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"prompt": "',
+    );
     socket.write('x'.repeat(1000));
     await new Promise((r) => setTimeout(r, 300));
     expect(await s.stop()).toBe(0);
@@ -113,9 +115,13 @@ describe('SIGTERM', () => {
     // 'Napi::Error'", exit 134: the process exited while the session thread was inside
     // onnxruntime).
     for (const delayMs of [0, 50, 100, 150, 200, 250, 300, 400]) {
-      const child = spawn(process.execPath, [path.join(ROOT, 'bin/ctxprobe.js'), 'serve', '--port', '0', '--http-port', '-1', '--metrics-port', '-1'], {
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
+      const child = spawn(
+        process.execPath,
+        [path.join(ROOT, 'bin/ctxprobe.js'), 'serve', '--port', '0', '--http-port', '-1', '--metrics-port', '-1'],
+        {
+          stdio: ['ignore', 'ignore', 'pipe'],
+        },
+      );
       let stderr = '';
       let signalled = false;
       child.stderr!.on('data', (d) => {
@@ -144,6 +150,51 @@ describe('SIGTERM', () => {
     expect(Date.now() - started).toBeLessThan(1000);
     expect(s.lines.some((l) => /second signal/.test(l.how ?? ''))).toBe(true);
     client.close();
+  });
+});
+
+describe('a drain that reaches its deadline with streams running', () => {
+  it('refuses each started stream in-band with UNAVAILABLE (SSE error event, gRPC status) before closing', async () => {
+    const model = await loadModel({ name: 'm', path: makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 2048 }).dir, threads: 1 });
+    const server = await CtxprobeServer.start({ port: 0, httpPort: 0, metricsPort: -1 });
+    server.addModel(model);
+    server.setServing();
+    // A completion streaming over HTTP, read until its first token.
+    const res = await fetch(`http://127.0.0.1:${server.httpPort}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once', max_tokens: 2000, temperature: 1, stream: true, ignore_eos: true }),
+    });
+    const reader = res.body!.getReader();
+    let sse = new TextDecoder().decode((await reader.read()).value);
+    // A gRPC Generate stream, with its first token in.
+    const { v1 } = loadPackage();
+    const gen = new v1.Generation(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+    const call = gen.Generate({
+      prompt: { chunks: [{ label: 'p', text: 'Once' }] },
+      sampling: { temperature: 1, maxTokens: 2000, ignoreEos: true },
+    });
+    const grpcEnd = new Promise<any>((resolve) => {
+      call.on('error', resolve);
+      call.on('end', () => resolve({ code: 0 }));
+    });
+    await new Promise((resolve) => call.once('data', resolve));
+    call.on('data', () => {});
+    // The drain's deadline passes at once.
+    expect(await server.close(1)).toBe('forced');
+    for (;;) {
+      const { value, done } = await reader.read().catch(() => ({ value: undefined, done: true }));
+      if (done) break;
+      sse += new TextDecoder().decode(value);
+    }
+    // Before: a bare socket close (no error event, no [DONE]) and CANCELLED on gRPC.
+    expect(sse).toMatch(/^data: \{"error":.*shutting down/m);
+    expect(sse.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    const status = await grpcEnd;
+    expect(status.code).toBe(grpc.status.UNAVAILABLE);
+    expect(status.details).toMatch(/shutting down/);
+    gen.close();
+    await model.engine.release();
   });
 });
 

@@ -32,7 +32,7 @@ const LEFT_OUT: [RegExp, string][] = [
   [/^\(cd node_modules\/onnxruntime-node && ONNXRUNTIME_NODE_INSTALL=cuda12/, "downloads onnxruntime's CUDA binaries: GPU hosts only"],
   [
     /^lm_eval /,
-    "lm-evaluation-harness comes from PyPI, which this machine cannot reach; test/harness.test.ts replays its local-completions scoring requests, test/generate.test.ts the generate_until bodies of local-completions and local-chat-completions",
+    'lm-evaluation-harness comes from PyPI, which this machine cannot reach; test/harness.test.ts replays its local-completions scoring requests, test/generate.test.ts the generate_until bodies of local-completions and local-chat-completions',
   ],
 ];
 
@@ -46,7 +46,9 @@ const hasGrpcPython = (() => {
   }
 })();
 
-const hasVulkan = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some((d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')));
+const hasVulkan = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
+  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
+);
 
 /** A folder of its own, with the shipped data where the README's relative paths expect it. */
 const cwd = tempDir('readme');
@@ -189,7 +191,9 @@ describe('every README command, on the default model', () => {
           return;
         }
         if (/--device webgpu/.test(args) && !hasVulkan) {
-          console.warn(`skipping ${command}: no Vulkan driver (apt-get install libvulkan1, and mesa-vulkan-drivers from bookworm-backports)`);
+          console.warn(
+            `skipping ${command}: no Vulkan driver (apt-get install libvulkan1, and mesa-vulkan-drivers from bookworm-backports)`,
+          );
           return;
         }
         const s = await npmStart(args);
@@ -215,11 +219,15 @@ describe('every README command, on the default model', () => {
       // The HTTP/JSON examples, against the default server's HTTP port (the README's :8000).
       if (/^curl /.test(command) || /^python3 examples\/python\/ctxprobe_http\.py/.test(command)) {
         expect(server, 'npm start serves the default model first').toBeDefined();
-        const run = spawnSync('sh', ['-c', command.replace(/127\.0\.0\.1:8000/g, `127.0.0.1:${server!.httpPort}`).replace(/^python3 /, `${python} `)], {
-          cwd: ROOT,
-          encoding: 'utf8',
-          env: { ...process.env, CTXPROBE_URL: `http://127.0.0.1:${server!.httpPort}` },
-        });
+        const run = spawnSync(
+          'sh',
+          ['-c', command.replace(/127\.0\.0\.1:8000/g, `127.0.0.1:${server!.httpPort}`).replace(/^python3 /, `${python} `)],
+          {
+            cwd: ROOT,
+            encoding: 'utf8',
+            env: { ...process.env, CTXPROBE_URL: `http://127.0.0.1:${server!.httpPort}` },
+          },
+        );
         expect(run.status, run.stderr).toBe(0);
         // An answer, not an error: curl prints what the server said.
         const first = JSON.parse(run.stdout.split('\n')[0]!);

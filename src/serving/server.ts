@@ -212,10 +212,20 @@ export class CtxprobeServer {
     const outOfTime = new Promise<'forced'>((resolve) => {
       if (Number.isFinite(deadlineMs)) timer = setTimeout(() => resolve('forced'), deadlineMs);
     });
-    const how = await Promise.race([this.drain().then(() => 'drained' as const), outOfTime]);
+    const draining = this.drain();
+    const how = await Promise.race([draining.then(() => 'drained' as const), outOfTime]);
     clearTimeout(timer);
-    if (how === 'forced') this.forceClose();
-    else await Promise.all([...this.models.values()].map((m) => m.engine.release()));
+    if (how === 'forced') {
+      // What is still running is refused in-band first — UNAVAILABLE, retry elsewhere: a
+      // gRPC status, an SSE error event, an NDJSON error line — and the transports get
+      // CLOSE_GRACE_MS to send it; cut at once, streams ended with a bare socket close
+      // (gRPC clients saw CANCELLED).
+      this.service.abortAll();
+      let grace: NodeJS.Timeout | undefined;
+      await Promise.race([draining, new Promise((resolve) => (grace = setTimeout(resolve, CLOSE_GRACE_MS)))]);
+      clearTimeout(grace);
+      this.forceClose();
+    } else await Promise.all([...this.models.values()].map((m) => m.engine.release()));
     return how;
   }
 
