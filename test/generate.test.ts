@@ -364,6 +364,35 @@ describe('/v1/completions and /v1/chat/completions generate', () => {
   afterAll(async () => server?.close());
 
   const post = (route: string, body: unknown) => postJson(base, route, body);
+
+  it('names the field it refuses as the request named it (field defects #14)', async () => {
+    const messages = [{ role: 'user', content: 'Translate to French: good morning' }];
+    const cases: [string, unknown, RegExp][] = [
+      ['/v1/chat/completions', { messages, logprobs: true, top_logprobs: 500 }, /^top_logprobs: must be a whole number in \[0, 100\]/],
+      ['/v1/chat/completions', { messages, max_completion_tokens: 5000 }, /^max_completion_tokens: the prompt's \d+ tokens plus 5000/],
+      ['/v1/chat/completions', { messages, max_tokens: 5000 }, /^max_tokens: the prompt's/],
+      ['/v1/chat/completions', { messages, max_tokens: -3 }, /^max_tokens: a whole number ≥ 1 \(or null\) is required/],
+      [
+        '/v1/chat/completions',
+        { messages: [{ role: 'wizard', content: 'hi' }] },
+        /^messages\[0\]\.role: one of system, developer, user, assistant, tool/,
+      ],
+      [
+        '/v1/generate',
+        { prompt: { chunks: [{ label: 'p', text: 'hi' }] }, sampling: { topP: 'NaN', maxTokens: 2 } },
+        /^top_p: must be in \(0, 1\]/,
+      ],
+    ];
+    for (const [route, body, message] of cases) {
+      const res = await post(route, body);
+      expect(res.status, `${route} ${JSON.stringify(body)}`).toBe(400);
+      expect(res.body.error?.message ?? res.body.message, `${route} ${JSON.stringify(body)}`).toMatch(message);
+    }
+    // An int64 seed past 2⁵³ is a whole number (it was refused as not one).
+    const seeded = await post('/v1/completions', { prompt: 'Once', max_tokens: 3, temperature: 1, seed: 2 ** 53 });
+    expect(seeded.status, seeded.text).toBe(200);
+  });
+
   /** Server-sent events as a list of parsed chunks, and whether the stream ended with [DONE]. */
   const events = (text: string) => {
     const data = text

@@ -60,7 +60,8 @@ export function generationMethods(service: Service): Methods<GenerationHandlers>
 function sampling(s: SamplingOptions__Output | null): SamplingParams {
   return {
     temperature: s?.temperature ?? 0,
-    topP: s?.topP || 1,
+    // 0 is proto3's unset; anything else (NaN from JSON's "NaN" included) is checked.
+    topP: s?.topP === undefined || s.topP === 0 ? 1 : s.topP,
     topK: s?.topK ?? 0,
     minP: s?.minP ?? 0,
     ...(s?.seed ? { seed: Number(s.seed.value) } : {}),

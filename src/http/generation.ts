@@ -26,7 +26,9 @@ export const SAMPLING_PROPERTIES = {
   stop: { anyOf: [{ type: 'string' }, { type: 'array', items: { type: 'string' } }, { type: 'null' }] },
   n: { type: 'integer', minimum: 1 },
   stream: { type: 'boolean' },
-  stream_options: { anyOf: [{ type: 'null' }, { type: 'object', additionalProperties: false, properties: { include_usage: { type: 'boolean' } } }] },
+  stream_options: {
+    anyOf: [{ type: 'null' }, { type: 'object', additionalProperties: false, properties: { include_usage: { type: 'boolean' } } }],
+  },
   ignore_eos: { type: 'boolean' },
   // Refused unless neutral (checkUnsupported).
   presence_penalty: { type: 'number' },
@@ -125,7 +127,12 @@ export const CHAT_SCHEMA = {
         required: ['role', 'content'],
         additionalProperties: false,
         properties: {
-          role: { type: 'string' },
+          // The roles of OpenAI's chat API; a template sees no other (a typo, "wizard", was
+          // rendered as a role of its own).
+          role: {
+            enum: ['system', 'developer', 'user', 'assistant', 'tool'],
+            description: 'one of system, developer, user, assistant, tool',
+          },
           content: {
             anyOf: [
               { type: 'string' },
@@ -145,10 +152,13 @@ export const CHAT_SCHEMA = {
         },
       },
     },
-    max_tokens: { anyOf: [{ type: 'integer', minimum: 1 }, { type: 'null' }] },
-    max_completion_tokens: { anyOf: [{ type: 'integer', minimum: 1 }, { type: 'null' }] },
-    logprobs: { anyOf: [{ type: 'boolean' }, { type: 'null' }] },
-    top_logprobs: { anyOf: [{ type: 'integer', minimum: 0 }, { type: 'null' }] },
+    max_tokens: { anyOf: [{ type: 'integer', minimum: 1 }, { type: 'null' }], description: 'a whole number ≥ 1 (or null) is required' },
+    max_completion_tokens: {
+      anyOf: [{ type: 'integer', minimum: 1 }, { type: 'null' }],
+      description: 'a whole number ≥ 1 (or null) is required',
+    },
+    logprobs: { anyOf: [{ type: 'boolean' }, { type: 'null' }], description: 'true, false or null is required' },
+    top_logprobs: { anyOf: [{ type: 'integer', minimum: 0 }, { type: 'null' }], description: 'a whole number ≥ 0 (or null) is required' },
     add_generation_prompt: { type: 'boolean' },
     continue_final_message: { type: 'boolean' },
     chat_template_kwargs: { anyOf: [{ type: 'object' }, { type: 'null' }] },
@@ -169,7 +179,8 @@ interface ChatBody extends SamplingBody {
 }
 
 export async function chatCompletions(service: Service, m: ServedModel, body: ChatBody, reply: FastifyReply): Promise<FastifyReply> {
-  if (body.continue_final_message) throw new InvalidArgumentError('continue_final_message', 'is not supported by this server (leave it out)');
+  if (body.continue_final_message)
+    throw new InvalidArgumentError('continue_final_message', 'is not supported by this server (leave it out)');
   const tok = m.engine.tokenizer;
   const messages = body.messages.map((msg) => ({
     role: msg.role,
@@ -187,7 +198,10 @@ export async function chatCompletions(service: Service, m: ServedModel, body: Ch
   // Unset: up to the model's length, as vLLM.
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? Math.max(1, m.scorer.maxLength - prompt.length);
   const params = samplingParams(body, maxTokens, logprobs);
-  service.checkGenerate(m, [prompt], params);
+  service.checkGenerate(m, [prompt], params, {
+    logprobs: 'top_logprobs',
+    max_tokens: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens',
+  });
   params.logprobs = withSpare(m, logprobs, false);
   const id = `chatcmpl-${crypto.randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
@@ -219,7 +233,8 @@ export async function chatCompletions(service: Service, m: ServedModel, body: Ch
       if (!send) return;
       for (const e of events) {
         const lp = body.logprobs ? chatLogprobs([e.token], [e.logprob], e.top ? [e.top] : []) : null;
-        if (e.text || lp) send({ ...head, choices: [{ index: e.choice, delta: e.text ? { content: e.text } : {}, logprobs: lp, finish_reason: null }] });
+        if (e.text || lp)
+          send({ ...head, choices: [{ index: e.choice, delta: e.text ? { content: e.text } : {}, logprobs: lp, finish_reason: null }] });
         if (e.finish) send({ ...head, choices: [{ index: e.choice, delta: {}, logprobs: null, finish_reason: e.finish }] });
       }
     });
@@ -266,7 +281,8 @@ export async function generateCompletions(
   reply: FastifyReply,
 ): Promise<FastifyReply> {
   const maxTokens = body.max_tokens ?? 16;
-  if (maxTokens === 0) throw new InvalidArgumentError('max_tokens', 'must be ≥ 1 to generate (0 scores the prompt: leave out stream, n and temperature)');
+  if (maxTokens === 0)
+    throw new InvalidArgumentError('max_tokens', 'must be ≥ 1 to generate (0 scores the prompt: leave out stream, n and temperature)');
   const want = body.logprobs ?? null;
   const params = samplingParams(body, maxTokens, want ?? 0);
   const ids = prompts.map((p) => p.ids);
@@ -322,14 +338,28 @@ export async function generateCompletions(
     if (send && echo) {
       prompts.forEach((_, i) => {
         for (let c = 0; c < n; c++)
-          send({ ...head, choices: [{ index: i * n + c, text: promptText(i), logprobs: echoed ? echoLogprobs(i) : null, finish_reason: null }] });
+          send({
+            ...head,
+            choices: [{ index: i * n + c, text: promptText(i), logprobs: echoed ? echoLogprobs(i) : null, finish_reason: null }],
+          });
       });
     }
     const results = await service.generate(m, ids, params, call, (i, events) => {
       if (!send) return;
       for (const e of events) {
         const lp = want !== null ? tokenLogprobs(i, e.choice, [e.token], [e.logprob], e.top ? [e.top] : []) : null;
-        send({ ...head, choices: [{ index: i * n + e.choice, text: e.text, logprobs: lp, finish_reason: e.finish ?? null, ...(e.finish ? { stop_reason: null } : {}) }] });
+        send({
+          ...head,
+          choices: [
+            {
+              index: i * n + e.choice,
+              text: e.text,
+              logprobs: lp,
+              finish_reason: e.finish ?? null,
+              ...(e.finish ? { stop_reason: null } : {}),
+            },
+          ],
+        });
       }
     });
     if (send) return body.stream_options?.include_usage ? { ...head, choices: [], usage: usage(results) } : undefined;

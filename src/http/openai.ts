@@ -35,8 +35,6 @@ export interface HttpOptions {
   tls?: TlsMaterial;
 }
 
-
-
 /** What a route's config may say: `rpc`, the RPC a transcoded route serves; `open`, no
  * token needed (pages and documents that hold no data). */
 export interface RouteConfig {
@@ -332,7 +330,10 @@ function fromFastify(err: FastifyError, bodyLimit: number): unknown {
       const key = String(e.params.missingProperty);
       return new InvalidArgumentError(path ? `${path}.${key}` : key, 'is required');
     }
-    const message = e.keyword === 'anyOf' && e.parentSchema?.description ? e.parentSchema.description : (e.message ?? 'is invalid');
+    const message =
+      (e.keyword === 'anyOf' || e.keyword === 'enum') && e.parentSchema?.description
+        ? e.parentSchema.description
+        : (e.message ?? 'is invalid');
     return new InvalidArgumentError(path || where, message);
   }
   switch (err.code) {

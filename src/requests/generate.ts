@@ -107,15 +107,26 @@ export interface GenerationModel {
 }
 
 /** Check sampling parameters, naming the field (OpenAI's names). */
-export function checkSampling(p: SamplingParams, promptLength: number, model: Pick<GenerationModel, 'maxLength'>, maxTopK: number): void {
+/** The fields a request names its sampling options by, where they are not the
+ * completions API's (chat: `top_logprobs`, `max_completion_tokens`). */
+export type SamplingFieldNames = Partial<Record<'logprobs' | 'max_tokens', string>>;
+
+export function checkSampling(
+  p: SamplingParams,
+  promptLength: number,
+  model: Pick<GenerationModel, 'maxLength'>,
+  maxTopK: number,
+  names: SamplingFieldNames = {},
+): void {
   const need = (ok: boolean, field: string, what: string) => {
-    if (!ok) throw new InvalidArgumentError(field, what);
+    if (!ok) throw new InvalidArgumentError(names[field as keyof SamplingFieldNames] ?? field, what);
   };
   need(Number.isFinite(p.temperature) && p.temperature >= 0, 'temperature', 'must be a number ≥ 0');
   need(Number.isFinite(p.topP) && p.topP > 0 && p.topP <= 1, 'top_p', 'must be in (0, 1]');
   need(Number.isInteger(p.topK) && p.topK >= 0, 'top_k', 'must be a whole number ≥ 0 (0 or -1: off)');
   need(Number.isFinite(p.minP) && p.minP >= 0 && p.minP <= 1, 'min_p', 'must be in [0, 1]');
-  need(p.seed === undefined || Number.isSafeInteger(p.seed), 'seed', 'must be a whole number');
+  // OpenAI's seed is an int64 (JSON numbers past 2⁵³ arrive rounded, still whole).
+  need(p.seed === undefined || (Number.isInteger(p.seed) && Math.abs(p.seed) <= 2 ** 63), 'seed', 'must be a whole number in [-2⁶³, 2⁶³]');
   need(Number.isInteger(p.maxTokens) && p.maxTokens >= 1, 'max_tokens', 'must be a whole number ≥ 1 to generate');
   need(Number.isInteger(p.n) && p.n >= 1 && p.n <= 64, 'n', 'must be a whole number in [1, 64]');
   need(Number.isInteger(p.logprobs) && p.logprobs >= 0 && p.logprobs <= maxTopK, 'logprobs', `must be a whole number in [0, ${maxTopK}]`);
@@ -127,7 +138,7 @@ export function checkSampling(p: SamplingParams, promptLength: number, model: Pi
   need(promptLength >= 1, 'prompt', 'must hold at least one token');
   if (promptLength + p.maxTokens > model.maxLength)
     throw new InvalidArgumentError(
-      'max_tokens',
+      names.max_tokens ?? 'max_tokens',
       `the prompt's ${promptLength} tokens plus ${p.maxTokens} to generate exceed the model's ${model.maxLength} positions`,
     );
 }

@@ -38,6 +38,7 @@ import {
   type ChoiceResult,
   type PreparedPrompt,
   type PromptBins,
+  type SamplingFieldNames,
   type SamplingParams,
   type TokenEvent,
 } from '../requests/generate.js';
@@ -468,12 +469,12 @@ export class Service {
   }
 
   /** Refuse a generation request before anything runs (a stream's status is still free). */
-  checkGenerate(m: ServedModel, prompts: number[][], params: SamplingParams): void {
+  checkGenerate(m: ServedModel, prompts: number[][], params: SamplingParams, names: SamplingFieldNames = {}): void {
     this.checkItems(prompts.length * params.n, 'prompt', 'choices (prompts × n)');
     const model = generationModel(m.engine, m.scorer);
     prompts.forEach((p, i) => {
       checkTokenIds(p, m.engine.config.vocabSize, prompts.length > 1 ? `prompt[${i}]` : 'prompt');
-      checkSampling(params, p.length, model, m.scorer.maxTopK);
+      checkSampling(params, p.length, model, m.scorer.maxTopK, names);
     });
   }
 
