@@ -268,6 +268,27 @@ describe('HTTP/JSON transcoding', () => {
     });
     expect(lone.status).toBe(400);
     expect(lone.body.message).toBe('texts[1]: is not valid UTF-8');
+    // One rule everywhere (field defects #13, #14): raw invalid bytes were scored as U+FFFD,
+    // the OpenAI routes took lone surrogates, and a key given twice kept its last value.
+    const raw = (route: string, body: Buffer | string) =>
+      http(base, route, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: typeof body === 'string' ? body : new Uint8Array(body),
+      });
+    const before = Buffer.from('{"samples":[{"chunks":[{"label":"a","text":"caf');
+    const bytes = await raw('/v1/probe', Buffer.concat([before, Buffer.from([0xc3, 0x28]), Buffer.from('"}]}]}')]));
+    expect([bytes.status, bytes.body.message]).toEqual([400, `body: is not valid UTF-8 (at byte ${before.length})`]);
+    const completion = await raw('/v1/completions', '{"prompt":"bad \\ud800","max_tokens":1}');
+    expect([completion.status, completion.body.error?.message]).toEqual([400, 'prompt: is not valid UTF-8']);
+    const chat = await raw('/v1/chat/completions', '{"messages":[{"role":"user","content":"\\udc00"}]}');
+    expect([chat.status, chat.body.error?.message]).toEqual([400, 'messages[0].content: is not valid UTF-8']);
+    const twice = await raw('/v1/completions', '{"prompt":"a","max_tokens":1,"max_tokens":2}');
+    expect([twice.status, twice.body.error?.message]).toEqual([400, 'max_tokens: given twice in the JSON body']);
+    const nestedTwice = await raw('/v1/tokenize', '{"texts":["a"],"options":{"x":1,"x":2}}');
+    expect([nestedTwice.status, nestedTwice.body.message]).toEqual([400, 'options.x: given twice in the JSON body']);
+    const proto = await raw('/v1/tokenize', '{"texts":["a"],"__proto__":{"x":1}}');
+    expect(proto.status).toBe(400);
     // GET takes the request's scalar fields from the query, and nothing else.
     const query = await http(base, '/v1/list-models?verbose=1');
     expect(query.status).toBe(400);

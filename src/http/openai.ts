@@ -7,6 +7,7 @@
 // On fastify: JSON bodies only (other content types: 415), each validated against a
 // JSON schema (no type coercion; unknown fields refused), translated into the serving
 // layer's calls. Errors become statuses in status.ts only.
+import { parseJsonBody } from './json-body.js';
 import crypto from 'node:crypto';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import {
@@ -55,6 +56,15 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
   // A browser page can post text/plain or a form cross-origin without a preflight:
   // only JSON is taken.
   app.removeContentTypeParser(['text/plain']);
+  // JSON by the proto3 rule for text, on every route (json-body.ts).
+  app.removeContentTypeParser(['application/json']);
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => {
+    try {
+      done(null, parseJsonBody(body as Buffer));
+    } catch (e) {
+      done(e as Error, undefined);
+    }
+  });
 
   // Metric labels come from the route table, never from the raw path; a transcoded RPC is
   // recorded as gRPC records it (its method name, its code's name).
