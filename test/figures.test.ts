@@ -2,6 +2,7 @@
 // drawn by the viewer's charts (Observable Plot) into linkedom's document, no browser —
 // rendered in headless Chromium (Debian's chromium, driven by playwright-core), checking
 // what is drawn against the answers.
+import { CHROMIUM, haveChromium, launchChromium } from './chromium.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,8 +13,6 @@ import { prepareAttribution, type SampleAttribution } from '../src/requests/attr
 import { Scorer } from '../src/core/scorer.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-const haveChromium = fs.existsSync(CHROMIUM);
 if (!haveChromium) console.warn(`skipping the figure tests: no Chromium at ${CHROMIUM} (apt-get install chromium)`);
 
 describe.skipIf(!haveChromium)('probe report in Chromium', () => {
@@ -33,18 +32,7 @@ describe.skipIf(!haveChromium)('probe report in Chromium', () => {
     answer = await new Prober(engine).probe([{ chunks: chunks('When was it built?') }, { chunks: chunks('How old is the tower?') }]);
     file = path.join(tempDir('report'), 'report.html');
     fs.writeFileSync(file, probeReportHtml(answer, 'test report', 'gpt2'));
-    const { chromium } = await import('playwright-core');
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    });
+    browser = await launchChromium();
     page = await browser.newPage();
     await page.goto(`file://${file}`);
   });

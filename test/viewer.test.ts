@@ -4,6 +4,7 @@
 // SVG — with no console error at any point, and again behind a bearer token. What is
 // drawn is checked against the same calls made directly over HTTP/JSON. Screenshots go
 // to test/artifacts/ (CI keeps them).
+import { CHROMIUM, haveChromium, launchChromium } from './chromium.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,8 +13,6 @@ import { CtxprobeServer } from '../src/serving/server.js';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-const haveChromium = fs.existsSync(CHROMIUM);
 if (!haveChromium) console.warn(`skipping the viewer tests: no Chromium at ${CHROMIUM} (apt-get install chromium)`);
 const ARTIFACTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'artifacts');
 
@@ -40,21 +39,6 @@ const DIALOGUE = {
     { role: 'assistant', content: 'Merci beaucoup.' },
   ],
 };
-
-async function launch() {
-  const { chromium } = await import('playwright-core');
-  return chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
-  });
-}
 
 /** A page that records every console error, page error and failed or refused request. */
 async function openPage(browser: any, url: string) {
@@ -113,7 +97,7 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     server.addModel(model);
     server.setServing();
     base = `http://127.0.0.1:${server.httpPort}`;
-    browser = await launch();
+    browser = await launchChromium();
   });
   afterAll(async () => {
     await browser?.close();
@@ -266,7 +250,7 @@ describe('the viewer page, as another site would use it', () => {
   });
 
   it.skipIf(!haveChromium)('cannot be framed by another page', async () => {
-    const browser = await launch();
+    const browser = await launchChromium();
     try {
       const page = await browser.newPage();
       const url = `http://127.0.0.1:${server.httpPort}/ui/`;
@@ -302,7 +286,7 @@ describe.skipIf(!haveChromium)('the viewer behind a bearer token', () => {
     server = await CtxprobeServer.start({ port: 0, httpPort: 0, metricsPort: -1, authTokens: [TOKEN] });
     server.addModel(model);
     server.setServing();
-    browser = await launch();
+    browser = await launchChromium();
   });
   afterAll(async () => {
     await browser?.close();
