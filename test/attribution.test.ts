@@ -18,7 +18,12 @@ const tokens = (r: () => number, n: number, vocab: number) => Array.from({ lengt
 
 /** Sum of the target chunk's token log-probs, each given everything before it, from the
  * float64 reference with `hidden` keys knocked out. */
-function referenceTarget(fx: Parameters<typeof referenceTokenLogprobs>[0], ids: number[], targetStart: number, hidden: { start: number; end: number }[] = []) {
+function referenceTarget(
+  fx: Parameters<typeof referenceTokenLogprobs>[0],
+  ids: number[],
+  targetStart: number,
+  hidden: { start: number; end: number }[] = [],
+) {
   return referenceTokenLogprobs(fx, ids, ids.length - targetStart, { hidden }).logprobs;
 }
 
@@ -78,7 +83,11 @@ describe.each(['llama', 'qwen2-window', 'gemma2', 'mixtral', 'phi3-longrope'])('
     ]);
     const sweep0 = referenceTarget(ctx.fx, ids, targetStart, [span(1), span(2)]);
     expect(Math.abs(a!.sweep![0]!.mask!.logprob - sum(sweep0))).toBeLessThan(1e-4);
-    const sweep1 = referenceTarget(ctx.fx, [...chunkIds[0]!.ids, ...chunkIds[2]!.ids, ...chunkIds[3]!.ids, ...chunkIds[4]!.ids], targetStart - 6);
+    const sweep1 = referenceTarget(
+      ctx.fx,
+      [...chunkIds[0]!.ids, ...chunkIds[2]!.ids, ...chunkIds[3]!.ids, ...chunkIds[4]!.ids],
+      targetStart - 6,
+    );
     expect(Math.abs(a!.sweep![1]!.remove!.logprob - sum(sweep1))).toBeLessThan(1e-4);
     // Random patterns: each pattern's log-likelihood is the reference's with the dropped chunks masked.
     const fit = a!.subsets!;
@@ -92,7 +101,9 @@ describe.each(['llama', 'qwen2-window', 'gemma2', 'mixtral', 'phi3-longrope'])('
     // shared job computed fewer tokens than the unshared one when the family allows sharing.
     const alone = new Scorer(ctx.engine, { prefixSharing: false });
     const solo = await Promise.all(prepared.units.map(async (u) => (await alone.scoreUnits([u])).scores[0]!));
-    prepared.units.forEach((_, i) => scores[i]!.logprobs.forEach((lp, j) => expect(Math.abs(lp - solo[i]!.logprobs[j]!)).toBeLessThan(1e-5)));
+    prepared.units.forEach((_, i) =>
+      scores[i]!.logprobs.forEach((lp, j) => expect(Math.abs(lp - solo[i]!.logprobs[j]!)).toBeLessThan(1e-5)),
+    );
     if (shared.cache) expect(work.tokensComputed).toBeLessThan(0.6 * work.tokensRequested);
   });
 });
@@ -101,9 +112,20 @@ describe('attribution planning and validation', () => {
   const ctx = familyEngine('llama');
 
   it('a masked row that starts before its mask ends runs in two blocks, broken where the mask starts to apply', () => {
-    const row = { unit: 0, tokens: [1, 2, 3, 4, 5, 6, 7, 8], startPosition: 0, scoredFrom: 5, targetFrom: 0, targetCount: 3, pastRow: 0, hidden: [{ start: 2, end: 6 }] };
+    const row = {
+      unit: 0,
+      tokens: [1, 2, 3, 4, 5, 6, 7, 8],
+      startPosition: 0,
+      scoredFrom: 5,
+      targetFrom: 0,
+      targetCount: 3,
+      pastRow: 0,
+      hidden: [{ start: 2, end: 6 }],
+    };
     const p = plan([row], { maxBatchTokens: 64 });
-    expect(p.passes.map((x) => [x.rows[0]!.startPosition, x.rows[0]!.tokens.length, x.rows[0]!.hidden ?? null, x.past ?? null, x.keep])).toEqual([
+    expect(
+      p.passes.map((x) => [x.rows[0]!.startPosition, x.rows[0]!.tokens.length, x.rows[0]!.hidden ?? null, x.past ?? null, x.keep]),
+    ).toEqual([
       [0, 6, null, null, true],
       [6, 2, [{ start: 2, end: 6 }], 0, false],
     ]);
@@ -124,7 +146,9 @@ describe('attribution planning and validation', () => {
       const prepared = await prepareAttribution(ctx.engine, samples, options);
       expect(prepared.units).toHaveLength(countVariants(samples, options).total);
       // Patterns are fixed when the variants are made; the scores do not change them.
-      return prepared.finish(prepared.units.map((u) => ({ logprobs: u.targets.map(() => -1), greedy: u.targets.map(() => false) }))).map((a) => a.subsets!.patterns);
+      return prepared
+        .finish(prepared.units.map((u) => ({ logprobs: u.targets.map(() => -1), greedy: u.targets.map(() => false) })))
+        .map((a) => a.subsets!.patterns);
     };
     const [p0, p1] = await patterns([sample(5), sample(5)], 3);
     expect(p1).not.toEqual(p0); // same chunk count, same seed: other patterns
@@ -140,16 +164,84 @@ describe('attribution planning and validation', () => {
   it('refuses what it cannot attribute, naming the field', async () => {
     const ids = (n: number) => Array.from({ length: n }, (_, i) => 5 + i);
     const cases: [AttributionSample[], object, RegExp][] = [
-      [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }], target: 'zz' }], {}, /samples\[0\]\.target: no chunk is labelled "zz"/],
-      [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }], target: 'a' }], {}, /samples\[0\]\.target: the target is the first chunk/],
-      [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }], ablate: ['b'] }], {}, /samples\[0\]\.ablate\[0\]: no chunk before the target is labelled "b"/],
-      [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }] }], { interventions: ['erase'] }, /interventions\[0\]: must be remove or mask/],
-      [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }] }], { subsets: -1 }, /random_subsets: must be a whole number/],
-      [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }] }], { historySweep: [1.5] }, /history_sweep\[0\]: must be a whole number/],
-      // Removing the only chunk before the target leaves nothing to predict its first token.
-      [[{ chunkIds: [{ label: 'a', ids: ids(3) }, { label: 'b', ids: ids(2) }] }], { interventions: ['remove'] }, /without chunk 0: the target starts the sequence/],
+      [
+        [
+          {
+            chunkIds: [
+              { label: 'a', ids: ids(3) },
+              { label: 'b', ids: ids(2) },
+            ],
+            target: 'zz',
+          },
+        ],
+        {},
+        /samples\[0\]\.target: no chunk is labelled "zz"/,
+      ],
+      [
+        [
+          {
+            chunkIds: [
+              { label: 'a', ids: ids(3) },
+              { label: 'b', ids: ids(2) },
+            ],
+            target: 'a',
+          },
+        ],
+        {},
+        /samples\[0\]\.target: the target is the first chunk/,
+      ],
+      [
+        [
+          {
+            chunkIds: [
+              { label: 'a', ids: ids(3) },
+              { label: 'b', ids: ids(2) },
+            ],
+            ablate: ['b'],
+          },
+        ],
+        {},
+        /samples\[0\]\.ablate\[0\]: no chunk before the target is labelled "b"/,
+      ],
+      [
+        [
+          {
+            chunkIds: [
+              { label: 'a', ids: ids(3) },
+              { label: 'b', ids: ids(2) },
+            ],
+          },
+        ],
+        { interventions: ['erase'] },
+        /interventions\[0\]: must be remove or mask/,
+      ],
+      [
+        [
+          {
+            chunkIds: [
+              { label: 'a', ids: ids(3) },
+              { label: 'b', ids: ids(2) },
+            ],
+          },
+        ],
+        { subsets: -1 },
+        /random_subsets: must be a whole number/,
+      ],
+      [
+        [
+          {
+            chunkIds: [
+              { label: 'a', ids: ids(3) },
+              { label: 'b', ids: ids(2) },
+            ],
+          },
+        ],
+        { historySweep: [1.5] },
+        /history_sweep\[0\]: must be a whole number/,
+      ],
     ];
-    for (const [samples, options, message] of cases) await expect(prepareAttribution(ctx.engine, samples, options)).rejects.toThrow(message);
+    for (const [samples, options, message] of cases)
+      await expect(prepareAttribution(ctx.engine, samples, options)).rejects.toThrow(message);
   });
 });
 
@@ -201,6 +293,22 @@ describe('attribution over chat messages and text chunks', () => {
     expect(maskUnit?.hidden).toEqual([{ start: 1, end: a!.spans[0]!.end }]);
   });
 
+  it('a target left first by a removal is predicted as a continuation of an empty context is (from BOS), not refused', async () => {
+    // No BOS in the text (as a ChatML dialogue with no system message): removing everything
+    // before the target left nothing to predict its first token, and the whole call failed.
+    const chunks = [
+      { label: 'user#1', text: 'User: is the sky blue?\n' },
+      { label: 'assistant#1', text: 'Bot: yes, it is blue.' },
+    ];
+    const scorer = new Scorer(engine, { prefixSharing: false });
+    const prepared = await prepareAttribution(engine, [{ chunks }], { interventions: ['remove'] });
+    const [a] = prepared.finish((await scorer.scoreUnits(prepared.units)).scores);
+    const target = (await engine.tokenizer.encodeAsync(chunks[1]!.text, false)) as number[];
+    const [alone] = (await scorer.loglikelihood([{ context: [], continuations: [target] }]))[0]!;
+    expect(a!.chunks[0]!.remove!.logprob).toBeCloseTo(alone!.logprob, 5);
+    expect(a!.chunks[0]!.remove!.logprob).not.toBe(a!.base.logprob);
+  });
+
   it('text chunks: remove re-tokenises the rest', async () => {
     const chunks = [
       { label: 'instruction', text: 'Answer from the knowledge.\n' },
@@ -211,7 +319,9 @@ describe('attribution over chat messages and text chunks', () => {
     const scorer = new Scorer(engine);
     const prepared = await prepareAttribution(engine, [{ chunks, addSpecialTokens: true }], { interventions: ['remove'] });
     const [a] = prepared.finish((await scorer.scoreUnits(prepared.units)).scores);
-    const p2 = await prepareAttribution(engine, [{ chunks: chunks.filter((c) => c.label !== 'knowledge'), addSpecialTokens: true }], { interventions: ['remove'] });
+    const p2 = await prepareAttribution(engine, [{ chunks: chunks.filter((c) => c.label !== 'knowledge'), addSpecialTokens: true }], {
+      interventions: ['remove'],
+    });
     const [b] = p2.finish((await new Scorer(engine, { prefixSharing: false }).scoreUnits(p2.units)).scores);
     expect(Math.abs(a!.chunks[2]!.remove!.logprob - b!.base.logprob)).toBeLessThan(1e-5);
   });

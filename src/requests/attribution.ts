@@ -188,7 +188,8 @@ type Resolved = AttributionOptions & { interventions: Intervention[]; subsets: n
 export function resolveAttributionOptions(options: AttributionOptions): Resolved {
   const interventions = options.interventions?.length ? [...new Set(options.interventions)] : [...INTERVENTIONS];
   interventions.forEach((v, k) => {
-    if (!INTERVENTIONS.includes(v)) throw new InvalidArgumentError(`interventions[${k}]`, `must be remove or mask (got ${JSON.stringify(v)})`);
+    if (!INTERVENTIONS.includes(v))
+      throw new InvalidArgumentError(`interventions[${k}]`, `must be remove or mask (got ${JSON.stringify(v)})`);
   });
   const subsets = options.subsets ?? 0;
   if (!Number.isInteger(subsets) || subsets < 0 || subsets > MAX_SUBSETS)
@@ -217,8 +218,13 @@ async function prepareSample(
     throw new InvalidArgumentError(field, `${seg.ids.length} tokens, over the model's ${engine.config.maxPositions} positions`);
   const labels = seg.segments.map((s) => s.label);
   const target = sample.target === undefined || sample.target === '' ? labels.length - 1 : labels.lastIndexOf(sample.target);
-  if (target < 0) throw new InvalidArgumentError(`${field}.target`, `no chunk is labelled ${JSON.stringify(sample.target)} (labels: ${labels.join(', ')})`);
-  if (target === 0) throw new InvalidArgumentError(`${field}.target`, 'the target is the first chunk: nothing comes before it to attribute');
+  if (target < 0)
+    throw new InvalidArgumentError(
+      `${field}.target`,
+      `no chunk is labelled ${JSON.stringify(sample.target)} (labels: ${labels.join(', ')})`,
+    );
+  if (target === 0)
+    throw new InvalidArgumentError(`${field}.target`, 'the target is the first chunk: nothing comes before it to attribute');
   const before = labels.slice(0, target).map((_, k) => k);
   let ablate = before;
   if (sample.ablate?.length) {
@@ -230,7 +236,8 @@ async function prepareSample(
   }
   const bos = engine.tokenizer.bosId;
   const sink = seg.ids[0] === bos ? 1 : 0; // a BOS at 0 stays visible
-  const base = variantOf(seg, target, `${field}`, bos);
+  const lead = { bos, eos: engine.tokenizer.eosId };
+  const base = variantOf(seg, target, `${field}`, lead);
   const baseIndex = add(base);
 
   const masked = (dropped: number[]): Variant => {
@@ -248,7 +255,7 @@ async function prepareSample(
       const what = dropped.map((k) => `${k} (${labels[k]})`).join(', ');
       throw new InvalidArgumentError(field, `without chunk ${what}: ${e instanceof InvalidArgumentError ? e.message : String(e)}`);
     }
-    return variantOf(vseg, t, `${field} without chunk ${dropped.join(', ')}`, bos);
+    return variantOf(vseg, t, `${field} without chunk ${dropped.join(', ')}`, lead);
   };
   // Each requested variant: its unit's index and target tokens, per intervention.
   type Planned = Partial<Record<Intervention, { index: number; targets: number[] }>>;
@@ -304,7 +311,8 @@ async function prepareSample(
         tokenDeltas: same ? lp.map((v, j) => v - baseLogprobs[j]!) : [],
       };
     };
-    const effects = (planned: Planned) => Object.fromEntries(Object.entries(planned).map(([v, p]) => [v, effect(p!)])) as Partial<Record<Intervention, Effect>>;
+    const effects = (planned: Planned) =>
+      Object.fromEntries(Object.entries(planned).map(([v, p]) => [v, effect(p!)])) as Partial<Record<Intervention, Effect>>;
     const answer: SampleAttribution = {
       spans: seg.segments,
       numTokens: seg.ids.length,
@@ -328,17 +336,28 @@ async function prepareSample(
 }
 
 /** The target chunk's tokens as a unit: each predicted from everything before it. */
-function variantOf(seg: Segmented, target: number, what: string, bos: number | undefined): Variant {
-  const span = seg.segments[target]!;
-  // A target that starts the sequence (everything before it removed) is predicted from
-  // its BOS; without one nothing predicts its first token.
-  if (span.start === 0 && (seg.ids[0] !== bos || span.end < 2))
-    throw new InvalidArgumentError(what, 'the target starts the sequence: nothing predicts its first token');
-  const from = Math.max(1, span.start);
-  const ids = seg.ids;
+function variantOf(seg: Segmented, target: number, what: string, lead: { bos?: number; eos?: number }): Variant {
+  let ids = seg.ids;
+  let { start, end } = seg.segments[target]!;
+  // A target that starts the sequence (everything before it removed: a dialogue's history
+  // swept to none when it has no system message) is predicted as a continuation of an
+  // empty context is: from [BOS], or EOS where the model has none (SPEC). Its own BOS, if
+  // it begins with one, already does.
+  if (start === 0 && !(ids[0] === lead.bos && end >= 2)) {
+    const first = lead.bos ?? lead.eos;
+    if (first === undefined)
+      throw new InvalidArgumentError(
+        what,
+        'the target starts the sequence and the model has neither BOS nor EOS to predict its first token from',
+      );
+    ids = [first, ...ids];
+    start = 1;
+    end += 1;
+  }
+  const from = Math.max(1, start);
   return {
-    unit: { prefix: ids.slice(0, from - 1), tail: ids.slice(from - 1, span.end - 1), targets: ids.slice(from, span.end), topK: 0 },
-    targets: ids.slice(from, span.end),
+    unit: { prefix: ids.slice(0, from - 1), tail: ids.slice(from - 1, end - 1), targets: ids.slice(from, end), topK: 0 },
+    targets: ids.slice(from, end),
   };
 }
 
