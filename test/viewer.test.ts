@@ -195,6 +195,35 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     await page.close();
   });
 
+  it('a dialogue opened by the user (no system message) is attributed and answered; a panel that fails leaves the others drawn', async () => {
+    const { page, problems } = await openPage(browser, `${base}/ui/`);
+    await page.waitForFunction(() => (document.querySelector('#model') as HTMLSelectElement).options.length > 0);
+    await page.fill('#max-tokens', '6');
+    // Its history swept to none leaves the target first: predicted from the empty-context
+    // token now; the whole call failed before, and the page drew neither attribution nor
+    // the generated response (field defects #1).
+    const userFirst = { ...DIALOGUE, messages: DIALOGUE.messages.slice(1) };
+    expect(await analyse(page, userFirst, { generate: true })).toMatch(/^Done: \d+ tokens, 6 chunks; set aside: setting\.$/);
+    expect((await figures(page)).map((f) => f.kind)).toEqual([
+      'layer-bars',
+      'layer-cells',
+      'round-heatmap',
+      'effect-bars',
+      'sweep-lines',
+      'token-cells',
+    ]);
+    expect((await page.textContent('.generated'))!.length).toBeGreaterThan(0);
+    // A generation the server refuses (more tokens than the model's context): its card
+    // says why, the attribution is still drawn, and the status says what was not drawn.
+    await page.evaluate(() => ((document.querySelector('#max-tokens') as HTMLInputElement).max = ''));
+    await page.fill('#max-tokens', '100000');
+    expect(await analyse(page, userFirst, { generate: true })).toMatch(/not drawn: Generated response/);
+    expect((await figures(page)).map((f) => f.kind)).toContain('effect-bars');
+    expect(await page.textContent('.card:has-text("Generated response: not drawn")')).toMatch(/max_tokens/);
+    expect(problems.filter((p) => !p.includes('400'))).toEqual([]);
+    await page.close();
+  });
+
   it("reads an mtRAG line as the runners do: the passages are chunks of the last question's message", async () => {
     const { page, problems } = await openPage(browser, `${base}/ui/`);
     await page.waitForFunction(() => (document.querySelector('#model') as HTMLSelectElement).options.length > 0);

@@ -317,7 +317,19 @@ async function analyse(): Promise<void> {
       card.append(tokenText(s, values, 'reds', (t) => (values[t] === undefined ? '' : `log-prob ${lps[positions.indexOf(t)]!.toFixed(3)}`)));
     }
 
-    if ($<HTMLInputElement>('attribute').checked) {
+    // Attribution and generation are panels of their own: one failing says so in its card
+    // and in the status, and the others are still drawn (an attribution refusal used to
+    // stop the page before the generated response).
+    const failed: string[] = [];
+    const panel = async (name: string, body: () => Promise<void>) => {
+      try {
+        await body();
+      } catch (err) {
+        failed.push(name);
+        textCard(`${name}: not drawn`, (err as Error).message).classList.add('failed');
+      }
+    };
+    if ($<HTMLInputElement>('attribute').checked) await panel('Attribution', async () => {
       setStatus('Attributing…');
       const history = labels.filter((l) => l === 'history' || /^(user|assistant)#/.test(l)).length;
       const sweep = Array.from({ length: Math.min(history, 4) }, (_, k) => k);
@@ -336,9 +348,9 @@ async function analyse(): Promise<void> {
         'attribution',
       );
       if (a.sweep.length) figureCard('History sweep', sweepLines(a.sweep.map((p: Json) => ({ keep: p.keep, remove: delta(p.remove), mask: delta(p.mask) })), 'Keeping only the last h history turns'), 'sweep');
-    }
+    });
 
-    if ($<HTMLInputElement>('generate').checked) {
+    if ($<HTMLInputElement>('generate').checked) await panel('Generated response', async () => {
       setStatus('Generating…');
       const prompt = promptOf(sample, s.queryLabels);
       const card = textCard('Generated response', `From the sample without its ${prompt.messages?.length ? 'last assistant turn' : 'last chunk'}; greedy at temperature 0.`);
@@ -367,8 +379,8 @@ async function analyse(): Promise<void> {
         const values = steps.map((m) => meanRows(rows(m.mass)));
         figureCard('Where each generated token looked', tokenCells(steps.map((m) => m.text), values, bins, 'Attention mass of each generated token over the prompt chunks and the response so far'), 'generation-attention', true);
       }
-    }
-    setStatus(`Done: ${s.numTokens} tokens, ${labels.length} chunks${ignored.length ? `; set aside: ${ignored.join(', ')}` : ''}.`);
+    });
+    setStatus(`Done: ${s.numTokens} tokens, ${labels.length} chunks${ignored.length ? `; set aside: ${ignored.join(', ')}` : ''}${failed.length ? `; not drawn: ${failed.join(', ')} (see their cards)` : ''}.`);
     $<HTMLButtonElement>('export-json').disabled = false;
   } catch (err) {
     setStatus((err as Error).message, true);
