@@ -7,6 +7,7 @@
 import fs from 'node:fs';
 import https from 'node:https';
 import { request as httpRequest } from 'node:http';
+import net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CtxprobeServer } from '../src/serving/server.js';
@@ -468,6 +469,34 @@ describe('HTTP/JSON transcoding', () => {
   });
 });
 
+/** Writes a request head, then `size` bytes of body (or `afterContinue` once the server
+ * says 100 Continue), as fast as the socket takes them, reading nothing until it is done;
+ * what the server sent back, and the first write error. */
+async function rawExchange(port: number, head: string, size: number, afterContinue?: string) {
+  const sock = net.connect(port, '127.0.0.1');
+  let reply = '';
+  let error: string | undefined;
+  let sent = 0;
+  sock.on('data', (d) => {
+    reply += d;
+    if (afterContinue !== undefined && reply.startsWith('HTTP/1.1 100 ')) {
+      sock.write(afterContinue);
+      afterContinue = undefined;
+    }
+  });
+  sock.on('error', (e) => (error ??= (e as NodeJS.ErrnoException).code ?? e.message));
+  const closed = new Promise((resolve) => sock.on('close', resolve));
+  sock.write(head);
+  const chunk = Buffer.alloc(1 << 16, 0x61);
+  while (sent < size && !error) {
+    const piece = chunk.subarray(0, Math.min(chunk.length, size - sent));
+    sent += piece.length;
+    if (!sock.write(piece)) await new Promise((resolve) => sock.once('drain', resolve).once('close', resolve));
+  }
+  await closed;
+  return { reply, error, sent };
+}
+
 describe('HTTP/JSON limits', () => {
   let model: LoadedModel;
   let server: CtxprobeServer;
@@ -491,6 +520,25 @@ describe('HTTP/JSON limits', () => {
     const many = await http(base, '/v1/probe', { json: { samples: [SAMPLE, SAMPLE, SAMPLE] } });
     expect([many.status, many.body.code]).toEqual([400, grpc.status.INVALID_ARGUMENT]);
     expect(many.body.message).toMatch(/^samples: /);
+  });
+
+  // A client that writes its whole body before it reads (a raw socket here) got EPIPE: the
+  // server answered 413 and closed the socket under it (field defects #8).
+  it('lets a client that sends a body over the limit read its 413: the rest is read and dropped, and Expect: 100-continue is answered 413 without inviting the body', async () => {
+    for (const route of ['/v1/completions', '/v1/score']) {
+      const size = 24_000_000;
+      const sent = await rawExchange(server.httpPort!, `POST ${route} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\n\r\n`, size);
+      expect([sent.error, sent.sent]).toEqual([undefined, size]);
+      expect(sent.reply).toMatch(/^HTTP\/1\.1 413 /);
+      expect(sent.reply).toContain('over the limit of 4096 bytes (--max-message-bytes)');
+    }
+    // The body is not invited: the 413 comes first, with nothing sent.
+    const early = await rawExchange(server.httpPort!, 'POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nexpect: 100-continue\r\ncontent-length: 5000\r\n\r\n', 0);
+    expect(early.reply).toMatch(/^HTTP\/1\.1 413 /);
+    // Under the limit, the body is invited and answered.
+    const body = JSON.stringify({ texts: ['the river'] });
+    const invited = await rawExchange(server.httpPort!, `POST /v1/tokenize HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\nexpect: 100-continue\r\ncontent-length: ${body.length}\r\n\r\n`, 0, body);
+    expect(invited.reply).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /);
   });
 });
 

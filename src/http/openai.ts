@@ -8,6 +8,7 @@
 // JSON schema (no type coercion; unknown fields refused), translated into the serving
 // layer's calls. Errors become statuses in status.ts only.
 import { parseJsonBody } from './json-body.js';
+import { discardRest, refuseOversizedBeforeContinue } from './body-limit.js';
 import crypto from 'node:crypto';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import {
@@ -53,6 +54,7 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
     forceCloseConnections: 'idle',
     logger: false,
   });
+  refuseOversizedBeforeContinue(app.server, bodyLimit);
   // A browser page can post text/plain or a form cross-origin without a preflight:
   // only JSON is taken.
   app.removeContentTypeParser(['text/plain']);
@@ -96,7 +98,9 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
   app.addHook('onSend', async (req, reply) => {
     reply.raw.once('close', () => reply.raw.writableFinished || end(req, 499));
   });
-  app.setErrorHandler((err: FastifyError, req, reply) => {
+  app.setErrorHandler(async (err: FastifyError, req, reply) => {
+    // The client may still be sending what was refused: let it finish, to read the 413.
+    if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') await discardRest(req.raw);
     const failure = fromFastify(err, bodyLimit);
     const r = records.get(req);
     if (r) r.failure = failure;
