@@ -184,7 +184,7 @@ describe('gRPC Scoring service', () => {
     const byId = new Map(answers.map((a) => [a.item.id, a]));
     expect([...byId.keys()].sort()).toEqual(['bad', 'lost', 's1', 's2']);
     expect(byId.get('bad').errorCode).toBe(grpc.status.INVALID_ARGUMENT);
-    expect(byId.get('bad').errorMessage).toMatch(/message 2: item\.continuations\[0\]: continuation is empty/);
+    expect(byId.get('bad').errorMessage).toMatch(/message 2\.item\.continuations\[0\]: continuation is empty/);
     expect(byId.get('lost').errorCode).toBe(grpc.status.NOT_FOUND);
     const [s1] = await llama.scorer.loglikelihood([{ context: 'User: Hi', continuations: [' Bot: hello', ' Bot: bye'] }]);
     byId.get('s1').item.continuations.forEach((c: any, j: number) => expect(Math.abs(c.logprob - s1![j]!.logprob)).toBeLessThan(1e-5));

@@ -285,9 +285,9 @@ describe('HTTP/JSON transcoding', () => {
     const chat = await raw('/v1/chat/completions', '{"messages":[{"role":"user","content":"\\udc00"}]}');
     expect([chat.status, chat.body.error?.message]).toEqual([400, 'messages[0].content: is not valid UTF-8']);
     const twice = await raw('/v1/completions', '{"prompt":"a","max_tokens":1,"max_tokens":2}');
-    expect([twice.status, twice.body.error?.message]).toEqual([400, 'max_tokens: given twice in the JSON body']);
+    expect([twice.status, twice.body.error?.message]).toEqual([400, 'max_tokens: given twice in the JSON']);
     const nestedTwice = await raw('/v1/tokenize', '{"texts":["a"],"options":{"x":1,"x":2}}');
-    expect([nestedTwice.status, nestedTwice.body.message]).toEqual([400, 'options.x: given twice in the JSON body']);
+    expect([nestedTwice.status, nestedTwice.body.message]).toEqual([400, 'options.x: given twice in the JSON']);
     const proto = await raw('/v1/tokenize', '{"texts":["a"],"__proto__":{"x":1}}');
     expect(proto.status).toBe(400);
     // GET takes the request's scalar fields from the query, and nothing else.
@@ -326,7 +326,36 @@ describe('HTTP/JSON transcoding', () => {
       headers: { 'content-type': 'application/x-ndjson' },
       body: '{"item":{}}\n{oops\n',
     });
-    expect([broken.status, broken.body.message]).toEqual([400, expect.stringMatching(/^body line 2: not JSON/)]);
+    expect([broken.status, broken.body.message]).toEqual([400, expect.stringMatching(/^message 1: is not JSON/)]);
+    // A line is held to the rule for a JSON body, and named as the message it is, whichever
+    // step refuses it (field defects #13, #14): a line's invalid bytes were scored as
+    // U+FFFD and named 'message 1.\ufffd\ufffd', its key given twice kept the last value,
+    // and the same line was 'body line 2' when not JSON and 'message 1' when not a message.
+    const sendLines = (body: Buffer) =>
+      http(base, '/v1/score-stream', { method: 'POST', headers: { 'content-type': 'application/x-ndjson' }, body: new Uint8Array(body) });
+    const first = Buffer.from('{"item":{"id":"a","contextText":"Hi","continuationsText":[" there"]}}\n\r\n');
+    const refusals: [Buffer, unknown][] = [
+      [Buffer.concat([first, Buffer.from('{"item":{"'), Buffer.from([0xc3, 0x28]), Buffer.from('":1}}\n')]), 'message 1: is not valid UTF-8 (at byte 10)'],
+      [Buffer.concat([first, Buffer.from('{"item":{"id":"b","id":"c"}}\n')]), 'message 1.item.id: given twice in the JSON'],
+      [Buffer.concat([first, Buffer.from('{"item":{"contextText":"\\ud800"}}\n')]), 'message 1.item.context_text: is not valid UTF-8'],
+      [Buffer.concat([first, Buffer.from('{"item":{"bogus":1}}')]), 'message 1.item.bogus: unknown field: ScoreItem has no field "bogus"'],
+      [Buffer.concat([first, Buffer.from('{oops}\n')]), expect.stringMatching(/^message 1: is not JSON: /)],
+    ];
+    for (const [body, message] of refusals) {
+      const res = await sendLines(body);
+      expect([res.status, res.body.message]).toEqual([400, message]);
+    }
+    // A line cut across chunks still parses: one byte at a time.
+    const trickle = await new Promise<number>((resolve) => {
+      const req = httpRequest(`${base}/v1/score-stream`, { method: 'POST', headers: { 'content-type': 'application/x-ndjson' } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode!));
+      });
+      const bytes = Buffer.from('{"item":{"id":"é","contextText":"Hi","continuationsText":[" there"]}}\n');
+      const next = (i: number) => (i < bytes.length ? req.write(bytes.subarray(i, i + 1), () => setImmediate(next, i + 1)) : req.end());
+      next(0);
+    });
+    expect(trickle).toBe(200);
     const sse = await http(base, '/v1/generate', {
       json: { prompt: { chunks: CHUNKS.slice(0, 1) }, sampling: { maxTokens: 2 } },
       headers: { accept: 'text/event-stream' },

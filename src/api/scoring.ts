@@ -70,11 +70,11 @@ export function scoringMethods(service: Service): Methods<ScoringHandlers> {
       const id = msg.item?.id ?? '';
       let model = msg.model;
       try {
-        checkedText(msg, `message ${index}: `);
+        checkedText(msg, `message ${index}.`);
         const m = service.model(msg.model);
         model = m.entry.name;
-        if (!msg.item) throw new InvalidArgumentError(`message ${index}: item`, 'required');
-        const [conts] = await service.score(m, [toLoglikelihoodRequest(msg.item, `message ${index}: item`)], call);
+        if (!msg.item) throw new InvalidArgumentError(`message ${index}.item`, 'required');
+        const [conts] = await service.score(m, [toLoglikelihoodRequest(msg.item, `message ${index}.item`)], call);
         return { model, item: { id, continuations: conts!.map(toContinuationMessage), context: conts![0]?.context }, errorCode: 0, errorMessage: '' };
       } catch (err) {
         service.metrics.requests.inc({ method: 'ScoreStream.item', code: codeNameOf(err) });

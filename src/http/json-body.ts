@@ -8,25 +8,28 @@ import { invalidTextField } from '../api/strict-utf8.js';
 
 const strict = new TextDecoder('utf-8', { fatal: true });
 
-/** A request body parsed, or INVALID_ARGUMENT naming what is wrong with it. */
-export function parseJsonBody(bytes: Buffer): unknown {
-  if (bytes.length === 0) throw new InvalidArgumentError('body', 'a JSON object is required');
+/** A request body parsed, or INVALID_ARGUMENT naming what is wrong with it: `where` is
+ * the body, or one message of a body that streams them (an NDJSON line: `message 2`),
+ * whose fields are then named under it (`message 2.item.context_text`). */
+export function parseJsonBody(bytes: Buffer, where = 'body'): unknown {
+  const within = (path: string) => (where === 'body' ? path : `${where}.${path}`);
+  if (bytes.length === 0) throw new InvalidArgumentError(where, 'a JSON object is required');
   let text: string;
   try {
     text = strict.decode(bytes);
   } catch {
-    throw new InvalidArgumentError('body', `is not valid UTF-8 (at byte ${firstInvalidByte(bytes)})`);
+    throw new InvalidArgumentError(where, `is not valid UTF-8 (at byte ${firstInvalidByte(bytes)})`);
   }
   let value: unknown;
   try {
     value = JSON.parse(text);
-  } catch {
-    throw new InvalidArgumentError('body', 'the request body is not JSON');
+  } catch (err) {
+    throw new InvalidArgumentError(where, where === 'body' ? 'the request body is not JSON' : `is not JSON: ${(err as Error).message}`);
   }
   const key = badKey(text);
-  if (key) throw new InvalidArgumentError(key.path, key.why);
+  if (key) throw new InvalidArgumentError(within(key.path), key.why);
   const field = invalidTextField(value);
-  if (field) throw new InvalidArgumentError(field, 'is not valid UTF-8');
+  if (field) throw new InvalidArgumentError(within(field), 'is not valid UTF-8');
   return value;
 }
 
@@ -78,7 +81,7 @@ function badKey(text: string): { path: string; why: string } | undefined {
         const key = JSON.parse(text.slice(i, j + 1)) as string;
         const path = top.path ? `${top.path}.${key}` : key;
         if (key === '__proto__' || key === 'constructor') return { path, why: 'is not a field (refused: it names a prototype)' };
-        if (top.keys.has(key)) return { path, why: 'given twice in the JSON body' };
+        if (top.keys.has(key)) return { path, why: 'given twice in the JSON' };
         top.keys.add(key);
         lastKey = key;
         expectKey = false;

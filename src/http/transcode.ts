@@ -22,6 +22,7 @@ import { PassThrough, type Readable } from 'node:stream';
 import protobuf from 'protobufjs';
 import type { MethodDefinition } from '@grpc/proto-loader';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { parseJsonBody } from './json-body.js';
 import { ConfigError, InvalidArgumentError, TooLargeError, errorMessage } from '../common/errors.js';
 import type { CallContext, Service } from '../serving/service.js';
 import { apiServices, checkedText, type ApiMethod } from '../api/methods.js';
@@ -180,30 +181,34 @@ function messagesOf(req: FastifyRequest): unknown[] {
   return Array.isArray(body) ? body : [body];
 }
 
-/** An NDJSON body's lines as they arrive: per chunk, its complete lines as JSON. */
+/** An NDJSON body's messages as they arrive: per chunk, its complete lines parsed, each by
+ * the rule for a JSON body (strict UTF-8, no key twice) and named as the message it is
+ * (`message 0` is the first non-blank line), as its decoding and its answer name it. */
 async function* ndjsonChunks(body: Readable, limit: number): AsyncGenerator<unknown[]> {
-  body.setEncoding('utf8');
-  let rest = '';
-  let line = 0;
+  let pending: Buffer[] = []; // the line begun and not yet ended, as it came
+  let index = 0;
   let bytes = 0;
-  const parse = (text: string): unknown[] => {
-    line++;
-    if (text.trim() === '') return [];
-    try {
-      return [JSON.parse(text)];
-    } catch (err) {
-      throw new InvalidArgumentError(`body line ${line}`, `not JSON: ${(err as Error).message}`);
-    }
-  };
-  for await (const chunk of body as AsyncIterable<string>) {
-    bytes += Buffer.byteLength(chunk);
+  const parse = (line: Buffer): unknown[] => (isBlank(line) ? [] : [parseJsonBody(line, `message ${index++}`)]);
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    bytes += chunk.length;
     if (bytes > limit) throw new TooLargeError(`body: over the limit of ${limit} bytes (--max-message-bytes)`);
-    const lines = (rest + chunk).split('\n');
-    rest = lines.pop()!;
-    yield lines.flatMap(parse);
+    // Lines are cut on the byte 0x0A, which no multi-byte UTF-8 sequence contains.
+    const messages: unknown[] = [];
+    let from = 0;
+    for (let nl = chunk.indexOf(0x0a); nl >= 0; nl = chunk.indexOf(0x0a, from)) {
+      pending.push(chunk.subarray(from, nl));
+      messages.push(...parse(Buffer.concat(pending)));
+      pending = [];
+      from = nl + 1;
+    }
+    if (from < chunk.length) pending.push(chunk.subarray(from));
+    yield messages;
   }
-  yield parse(rest);
+  yield parse(Buffer.concat(pending));
 }
+
+/** A line of JSON whitespace only (a trailing CR included). */
+const isBlank = (line: Buffer) => line.every((b) => b === 0x20 || b === 0x09 || b === 0x0d);
 
 /** Each NDJSON message answered as soon as it is ready, dispatched as its line arrives.
  * A chunk's lines are all decoded before any of them is dispatched, so a body that
