@@ -103,10 +103,31 @@ print(json.dumps(errors))`);
     const block = /^```python\n([\s\S]*?)^```/m.exec(readme)![1]!;
     expect(block).toContain('Client("http://127.0.0.1:8000")');
     const dir = tempDir('notebook');
-    fs.writeFileSync(path.join(dir, 'notebook.py'), block.replace('http://127.0.0.1:8000', url));
-    await run([path.join(dir, 'notebook.py')], { PYTHONPATH: path.dirname(script), MPLBACKEND: 'Agg' }, dir);
+    // What the figure shows, read back from matplotlib after the example ran (field
+    // defects #6: the layer axis had ticks at 0.5 steps, the legend sat over the bars and
+    // the heatmap had no colour bar).
+    const inspect = `
+import json
+fig.canvas.draw()
+box = votes.get_window_extent()
+legend = votes.get_legend().get_window_extent()
+print(json.dumps({
+  "layer_ticks": [float(t) for t in votes.get_xticks()],
+  "layers": sample["votes"]["rows"],
+  "legend_beside_bars": bool(legend.x0 >= box.x1),
+  "axes": [a.get_label() for a in fig.axes],
+  "colour_bar": [a.get_ylabel() for a in fig.axes if a.get_label() == "<colorbar>"],
+  "upper_triangle_blank": bool(all(v != v for q, row in enumerate(heat.get_images()[0].get_array().filled(float("nan")).tolist()) for k, v in enumerate(row) if k > q)),
+}))`;
+    fs.writeFileSync(path.join(dir, 'notebook.py'), block.replace('http://127.0.0.1:8000', url) + inspect);
+    const { stdout } = await run([path.join(dir, 'notebook.py')], { PYTHONPATH: path.dirname(script), MPLBACKEND: 'Agg' }, dir);
     const png = fs.readFileSync(path.join(dir, 'probe.png'));
     expect(png.subarray(1, 4).toString()).toBe('PNG');
+    const shown = JSON.parse(stdout.trim().split('\n').at(-1)!);
+    expect(shown.layer_ticks).toEqual(Array.from({ length: shown.layers }, (_, l) => l));
+    expect(shown.legend_beside_bars).toBe(true);
+    expect(shown.colour_bar).toEqual(['attention']);
+    expect(shown.upper_triangle_blank).toBe(true);
   });
 });
 
