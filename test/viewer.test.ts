@@ -112,7 +112,7 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     const status = await analyse(page, FOUR_CHUNKS);
     expect(status).toMatch(/^Done: \d+ tokens, 4 chunks/);
     const drawn = await figures(page);
-    expect(drawn.map((f) => f.kind)).toEqual(['layer-bars', 'layer-cells', 'round-heatmap', 'effect-bars', 'sweep-lines']);
+    expect(drawn.map((f) => f.kind)).toEqual(['layer-bars', 'layer-cells', 'round-heatmap', 'effect-bars', 'sweep-bars']);
 
     // The same probe, asked directly: the page draws its numbers.
     const probe = await (
@@ -140,6 +140,37 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     const tokens = await page.$$eval('.tokens .tok', (ts: HTMLElement[]) => ts.map((t) => t.dataset.value));
     expect(tokens).toHaveLength(s.numTokens);
     expect(tokens.every((v: string) => v !== '')).toBe(true);
+    // Each token's shade: the mean attention on it of the response rows that can see it
+    // (all layers and heads, from RawAttention in float32 here), over the 2nd–98th
+    // percentile after the first token (field defects #6: scaled by the largest, nearly
+    // every token was dark).
+    const [first, end] = [s.spans[3].start, s.spans[3].end];
+    const raw = await fetch(`${base}/v1/raw-attention`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'chat', sample: { ...FOUR_CHUNKS, queryLabels: ['response'] }, layers: Array.from({ length: probe.layers }, (_, l) => l), heads: Array.from({ length: probe.heads }, (_, h) => h), queryStart: first, queryEnd: end }),
+    });
+    const sum = new Array<number>(s.numTokens).fill(0);
+    const seen = new Array<number>(s.numTokens).fill(0);
+    const rawText = await raw.text();
+    expect(raw.status, rawText.slice(0, 300)).toBe(200);
+    for (const slice of rawText.split('\n').filter(Boolean).map((l) => JSON.parse(l))) {
+      const values = new Float32Array(Uint8Array.from(Buffer.from(slice.data, 'base64')).buffer);
+      for (let q = 0; q < slice.queries; q++) {
+        for (let k = 0; k <= first + q; k++) {
+          sum[k]! += values[q * slice.keys + k]!;
+          seen[k]!++;
+        }
+      }
+    }
+    const mean = sum.map((v, k) => v / seen[k]!);
+    const after = [...mean.slice(1)].sort((a, b) => a - b);
+    const quantile = (p: number) => after[Math.floor((after.length - 1) * p)]! + (((after.length - 1) * p) % 1) * (after[Math.floor((after.length - 1) * p) + 1]! - after[Math.floor((after.length - 1) * p)]!);
+    const [lo, hi] = [quantile(0.02), quantile(0.98)];
+    // float16 on the page, float32 here: within a few float16 steps of the range.
+    mean.forEach((v, k) => expect(Math.abs(Number(tokens[k]) - Math.max(0, Math.min(1, (v - lo) / (hi - lo)))), `token ${k}`).toBeLessThan(0.02));
+    const dark = tokens.filter((v: string) => Number(v) > 0.55).length / tokens.length;
+    expect(dark).toBeLessThan(0.9);
 
     // Export: the figure as an SVG file.
     const [download] = await Promise.all([page.waitForEvent('download'), page.click('.card:has(svg.round-heatmap) button.export-svg')]);

@@ -8,7 +8,8 @@
 //   layerCells     layers × chunks as a heatmap, values printed
 //   roundHeatmap   query segment × key segment, lower-triangular (RefuteBench 2.0 Figs. 8–9)
 //   effectBars     Δ log-likelihood per chunk under each intervention (attribution)
-//   sweepLines     Δ against the number of history turns kept (CHARP's sweep)
+//   sweepLines     Δ against the number of history turns kept (CHARP's sweep); bars
+//                  when only one count was kept
 //   tokenCells     generated tokens × chunks: where each token looked while it was written
 // Every mark carries a <title> with its value (to 4 significant digits): what a reader
 // hovers, and what the tests read back.
@@ -101,13 +102,49 @@ function rampLegend(draw: Draw, scheme: PlotNS.ColorScheme, max: number, label: 
   // 12 px in: the first tick's label is centred on the ramp's edge.
   svg.append(defs, svgElement(draw, 'text', { x: 12, y: 10, 'font-size': 10, 'font-weight': 600 }, label));
   svg.append(svgElement(draw, 'rect', { x: 12, y: 16, width: 256, height: 10, fill: `url(#${id})` }));
-  for (let k = 0; k <= 4; k++) {
-    const x = 12 + (256 * k) / 4;
+  const { ticks, digits } = niceTicks(max);
+  for (const t of ticks) {
+    const x = 12 + (256 * t) / max;
     svg.append(svgElement(draw, 'line', { x1: x, x2: x, y1: 26, y2: 30, stroke: 'currentColor' }));
-    svg.append(svgElement(draw, 'text', { x, y: 40, 'font-size': 10, 'text-anchor': 'middle' }, value4((max * k) / 4)));
+    svg.append(svgElement(draw, 'text', { x, y: 40, 'font-size': 10, 'text-anchor': 'middle' }, t.toFixed(digits)));
   }
   return svg;
 }
+
+/** Ticks from 0 to `max` at a round step (1, 2, 2.5 or 5 × 10ᵏ, at most 5 intervals), all
+ * written with the same digits: quarters of the maximum read "0.08782, 0.1756". */
+export function niceTicks(max: number): { ticks: number[]; digits: number } {
+  if (!(max > 0) || !Number.isFinite(max)) return { ticks: [0], digits: 0 };
+  const rough = max / 5;
+  const power = 10 ** Math.floor(Math.log10(rough));
+  const mantissa = [1, 2, 2.5, 5, 10].find((m) => m * power >= rough)!;
+  const step = mantissa * power;
+  // Digits that show the step exactly: one more for 2.5 × 10ᵏ.
+  const digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9) + (mantissa === 2.5 ? 1 : 0));
+  const ticks: number[] = [];
+  for (let k = 0; k * step <= max * (1 + 1e-9); k++) ticks.push(Number((k * step).toFixed(digits)));
+  return { ticks, digits };
+}
+
+/** The range a text view colours over: the 2nd to the 98th percentile of the values (as
+ * seaborn's `robust=True` does), so a few extremes do not leave every other token pale and
+ * values bunched near the top do not make nearly every token dark. */
+export function robustRange(values: readonly number[]): [number, number] {
+  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (sorted.length === 0) return [0, 1];
+  const at = (p: number) => {
+    // Linear between order statistics (numpy's default quantile).
+    const h = (sorted.length - 1) * p;
+    const i = Math.floor(h);
+    return sorted[i]! + (h - i) * ((sorted[i + 1] ?? sorted[i]!) - sorted[i]!);
+  };
+  const lo = at(0.02);
+  const hi = at(0.98);
+  return hi > lo ? [lo, hi] : [lo, lo + 1e-9];
+}
+
+/** v on [lo, hi] as 0..1, clamped. */
+export const scaledTo = ([lo, hi]: [number, number]) => (v: number) => Math.max(0, Math.min(1, (v - lo) / (hi - lo)));
 
 type Cell = { layer: number; chunk: string; value: number };
 const cellsOf = (values: number[][], names: string[]): Cell[] => values.flatMap((row, layer) => row.map((value, c) => ({ layer, chunk: names[c]!, value })));
@@ -220,6 +257,23 @@ export function sweepLines(draw: Draw, points: { keep: number; remove?: number; 
   const { Plot } = draw;
   const kinds = (['remove', 'mask'] as const).filter((k) => points.some((p) => p[k] !== undefined));
   const data = points.flatMap((p) => kinds.flatMap((k) => (p[k] === undefined ? [] : [{ keep: p.keep, intervention: k, delta: p[k]! }])));
+  const title4 = (d: (typeof data)[number]) => `keep ${d.keep}, ${d.intervention}: ${value4(d.delta)}`;
+  const keeps = new Set(points.map((p) => p.keep));
+  if (keeps.size === 1) {
+    // One kept count is no sweep: a line through one point says nothing, a bar says Δ.
+    const [keep] = keeps;
+    const bars = Plot.plot({
+      document: draw.document,
+      width: 480,
+      height: 70 + kinds.length * 28,
+      marginLeft: 64,
+      x: { label: 'Δ log-likelihood (nats)', grid: true },
+      y: { label: null, domain: kinds },
+      color: { domain: kinds, range: INTERVENTION_COLOURS },
+      marks: [Plot.barX(data, { x: 'delta', y: 'intervention', fill: 'intervention', title: title4 }), Plot.ruleX([0])],
+    });
+    return compose(draw, `${title} (one point: ${keep} kept)`, [swatches(draw, [...kinds], INTERVENTION_COLOURS), bars], 'sweep-bars');
+  }
   const chart = Plot.plot({
     document: draw.document,
     width: 480,
@@ -231,7 +285,7 @@ export function sweepLines(draw: Draw, points: { keep: number; remove?: number; 
     marks: [
       Plot.ruleY([0]),
       Plot.line(data, { x: 'keep', y: 'delta', stroke: 'intervention', z: 'intervention' }),
-      Plot.dot(data, { x: 'keep', y: 'delta', fill: 'intervention', title: (d: (typeof data)[number]) => `keep ${d.keep}, ${d.intervention}: ${value4(d.delta)}` }),
+      Plot.dot(data, { x: 'keep', y: 'delta', fill: 'intervention', title: title4 }),
     ],
   });
   return compose(draw, title, [swatches(draw, [...kinds], INTERVENTION_COLOURS), chart], 'sweep-lines');

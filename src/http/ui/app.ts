@@ -182,19 +182,25 @@ const meanRows = (matrix: number[][]) => (matrix[0] ?? []).map((_, c) => matrix.
 const shown = (t: string) => t.replace(/Ġ|▁/g, ' ').replace(/Ċ/g, '\n');
 
 
-/** Mean attention of the query rows on each key token, over the slices' layers and heads. */
+/** Mean attention on each key token of the query rows that can see it (a query at position
+ * p sees keys 0..p), over the slices' layers and heads. Averaged over all rows instead, a
+ * key inside the query chunk counted the rows before it as zeros, and the chunk came out
+ * pale beside everything before it whatever the model did. */
 function keyMass(slices: Json[], keys: number): number[] {
   const out = new Array<number>(keys).fill(0);
-  let n = 0;
+  const seenBy = new Array<number>(keys).fill(0);
   for (const s of slices) {
     const bytes = Uint8Array.from(atob(s.data), (c) => c.charCodeAt(0));
     const view = new DataView(bytes.buffer);
     for (let q = 0; q < s.queries; q++) {
-      for (let k = 0; k < s.keys; k++) out[k]! += f16ToF32(view.getUint16((q * s.keys + k) * 2, true));
-      n++;
+      const visible = Math.min(s.keys, Number(s.queryStart ?? 0) + q + 1);
+      for (let k = 0; k < visible; k++) {
+        out[k]! += f16ToF32(view.getUint16((q * s.keys + k) * 2, true));
+        seenBy[k]!++;
+      }
     }
   }
-  return out.map((v) => v / Math.max(1, n));
+  return out.map((v, k) => v / Math.max(1, seenBy[k]!));
 }
 
 /** The sample's text, token by token, each chunk marked, coloured by `value` (0..1). */
@@ -300,20 +306,24 @@ async function analyse(): Promise<void> {
       const layers = layer === 'all' ? Array.from({ length: probe.layers }, (_, l) => l) : [Number(layer)];
       await call('/v1/raw-attention', { model, sample: { ...sample, queryLabels: query }, layers, heads, queryStart: first, queryEnd: last, dtype: 'ATTENTION_FLOAT16' }, (m) => slices.push(m));
       const mass = keyMass(slices, s.numTokens);
-      // Scaled by the largest share after the first token: that one is most models'
-      // attention sink and would leave every other token pale.
-      const max = mass.slice(1).reduce((m: number, v: number) => Math.max(m, v), 1e-9);
-      const card = textCard(`The text, coloured by where the query chunk looks`, `Mean attention of the ${queryText} tokens (${last - first} queries) on each token, ${layer === 'all' ? 'over all layers' : `layer ${layer}${capped ? ' (all layers are over the model\'s raw-attention cap)' : ''}`} and all heads; darker is more (scale: 0 to ${max.toFixed(4)}, the largest after the first token).`);
-      card.append(tokenText(s, mass.map((v) => v / max), 'blues', (t) => `attention ${mass[t]!.toFixed(4)}`));
+      // Scaled over the 2nd–98th percentile after the first token (most models' attention
+      // sink): scaled by the largest, a few sinks left every other token pale, and the
+      // near-uniform attention of a small model made nearly every token dark.
+      const range = charts.robustRange(mass.slice(1));
+      const card = textCard(`The text, coloured by where the query chunk looks`, `Mean attention of the ${queryText} tokens (${last - first} queries) on each token, from those that can see it, ${layer === 'all' ? 'over all layers' : `layer ${layer}${capped ? ' (all layers are over the model\'s raw-attention cap)' : ''}`} and all heads; darker is more (scale: ${range[0].toPrecision(3)} to ${range[1].toPrecision(3)}, the 2nd to 98th percentile after the first token).`);
+      card.append(tokenText(s, mass.map(charts.scaledTo(range)), 'blues', (t) => `attention ${mass[t]!.toFixed(4)}`));
       answers.keyMass = mass;
     } else {
       // query_logprobs: each query-chunk token after the sample's first, in order.
       const positions = querySpans.flatMap((x: Json) => Array.from({ length: x.end - x.start }, (_, k) => x.start + k)).filter((t: number) => t > 0);
       const values: (number | undefined)[] = new Array(s.numTokens).fill(undefined);
       const lps: number[] = s.queryLogprobs.map(Number);
-      const worst = lps.reduce((m: number, v: number) => Math.min(m, v), -1e-9); // no spread: a long text's log-probs overflow the stack
-      positions.forEach((t: number, k: number) => (values[t] = lps[k]! / worst));
-      const card = textCard('The text, coloured by per-token log-prob', `Query-chunk tokens (${queryText}): darker is less likely given everything before; sum ${Number(s.queryLogprob).toFixed(3)} nats over ${lps.length} tokens.`);
+      // Surprisal over its 2nd–98th percentile: divided by the worst, a weak model's
+      // log-probs (all far from 0) made nearly every token dark.
+      const range = charts.robustRange(lps.map((v) => -v));
+      const scaled = charts.scaledTo(range);
+      positions.forEach((t: number, k: number) => (values[t] = scaled(-lps[k]!)));
+      const card = textCard('The text, coloured by per-token log-prob', `Query-chunk tokens (${queryText}): darker is less likely given everything before (scale: ${range[0].toFixed(2)} to ${range[1].toFixed(2)} nats of surprisal, the 2nd to 98th percentile); sum ${Number(s.queryLogprob).toFixed(3)} nats over ${lps.length} tokens.`);
       card.append(tokenText(s, values, 'reds', (t) => (values[t] === undefined ? '' : `log-prob ${lps[positions.indexOf(t)]!.toFixed(3)}`)));
     }
 
