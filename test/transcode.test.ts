@@ -14,6 +14,7 @@ import { CtxprobeServer } from '../src/serving/server.js';
 import type { LoadedModel } from '../src/serving/repository.js';
 import { httpBindings } from '../src/http/transcode.js';
 import { openApiDocument } from '../src/http/openapi.js';
+import { buildHttpApp, OPENAI_ROUTE_DOCS, routesOf } from '../src/http/openai.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { makeCertificates } from './certs.js';
 import { client, scoringClient, scrape, serveModel, streamed, unary } from './helpers.js';
@@ -480,10 +481,22 @@ describe('HTTP/JSON transcoding', () => {
       Object.entries(verbs).map(([verb, op]) => `${verb.toUpperCase()} ${p} ${op.operationId}`),
     );
     expect(operations.sort()).toEqual(
-      httpBindings()
-        .map((b) => `${b.verb.toUpperCase()} ${b.path} ${b.name}`)
-        .sort(),
+      [...httpBindings().map((b) => `${b.verb.toUpperCase()} ${b.path} ${b.name}`), ...OPENAI_ROUTE_DOCS.map((r) => `${r.verb.toUpperCase()} ${r.path} ${r.operationId}`)].sort(),
     );
+    // Every route the server answers is in it, but the viewer's files and the document
+    // itself (field defects #4: the OpenAI-compatible, tokenizer and health routes were not).
+    const app = buildHttpApp(server.service);
+    await app.ready();
+    const answered = routesOf(app).filter((r) => !/^GET \/(ui\b|favicon\.ico|openapi\.json)/.test(r));
+    expect([...answered].sort()).toEqual(Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([p, verbs]) => Object.keys(verbs).map((v) => `${v.toUpperCase()} ${p}`)).sort());
+    await app.close();
+    // The OpenAI routes' bodies are described by the schemas they validate with: a body the
+    // document calls invalid is refused, naming the same field.
+    const chatSchema = doc.paths['/v1/chat/completions'].post.requestBody.content['application/json'].schema;
+    expect(chatSchema.properties.messages.items.properties.role.enum).not.toContain('wizard');
+    const wizard = await http(base, '/v1/chat/completions', { json: { messages: [{ role: 'wizard', content: 'hi' }] } });
+    expect([wizard.status, wizard.body.error?.message]).toEqual([400, `messages[0].role: ${chatSchema.properties.messages.items.properties.role.description}`]);
+    expect(doc.paths['/health'].get.security).toEqual([]);
     // The built file is the document the proto gives now.
     expect(doc).toEqual(JSON.parse(JSON.stringify(openApiDocument(doc.info.version))));
     // Every reference resolves, and a message's properties are its fields' JSON names.
@@ -491,10 +504,10 @@ describe('HTTP/JSON transcoding', () => {
     for (const ref of refs) expect(doc.components.schemas, ref).toHaveProperty([ref.split('/').at(-1)!]);
     expect(Object.keys(doc.components.schemas['ctxprobe.v1.ScoreItem'].properties)).toContain('continuationsText');
     expect(doc.components.schemas['google.protobuf.UInt64Value']).toMatchObject({ type: 'string', format: 'uint64' });
-    // And it is a valid OpenAPI 3.0 document, as a widely used validator reads it.
+    // And it is a valid OpenAPI 3.1 document, as a widely used validator reads it.
     const { default: SwaggerParser } = await import('@apidevtools/swagger-parser');
     const validated = await SwaggerParser.validate(JSON.parse(res.text));
-    expect(Object.keys(validated.paths ?? {})).toHaveLength(httpBindings().length);
+    expect(Object.keys(validated.paths ?? {})).toHaveLength(httpBindings().length + OPENAI_ROUTE_DOCS.length);
   });
 });
 

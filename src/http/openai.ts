@@ -44,6 +44,12 @@ export interface RouteConfig {
   open?: boolean;
 }
 
+const registeredRoutes = new WeakMap<FastifyInstance, string[]>();
+
+/** The routes an app built here answers, as `POST /v1/probe` (what the OpenAPI test
+ * checks the document against). */
+export const routesOf = (app: FastifyInstance): readonly string[] => registeredRoutes.get(app) ?? [];
+
 export function buildHttpApp(service: Service, options: HttpOptions = {}): FastifyInstance {
   const bodyLimit = options.maxBodyBytes ?? 64 * 1024 * 1024;
   const app = Fastify({
@@ -55,6 +61,11 @@ export function buildHttpApp(service: Service, options: HttpOptions = {}): Fasti
     logger: false,
   });
   refuseOversizedBeforeContinue(app.server, bodyLimit);
+  const routes: string[] = [];
+  registeredRoutes.set(app, routes);
+  app.addHook('onRoute', (r) => {
+    for (const verb of [r.method].flat()) if (verb !== 'HEAD') routes.push(`${verb} ${r.url}`);
+  });
   // A browser page can post text/plain or a form cross-origin without a preflight:
   // only JSON is taken.
   app.removeContentTypeParser(['text/plain']);
@@ -260,7 +271,7 @@ function toPrompts(prompt: CompletionsBody['prompt']): (string | number[])[] {
 
 const tokenIds = { type: 'array', minItems: 1, items: { type: 'integer', minimum: 0 } };
 
-function completionsSchema(maxPrompts: number) {
+function completionsSchema(maxPrompts?: number) {
   return {
     type: 'object',
     additionalProperties: false,
@@ -275,7 +286,7 @@ function completionsSchema(maxPrompts: number) {
           {
             type: 'array',
             minItems: 1,
-            maxItems: maxPrompts,
+            ...(maxPrompts === undefined ? {} : { maxItems: maxPrompts }),
             items: {
               anyOf: [{ type: 'string' }, tokenIds],
               description: 'a string or a non-empty list of token ids (whole numbers ≥ 0) is required',
@@ -308,7 +319,84 @@ const DETOKENIZE_SCHEMA = {
   properties: { model: { type: 'string' }, tokens: { type: 'array', items: { type: 'integer', minimum: 0 } } },
 };
 
-const MODEL_QUERY = { type: 'object', additionalProperties: false, properties: { model: { type: 'string' } } };
+const MODEL_QUERY = { type: 'object', additionalProperties: false, properties: { model: { type: 'string' as const } } };
+
+// ---- the routes in the OpenAPI document (openapi.ts) -----------------------------------------
+
+/** A route of this file as the OpenAPI document describes it: the schema it validates with,
+ * what it answers. */
+export interface RouteDoc {
+  verb: 'get' | 'post';
+  path: string;
+  operationId: string;
+  tag: 'OpenAI-compatible' | 'Tokenizer' | 'Health';
+  summary: string;
+  body?: object;
+  query?: { model: { type: 'string' } };
+  answer: { description: string; schema: object; streams?: boolean };
+  /** No bearer token needed. */
+  open?: boolean;
+}
+
+const modelsList = { type: 'object', properties: { object: { const: 'list' }, data: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, object: { const: 'model' }, owned_by: { type: 'string' }, max_model_len: { type: 'integer' } } } } } };
+
+export const OPENAI_ROUTE_DOCS: readonly RouteDoc[] = [
+  {
+    verb: 'post',
+    path: '/v1/completions',
+    operationId: 'completions',
+    tag: 'OpenAI-compatible',
+    summary: "OpenAI's completions: scoring (max_tokens 0 or 1 at temperature 0, echo and logprobs, as lm-evaluation-harness's local-completions sends) or generation.",
+    body: completionsSchema(),
+    answer: { description: "a text_completion object as OpenAI's API writes it (logprobs: tokens, token_logprobs, top_logprobs, text_offset); with stream: server-sent events ending in data: [DONE]", schema: { type: 'object', properties: { object: { const: 'text_completion' }, choices: { type: 'array' }, usage: { type: 'object' } } }, streams: true },
+  },
+  {
+    verb: 'post',
+    path: '/v1/chat/completions',
+    operationId: 'chatCompletions',
+    tag: 'OpenAI-compatible',
+    summary: "OpenAI's chat completions, rendered with the model's chat template (add_generation_prompt unless false).",
+    body: CHAT_SCHEMA,
+    answer: { description: 'a chat.completion object; with stream: chat.completion.chunk events ending in data: [DONE]', schema: { type: 'object', properties: { object: { const: 'chat.completion' }, choices: { type: 'array' }, usage: { type: 'object' } } }, streams: true },
+  },
+  { verb: 'get', path: '/v1/models', operationId: 'models', tag: 'OpenAI-compatible', summary: 'The models served, as OpenAI lists them (with max_model_len, as vLLM adds it).', answer: { description: 'a list of models', schema: modelsList } },
+  {
+    verb: 'post',
+    path: '/tokenize',
+    operationId: 'tokenizeText',
+    tag: 'Tokenizer',
+    summary: "A text's token ids, as vLLM's /tokenize answers (lm-evaluation-harness's remote tokenizer).",
+    body: TOKENIZE_SCHEMA,
+    answer: { description: 'the ids', schema: { type: 'object', properties: { count: { type: 'integer' }, max_model_len: { type: 'integer' }, tokens: { type: 'array', items: { type: 'integer' } } } } },
+  },
+  {
+    verb: 'post',
+    path: '/detokenize',
+    operationId: 'detokenize',
+    tag: 'Tokenizer',
+    summary: 'The text of token ids, as vLLM\'s /detokenize answers.',
+    body: DETOKENIZE_SCHEMA,
+    answer: { description: 'the text', schema: { type: 'object', properties: { prompt: { type: 'string' } } } },
+  },
+  {
+    verb: 'get',
+    path: '/tokenizer_info',
+    operationId: 'tokenizerInfo',
+    tag: 'Tokenizer',
+    summary: "The tokenizer's configuration (tokenizer_config.json) with its special tokens as text, as vLLM's /tokenizer_info answers.",
+    query: MODEL_QUERY.properties,
+    answer: { description: 'the configuration', schema: { type: 'object', properties: { bos_token: { type: ['string', 'null'] }, eos_token: { type: ['string', 'null'] }, unk_token: { type: ['string', 'null'] } } } },
+  },
+  {
+    verb: 'get',
+    path: '/health',
+    operationId: 'health',
+    tag: 'Health',
+    summary: 'For load balancers: 200 while serving, 503 while loading or draining.',
+    answer: { description: 'SERVING (200) or NOT_SERVING (503)', schema: { type: 'object', required: ['status'], properties: { status: { enum: ['SERVING', 'NOT_SERVING'] } } } },
+    open: true,
+  },
+];
 
 // ---- translation ----------------------------------------------------------------------------
 

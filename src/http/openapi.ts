@@ -6,6 +6,7 @@
 import protobuf from 'protobufjs';
 import { apiRoot, jsonName, WRAPPERS } from '../api/json-mapping.js';
 import { httpBindings, type HttpBinding } from './transcode.js';
+import { OPENAI_ROUTE_DOCS, type RouteDoc } from './openai.js';
 
 type Schema = Record<string, unknown>;
 
@@ -18,6 +19,19 @@ const STATUS_SCHEMA: Schema = {
     details: { type: 'array', items: { type: 'object' } },
   },
   required: ['code', 'message', 'details'],
+};
+
+const OPENAI_ERROR_SCHEMA: Schema = {
+  type: 'object',
+  description: "An error as OpenAI's API writes it: the message names the field at fault",
+  properties: {
+    error: {
+      type: 'object',
+      properties: { message: { type: 'string' }, type: { type: 'string', description: 'invalid_request_error, authentication_error, not_found_error, …' }, code: { type: 'integer', description: 'the HTTP status' } },
+      required: ['message', 'type', 'code'],
+    },
+  },
+  required: ['error'],
 };
 
 const ERRORS: [string, string][] = [
@@ -33,7 +47,7 @@ const ERRORS: [string, string][] = [
 ];
 
 export function openApiDocument(version: string, bindings: HttpBinding[] = httpBindings(apiRoot())): Schema {
-  const schemas: Record<string, Schema> = { Status: STATUS_SCHEMA };
+  const schemas: Record<string, Schema> = { Status: STATUS_SCHEMA, OpenAIError: OPENAI_ERROR_SCHEMA };
   const ref = (t: protobuf.Type) => {
     const name = t.fullName.replace(/^\./, '');
     if (!(name in schemas)) {
@@ -96,17 +110,42 @@ export function openApiDocument(version: string, bindings: HttpBinding[] = httpB
       },
     };
   }
+  for (const r of OPENAI_ROUTE_DOCS) paths[r.path] = { [r.verb]: routeOperation(r) };
   return {
-    openapi: '3.0.3',
+    openapi: '3.1.0',
     info: {
       title: 'ctxprobe HTTP/JSON API',
       version,
       description:
-        "Every gRPC method of proto/ctxprobe/v1/ctxprobe.proto over HTTP/JSON, transcoded from its google.api.http rule; bodies and answers in protobuf's JSON mapping. With bearer tokens configured, send `Authorization: Bearer <token>`.",
+        "Every gRPC method of proto/ctxprobe/v1/ctxprobe.proto over HTTP/JSON, transcoded from its google.api.http rule; bodies and answers in protobuf's JSON mapping. Beside them, OpenAI-compatible completions and chat, vLLM's tokenizer routes and a health check, with their own JSON (snake_case fields, OpenAI's error shape). With bearer tokens configured, send `Authorization: Bearer <token>` (not to /health).",
     },
     components: { schemas, securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
     security: [{ bearer: [] }, {}],
     paths,
+  };
+}
+
+/** An OpenAI-compatible, tokenizer or health route: the JSON schema it validates its body
+ * with (OpenAPI 3.1's schemas are JSON Schema), its answer, OpenAI-shaped errors. */
+function routeOperation(r: RouteDoc): Schema {
+  const errorBody = { content: { 'application/json': { schema: { $ref: '#/components/schemas/OpenAIError' } } } };
+  const errors = r.open
+    ? { '503': { description: 'loading or draining', content: { 'application/json': { schema: r.answer.schema } } } }
+    : Object.fromEntries(ERRORS.filter(([status]) => status !== '504').map(([status, why]) => [status, { description: why, ...errorBody }]));
+  return {
+    operationId: r.operationId,
+    tags: [r.tag],
+    summary: r.summary,
+    ...(r.open ? { security: [] } : {}),
+    ...(r.query ? { parameters: Object.entries(r.query).map(([name, schema]) => ({ name, in: 'query', required: false, schema })) } : {}),
+    ...(r.body ? { requestBody: { required: true, content: { 'application/json': { schema: r.body } } } } : {}),
+    responses: {
+      '200': {
+        description: r.answer.description,
+        content: { 'application/json': { schema: r.answer.schema }, ...(r.answer.streams ? { 'text/event-stream': { schema: { type: 'string' } } } : {}) },
+      },
+      ...errors,
+    },
   };
 }
 
