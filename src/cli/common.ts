@@ -3,7 +3,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { DEFAULT_REPOSITORY, readRepository, type ModelEntry } from '../serving/repository.js';
+import { DEFAULT_REPOSITORY, loadModel, readRepository, type ModelEntry } from '../serving/repository.js';
+import { Service, type ServedModel } from '../serving/service.js';
+import { Metrics } from '../serving/metrics.js';
 import type { ComputeDType } from '../common/dtypes.js';
 
 export const int = (name: string) => (value: string) => {
@@ -136,3 +138,20 @@ export const sweepList = (value: string) =>
       throw new InvalidArgumentError(`history sweep values are whole numbers ≥ 0 or "all" (got ${JSON.stringify(v)})`);
     return n;
   });
+
+/** A model served in this process, through the serving layer as a client's call is: its
+ * limits, batcher, prefix cache and metrics (one-off commands and `generate` take the
+ * same door as the server's routes). */
+export async function serveInProcess(entry: ModelEntry): Promise<{ service: Service; model: ServedModel; close(): Promise<void> }> {
+  const service = new Service(new Metrics());
+  const model = service.addModel(await loadModel(entry));
+  service.setServing();
+  return {
+    service,
+    model,
+    close: async () => {
+      await service.drain();
+      await model.engine.release();
+    },
+  };
+}

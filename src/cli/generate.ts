@@ -1,12 +1,10 @@
-// `ctxprobe generate`: the model writes, in this process, through the same scheduler
-// steps the server runs (each step a unit; the prefix cache carries the KV). JSON out, or
-// the text as it comes with --stream.
+// `ctxprobe generate`: the model writes, in this process, through the serving layer's
+// Generate as a client's call does (its checks; each step a unit of the one scheduler, the
+// prefix cache carrying the KV). JSON out, or the text as it comes with --stream.
 import fs from 'node:fs';
 import { Command, InvalidArgumentError } from 'commander';
-import { Batcher } from '../core/batcher.js';
-import { loadModel } from '../serving/repository.js';
-import { checkSampling, Generation, generationModel, preparePrompt, runGenerations, type SamplingParams } from '../requests/generate.js';
-import { chunkArguments, entriesFrom, int, textArgument, withModelFlags } from './common.js';
+import type { SamplingParams } from '../requests/generate.js';
+import { chunkArguments, entriesFrom, int, serveInProcess, textArgument, withModelFlags } from './common.js';
 
 const number = (name: string) => (value: string) => {
   const n = Number(value);
@@ -54,16 +52,16 @@ export function addGenerateCommand(program: Command): void {
         logprobs: flags.logprobs,
       };
       const [entry] = entriesFrom(flags);
-      const m = await loadModel(entry!);
+      const { service, model: m, close } = await serveInProcess(entry!);
       try {
-        const prompt = await preparePrompt(m.engine, sample, 'prompt');
-        const model = generationModel(m.engine, m.scorer);
-        checkSampling(params, prompt.ids.length, model, m.scorer.maxTopK);
-        const batcher = new Batcher(entry!.name, m.scorer);
-        const [choices] = await runGenerations(
-          [new Generation(model, prompt.ids, params, flags.attention ? prompt.bins : undefined)],
-          (units, continuing) => batcher.submit(units, { continuing }).result,
+        const prompt = await service.preparePrompt(m, sample, 'prompt');
+        const [choices] = await service.generate(
+          m,
+          [prompt.ids],
+          params,
+          {},
           flags.stream ? (_, events) => events.forEach((e) => process.stdout.write(e.text)) : undefined,
+          flags.attention ? [prompt.bins] : undefined,
         );
         if (flags.stream) process.stdout.write('\n');
         else {
@@ -83,7 +81,7 @@ export function addGenerateCommand(program: Command): void {
           );
         }
       } finally {
-        await m.engine.release();
+        await close();
       }
     });
 }

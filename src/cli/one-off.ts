@@ -1,9 +1,11 @@
-// One-off commands in this process: `score`, `probe`, `attribute` (JSON out, figures).
+// One-off commands in this process: `score`, `probe`, `attribute` (JSON out, figures),
+// each one call of the serving layer, as a client's over gRPC or HTTP is (its limits and
+// checks, the batcher, the prefix cache).
 import fs from 'node:fs';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { loadModel } from '../serving/repository.js';
 import type { ProbeSample } from '../requests/probe.js';
-import { chunkArguments, entriesFrom, int, interventionList, sweepList, textArgument, withModelFlags, writeFile } from './common.js';
+import { countVariants, type AttributionSample } from '../requests/attribution.js';
+import { chunkArguments, entriesFrom, int, interventionList, serveInProcess, sweepList, textArgument, withModelFlags, writeFile } from './common.js';
 
 export function addOneOffCommands(program: Command): void {
   withModelFlags(program.command('score').description('score continuations of a context (or --rolling texts) and print JSON'))
@@ -19,15 +21,21 @@ export function addOneOffCommands(program: Command): void {
       flags.continuation = (flags.continuation as string[] | undefined)?.map((t) => textArgument(t, '--continuation'));
       flags.rolling = (flags.rolling as string[] | undefined)?.map((t) => textArgument(t, '--rolling'));
       const [entry] = entriesFrom(flags);
-      const m = await loadModel(entry!);
+      const { service, model: m, close } = await serveInProcess(entry!);
       const tok = m.engine.tokenizer;
       if (flags.rolling) {
-        const results = await m.scorer.rolling((flags.rolling as string[]).map((text) => ({ text, minKPercent: flags.minK })));
+        const results = await service.scoreRolling(
+          m,
+          (flags.rolling as string[]).map((text) => ({ text, minKPercent: flags.minK })),
+          {},
+        );
         console.log(JSON.stringify({ model: entry!.name, rolling: results }, null, 2));
       } else {
-        const [results] = await m.scorer.loglikelihood([
-          { context: flags.context, continuations: flags.continuation, addBos: flags.addBos, topK: flags.topK },
-        ]);
+        const [results] = await service.score(
+          m,
+          [{ context: flags.context, continuations: flags.continuation, addBos: flags.addBos, topK: flags.topK }],
+          {},
+        );
         const pretty = results!.map((r, i) => ({
           continuation: flags.continuation[i],
           ...r,
@@ -36,7 +44,7 @@ export function addOneOffCommands(program: Command): void {
         }));
         console.log(JSON.stringify({ model: entry!.name, context: flags.context, results: pretty }, null, 2));
       }
-      await m.engine.release();
+      await close();
     });
 
   withModelFlags(
@@ -77,13 +85,13 @@ export function addOneOffCommands(program: Command): void {
         excludePositions: s.excludePositions ?? (flags.exclude as string[] | undefined)?.map(Number),
       }));
       const [entry] = entriesFrom(flags);
-      const m = await loadModel(entry!);
-      const answer = await m.prober.probe(samples, {
-        pool: flags.pool,
-        queryReduce: flags.queryReduce,
-        keyReduce: flags.keyReduce,
-        perHead: flags.perHead,
-      });
+      const { service, model: m, close } = await serveInProcess(entry!);
+      const answer = await service.probe(
+        m,
+        samples,
+        { pool: flags.pool, queryReduce: flags.queryReduce, keyReduce: flags.keyReduce, perHead: flags.perHead },
+        {},
+      );
       if (flags.html) writeFile(flags.html, probeReportHtml(answer, 'ctxprobe attention report', entry!.name));
       if (flags.svg) {
         const first = answer.mean ?? { ...answer.samples[0]!, labels: answer.samples[0]!.labels };
@@ -94,7 +102,7 @@ export function addOneOffCommands(program: Command): void {
         );
       }
       console.log(JSON.stringify({ model: entry!.name, ...answer }, null, 2));
-      await m.engine.release();
+      await close();
     });
 
   withModelFlags(
@@ -116,9 +124,8 @@ export function addOneOffCommands(program: Command): void {
     .option('--seed <n>', 'seed of the patterns', int('seed'), 0)
     .option('--svg <prefix>', 'write PREFIX-N.svg: Δ log-likelihood per chunk of sample N')
     .action(async (flags) => {
-      const { prepareAttribution } = await import('../requests/attribution.js');
       const { attributionSvg } = await import('../eval/figures.js');
-      let samples: import('../requests/attribution.js').AttributionSample[];
+      let samples: AttributionSample[];
       if (flags.samples) {
         const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
         samples = Array.isArray(raw) ? raw : raw.samples;
@@ -132,17 +139,18 @@ export function addOneOffCommands(program: Command): void {
         ablate: s.ablate ?? flags.ablate,
       }));
       const [entry] = entriesFrom(flags);
-      const m = await loadModel(entry!);
-      const prepared = await prepareAttribution(m.engine, samples, {
+      const { service, model: m, close } = await serveInProcess(entry!);
+      const options = {
         interventions: flags.interventions,
         keepOnly: flags.keepOnly,
         historySweep: flags.sweep,
         historyLabels: flags.historyLabel,
         subsets: flags.subsets,
         seed: flags.seed,
-      });
-      const { scores, work } = await m.scorer.scoreUnits(prepared.units);
-      const answers = prepared.finish(scores);
+      };
+      const answers = await service.attribute(m, samples, options, {});
+      // The work, as the metrics counted it (this process served this one call).
+      const counted = async (counter: typeof service.metrics.tokensComputed) => (await counter.get()).values.reduce((n, v) => n + v.value, 0);
       if (flags.svg) {
         answers.forEach((a, i) =>
           writeFile(
@@ -159,16 +167,16 @@ export function addOneOffCommands(program: Command): void {
         JSON.stringify(
           {
             model: entry!.name,
-            variants: prepared.units.length,
-            tokensComputed: work.tokensComputed,
-            tokensRequested: work.tokensRequested,
+            variants: countVariants(samples, options).total,
+            tokensComputed: await counted(service.metrics.tokensComputed),
+            tokensRequested: await counted(service.metrics.tokensRequested),
             samples: answers,
           },
           null,
           2,
         ),
       );
-      await m.engine.release();
+      await close();
     });
 
   // ---- research workflows: clients of a server (given, or started here on --model) ----

@@ -46,9 +46,14 @@ export class TokenizerPool {
     if (this.workers.length === 0) return Promise.reject(new Error('tokenizer: every worker has stopped'));
     const w = this.workers.reduce((a, b) => (b.pending.size < a.pending.size ? b : a));
     const id = this.nextId++;
-    return new Promise((resolve, reject) => {
+    // An encoding under way holds the process (an idle worker does not): a process with
+    // nothing else to wait on (a one-off command) exited before its text was encoded.
+    return new Promise<number[]>((resolve, reject) => {
       w.pending.set(id, { resolve, reject });
+      if (w.pending.size === 1) w.worker.ref();
       w.worker.postMessage({ id, text, addSpecialTokens } satisfies EncodeMessage);
+    }).finally(() => {
+      if (w.pending.size === 0) w.worker.unref();
     });
   }
 
