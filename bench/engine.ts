@@ -17,6 +17,7 @@ import { BENCH_MODEL as MODEL, benchModelDir, charpevalItems, randomIds } from '
 import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import type { LoglikelihoodRequest } from '../src/requests/scoring.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
 const quick = process.env.BENCH_QUICK === '1';
@@ -106,12 +107,12 @@ async function main() {
   const shared = new Scorer(engine, { prefixCacheBytes: 0 }) // sharing within a round only: runs repeat the same items;
   const oneAtATime = await timeIt(async () => {
     for (const r of requests)
-      for (const cont of r.continuations) await unshared.loglikelihood([{ context: r.context, continuations: [cont] }]);
+      for (const cont of r.continuations) await directScoring(unshared).loglikelihood([{ context: r.context, continuations: [cont] }]);
   }, 1);
-  const batched = await timeIt(() => unshared.loglikelihood(requests), 1);
-  const prefixShared = await timeIt(() => shared.loglikelihood(requests), quick ? 1 : 2);
-  const a = await unshared.loglikelihood(requests);
-  const b = await shared.loglikelihood(requests);
+  const batched = await timeIt(() => directScoring(unshared).loglikelihood(requests), 1);
+  const prefixShared = await timeIt(() => directScoring(shared).loglikelihood(requests), quick ? 1 : 2);
+  const a = await directScoring(unshared).loglikelihood(requests);
+  const b = await directScoring(shared).loglikelihood(requests);
   let maxDiff = 0;
   a.forEach((conts, i) =>
     conts.forEach((c, j) => c.tokenLogprobs.forEach((lp, k) => (maxDiff = Math.max(maxDiff, Math.abs(lp - b[i]![j]!.tokenLogprobs[k]!))))),

@@ -24,6 +24,7 @@ import { Generation, generationModel, runGenerations, type SamplingParams } from
 import { writeSyntheticCheckpoint, type SyntheticSpec } from '../src/model/synthetic.js';
 import type { ComputeDType } from '../src/common/dtypes.js';
 import { randomIds } from './model.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -113,7 +114,7 @@ if (only.has('score')) {
     ['score_32x1024', 32, 1024],
   ] as const) {
     const items = texts(n, len, len);
-    const seconds = await timed(() => scorer.rolling(items));
+    const seconds = await timed(() => directScoring(scorer).rolling(items));
     const tokens = n * len;
     line(name, { tokens, seconds: +seconds.toFixed(3), tokensPerSecond: Math.round(tokens / seconds) });
   }
@@ -122,7 +123,7 @@ if (only.has('score')) {
     const f32 = await Engine.load(dir, { device: args.device, dtype: 'float32', threads });
     const ids = randomIds(512, 512, vocab);
     const [a, b] = await Promise.all(
-      [new Scorer(engine, { prefixCacheBytes: 0 }), new Scorer(f32, { prefixCacheBytes: 0 })].map((s) => s.rolling([{ text: ids }])),
+      [new Scorer(engine, { prefixCacheBytes: 0 }), new Scorer(f32, { prefixCacheBytes: 0 })].map((s) => directScoring(s).rolling([{ text: ids }])),
     );
     const d = a![0]!.tokenLogprobs.map((v, i) => Math.abs(v - b![0]!.tokenLogprobs[i]!));
     line('float16_error', { tokens: d.length, maxAbs: Math.max(...d), meanAbs: d.reduce((x, y) => x + y, 0) / d.length });

@@ -18,6 +18,7 @@ import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { Prober } from '../src/requests/probe.js';
 import { benchModelDir, randomIds } from './model.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
 const dir = () => benchModelDir({ maxPositions: 32768 }, 'ctxprobe-bench-llama-56m-32k');
@@ -31,13 +32,13 @@ if (process.argv[2] === '--child') {
   const loaded = status('VmRSS');
   const ids = randomIds(T, T);
   const t = performance.now();
-  if (mode === 'rolling') await scorer.rolling([{ text: ids }]);
+  if (mode === 'rolling') await directScoring(scorer).rolling([{ text: ids }]);
   else if (mode === 'probe') {
     const per = Math.floor(T / 12);
     const chunkIds = Array.from({ length: 12 }, (_, r) => ({ label: `round#${r + 1}`, ids: ids.slice(r * per, r === 11 ? T : (r + 1) * per) }));
     const probeAttention = Number(process.env.BENCH_PROBE_ATTENTION_MIB ?? 0);
     await new Prober(engine, probeAttention > 0 ? { maxAttentionBytes: probeAttention * 2 ** 20 } : {}).probe([{ chunkIds, excludePositions: [0] }], { pool: 'max' });
-  } else await scorer.loglikelihood([{ context: ids.slice(0, T - 256), continuations: [ids.slice(T - 256)] }]);
+  } else await directScoring(scorer).loglikelihood([{ context: ids.slice(0, T - 256), continuations: [ids.slice(T - 256)] }]);
   console.log(JSON.stringify({ seconds: (performance.now() - t) / 1000, aboveLoaded: status('VmHWM') - loaded }));
   await engine.release();
   process.exit(0);

@@ -13,6 +13,7 @@ import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { Prober } from '../src/requests/probe.js';
 import { benchModelDir, randomIds } from './model.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
 const mib = (bytes: number) => bytes / 2 ** 20;
@@ -37,7 +38,7 @@ if (process.argv[2] === '--child') {
   await settle();
   const afterProbe = status('VmRSS');
   t = performance.now();
-  await scorer.rolling([1, 2, 3, 4].map((s) => ({ text: ids(s + 10) })));
+  await directScoring(scorer).rolling([1, 2, 3, 4].map((s) => ({ text: ids(s + 10) })));
   const rollingSeconds = (performance.now() - t) / 1000;
   await settle();
   const afterRolling = status('VmRSS');

@@ -23,6 +23,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { benchModelDir, charpevalItems, randomIds } from './model.js';
 import { writeLlamaGguf } from './gguf.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const PEER_DIR = path.join(ROOT, '.bench/peer');
@@ -62,12 +63,12 @@ async function runSide(side: 'ctxprobe' | 'llama.cpp', workload: Workload, check
     const maxPastBytes = process.env.BENCH_MAX_PAST_MIB ? Number(process.env.BENCH_MAX_PAST_MIB) * 2 ** 20 : undefined;
     const scorer = new Scorer(engine, { prefixCacheBytes: 0, ...(maxBatchTokens ? { maxBatchTokens } : {}), ...(maxPastBytes !== undefined ? { maxPastBytes } : {}) });
     if (check) {
-      const scores = await scorer.loglikelihood([{ context: items[0]!.context, continuations: [items[0]!.continuations[0]!] }]);
+      const scores = await directScoring(scorer).loglikelihood([{ context: items[0]!.context, continuations: [items[0]!.continuations[0]!] }]);
       await engine.release();
       return { seconds: 0, peakMiB: peakMiB(), logprobs: scores[0]![0]!.tokenLogprobs };
     }
     const run =
-      workload === 'mc' ? (xs: typeof items) => scorer.loglikelihood(xs) : (ts: number[][]) => scorer.rolling(ts.map((text) => ({ text })));
+      workload === 'mc' ? (xs: typeof items) => directScoring(scorer).loglikelihood(xs) : (ts: number[][]) => directScoring(scorer).rolling(ts.map((text) => ({ text })));
     await (workload === 'mc' ? run(warmItems as never) : run([randomIds(99, TEXT_TOKENS)] as never));
     const t = performance.now();
     await (workload === 'mc' ? run(items as never) : run(texts() as never));

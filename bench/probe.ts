@@ -10,6 +10,7 @@ import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { Prober } from '../src/requests/probe.js';
 import { BENCH_MODEL, benchModelDir, randomIds } from './model.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const threads = Number(process.env.BENCH_THREADS ?? 0) || os.cpus().length;
 const T = 2048;
@@ -39,12 +40,12 @@ const prober = new Prober(engine);
 if (memoryMode) {
   const before = peakMiB();
   if (memoryMode === 'probe') await prober.probe([{ chunkIds, excludePositions: [0] }]);
-  else await scorer.loglikelihood([{ context: ids.slice(0, T - last.length), continuations: [last] }]);
+  else await directScoring(scorer).loglikelihood([{ context: ids.slice(0, T - last.length), continuations: [last] }]);
   console.log(JSON.stringify({ before, after: peakMiB() }));
   process.exit(0);
 }
-const score = () => scorer.loglikelihood([{ context: ids.slice(0, T - last.length), continuations: [last] }]);
-const rolling = () => scorer.rolling([{ text: ids }]);
+const score = () => directScoring(scorer).loglikelihood([{ context: ids.slice(0, T - last.length), continuations: [last] }]);
+const rolling = () => directScoring(scorer).rolling([{ text: ids }]);
 const probe = () => prober.probe([{ chunkIds, excludePositions: [0] }]);
 const seconds = async (fn: () => Promise<unknown>) => {
   const t = performance.now();

@@ -10,6 +10,7 @@ import { Scorer } from '../src/core/scorer.js';
 import { rng, writeSyntheticCheckpoint } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES } from '../test/family-specs.js';
 import { referenceTokenLogprobs } from '../test/reference.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const ids = (seed: number, n: number, vocab: number) => {
   const r = rng(seed);
@@ -28,7 +29,7 @@ for (const [name, spec] of Object.entries(FAMILY_FIXTURES)) {
     { context: ids(2, 39, vocab).slice(0, 1), continuations: [ids(2, 39, vocab).slice(1)] },
     ...[3, 4, 5].map((s) => ({ context: shared, continuations: [ids(s, 4 + s, vocab)] })),
   ];
-  const got = await new Scorer(engine).loglikelihood(requests);
+  const got = await directScoring(new Scorer(engine)).loglikelihood(requests);
   let maxDiff = 0;
   requests.forEach((req, i) => {
     const cont = req.continuations[0]!;

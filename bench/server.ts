@@ -8,6 +8,7 @@ import { Scorer } from '../src/core/scorer.js';
 import { benchModelDir, charpevalItems } from './model.js';
 import { scoringClient, unary } from '../test/helpers.js';
 import { serveCli } from '../test/cli-serve.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const clients = Number(process.env.BENCH_CLIENTS ?? 8);
 const count = Number(process.env.BENCH_ITEMS ?? 32);
@@ -21,10 +22,10 @@ const scoredTokens = count * 6 * 30;
 // In-process: the scoring library on all items at once (prefix sharing on).
 const engine = await Engine.load(dir, { threads });
 const scorer = new Scorer(engine, { prefixCacheBytes: 0 }) // runs repeat the same items: measure scheduling, not the cache;
-await scorer.loglikelihood(items.slice(0, 2)); // warm-up
+await directScoring(scorer).loglikelihood(items.slice(0, 2)); // warm-up
 const inProcessOnce = async () => {
   const t = performance.now();
-  await scorer.loglikelihood(items);
+  await directScoring(scorer).loglikelihood(items);
   return (performance.now() - t) / 1000;
 };
 

@@ -13,6 +13,7 @@ import { plan } from '../src/core/planner.js';
 import { Scorer } from '../src/core/scorer.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const tokens = (r: () => number, n: number, vocab: number) => Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3)));
 
@@ -304,7 +305,7 @@ describe('attribution over chat messages and text chunks', () => {
     const prepared = await prepareAttribution(engine, [{ chunks }], { interventions: ['remove'] });
     const [a] = prepared.finish((await scorer.scoreUnits(prepared.units)).scores);
     const target = (await engine.tokenizer.encodeAsync(chunks[1]!.text, false)) as number[];
-    const [alone] = (await scorer.loglikelihood([{ context: [], continuations: [target] }]))[0]!;
+    const [alone] = (await directScoring(scorer).loglikelihood([{ context: [], continuations: [target] }]))[0]!;
     expect(a!.chunks[0]!.remove!.logprob).toBeCloseTo(alone!.logprob, 5);
     expect(a!.chunks[0]!.remove!.logprob).not.toBe(a!.base.logprob);
   });

@@ -13,6 +13,7 @@ import { chooseDtype, resolveDevice } from '../src/engine/device.js';
 import { DeviceError } from '../src/common/errors.js';
 import { writeSyntheticCheckpoint } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const engines: Engine[] = [];
 afterAll(async () => Promise.all(engines.map((e) => e.release())));
@@ -232,8 +233,8 @@ describe('devices', () => {
     a.forEach((v, i) => expect(Math.abs(v - b[i]!)).toBeLessThan(0.05));
     // The float16 KV cache crosses the graph boundary when a prefix is shared.
     const requests = [{ context: [5, 6, 7, 8, 9], continuations: [[10, 11], [12]] }];
-    const [shared] = await new Scorer(f16).loglikelihood(requests);
-    const [reference] = await new Scorer(f32, { prefixSharing: false }).loglikelihood(requests);
+    const [shared] = await directScoring(new Scorer(f16)).loglikelihood(requests);
+    const [reference] = await directScoring(new Scorer(f32, { prefixSharing: false })).loglikelihood(requests);
     shared!.forEach((c, j) =>
       c.tokenLogprobs.forEach((lp, k) => expect(Math.abs(lp - reference![j]!.tokenLogprobs[k]!)).toBeLessThan(0.05)),
     );

@@ -8,6 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { ensureCheckpoint, loadModel, readRepository } from '../src/serving/repository.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { serveCli, type Served } from './cli-serve.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -79,7 +80,7 @@ describe('ctxprobe generate', () => {
     const prompt = tok.encode('The tower is tall. How tall is it?', true); // with BOS unless --no-special-tokens
     expect(printed.prompt.ids).toEqual(prompt);
     for (const [k, token] of choice.tokens.entries()) {
-      const [[s]] = (await m.scorer.loglikelihood([
+      const [[s]] = (await directScoring(m.scorer).loglikelihood([
         { context: [...prompt, ...choice.tokens.slice(0, k)], continuations: [[token]], topK: 1 },
       ])) as any;
       expect(s.tokenLogprobs[0]).toBe(choice.logprobs[k]);
@@ -171,7 +172,7 @@ describe('ctxprobe score', () => {
     );
     const printed = JSON.parse(out);
     const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
-    const [direct] = await m.scorer.loglikelihood([{ context: 'User: Hi', continuations: [' Bot: hello', ' Bot: bye'] }]);
+    const [direct] = await directScoring(m.scorer).loglikelihood([{ context: 'User: Hi', continuations: [' Bot: hello', ' Bot: bye'] }]);
     expect(printed.results.map((r: any) => r.continuation)).toEqual([' Bot: hello', ' Bot: bye']);
     printed.results.forEach((r: any, i: number) => {
       expect(r.tokenIds).toEqual(direct![i]!.tokenIds);
@@ -184,7 +185,7 @@ describe('ctxprobe score', () => {
         { encoding: 'utf8' },
       ),
     );
-    const [r] = await m.scorer.rolling([{ text: 'Once upon a time', minKPercent: 50 }]);
+    const [r] = await directScoring(m.scorer).rolling([{ text: 'Once upon a time', minKPercent: 50 }]);
     expect(Math.abs(rolling.rolling[0].meanLoss - r!.meanLoss)).toBeLessThan(1e-9);
     await m.engine.release();
   });
@@ -474,7 +475,7 @@ describe('long texts on the command line', () => {
     expect(inline.signal).toBeNull();
     expect(inline.status, inline.stderr).toBe(0);
     const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
-    const [direct] = await m.scorer.loglikelihood([{ context, continuations: [' And so it ended.'] }]);
+    const [direct] = await directScoring(m.scorer).loglikelihood([{ context, continuations: [' And so it ended.'] }]);
     await m.engine.release();
     for (const out of [fromFiles, fromStdin, inline])
       expect(Math.abs(JSON.parse(out.stdout).results[0].logprob - direct![0]!.logprob)).toBeLessThan(1e-5);

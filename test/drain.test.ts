@@ -10,7 +10,7 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { scrape } from './helpers.js';
 import { ROOT, serveCli } from './cli-serve.js';

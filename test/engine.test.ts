@@ -5,6 +5,7 @@ import { Scorer } from '../src/core/scorer.js';
 import { FAMILY_FIXTURES, familyEngine } from './fixtures.js';
 import { referenceForward, referenceTokenLogprobs, type ReferenceModel } from './reference.js';
 import { rng } from '../src/model/synthetic.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 function randomTokens(seed: number, n: number, vocab: number): number[] {
   const r = rng(seed);
@@ -35,7 +36,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
     const scorer = new Scorer(ctx.engine, { maxTopK: vocab + 50, prefixCacheBytes: 0 });
     const context = randomTokens(3, 6, vocab);
     const continuation = randomTokens(4, 3, vocab);
-    const score = (await scorer.loglikelihood([{ context, continuations: [continuation], topK: vocab + 50 }]))[0]![0];
+    const score = (await directScoring(scorer).loglikelihood([{ context, continuations: [continuation], topK: vocab + 50 }]))[0]![0];
     const tokens = [...context, ...continuation];
     const ref = referenceForward(ctx.fx, tokens);
     expect(score!.topK).toHaveLength(continuation.length);
@@ -56,8 +57,8 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
       { context: randomTokens(6, 5, vocab), continuations: [randomTokens(7, 6, vocab)] },
       { context: randomTokens(8, 30, vocab), continuations: [randomTokens(9, 3, vocab), randomTokens(10, 2, vocab)] },
     ];
-    const shared = await new Scorer(ctx.engine, { maxBatchTokens: 64 }).loglikelihood(requests);
-    const unshared = await new Scorer(ctx.engine, { prefixSharing: false }).loglikelihood(requests);
+    const shared = await directScoring(new Scorer(ctx.engine, { maxBatchTokens: 64 })).loglikelihood(requests);
+    const unshared = await directScoring(new Scorer(ctx.engine, { prefixSharing: false })).loglikelihood(requests);
     requests.forEach((req, i) =>
       req.continuations.forEach((cont, j) => {
         const ref = referenceTokenLogprobs(ctx.fx, [...req.context, ...cont], cont.length);
@@ -118,9 +119,9 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
       // A row with no shared prefix, longer than the blocks.
       { context: randomTokens(24, 19, vocab), continuations: [randomTokens(25, 6, vocab)] },
     ];
-    const whole = await new Scorer(ctx.engine, { maxBatchTokens: 4096 }).loglikelihood(requests);
+    const whole = await directScoring(new Scorer(ctx.engine, { maxBatchTokens: 4096 })).loglikelihood(requests);
     const text = randomTokens(26, 40, vocab);
-    const wholeRolling = await new Scorer(ctx.engine, { maxBatchTokens: 4096 }).rolling([{ text }]);
+    const wholeRolling = await directScoring(new Scorer(ctx.engine, { maxBatchTokens: 4096 })).rolling([{ text }]);
     const heads = ctx.engine.config.numHeads;
     for (const [budget, cells] of [
       [1, Infinity],
@@ -132,7 +133,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
         maxBatchTokens: budget,
         maxAttentionBytes: Number.isFinite(cells) ? cells * heads * 4 : undefined,
       });
-      const passes = scorer.plan((await scorer.prepareLoglikelihood(requests)).units).passes;
+      const passes = scorer.plan((await directScoring(scorer).prepareLoglikelihood(requests)).units).passes;
       expect(passes.every((p) => p.rows.every((r) => r.tokens.length <= budget))).toBe(true);
       if (Number.isFinite(cells)) {
         // Each block of one row: its queries × keys within the cells.
@@ -143,7 +144,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
           }
         }
       }
-      const blocked = await scorer.loglikelihood(requests);
+      const blocked = await directScoring(scorer).loglikelihood(requests);
       requests.forEach((req, i) =>
         req.continuations.forEach((cont, j) => {
           const a = blocked[i]![j]!;
@@ -157,7 +158,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s', (family) => {
           expect(a.topK?.map((t) => t.ids.length)).toEqual(b.topK?.map((t) => t.ids.length));
         }),
       );
-      const [rolling] = await scorer.rolling([{ text }]);
+      const [rolling] = await directScoring(scorer).rolling([{ text }]);
       rolling!.tokenLogprobs.forEach((lp, k) => expect(Math.abs(lp - wholeRolling[0]!.tokenLogprobs[k]!)).toBeLessThan(1e-5));
     }
   });

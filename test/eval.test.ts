@@ -19,6 +19,7 @@ import { Scorer } from '../src/core/scorer.js';
 import { Prober } from '../src/requests/probe.js';
 import { renderChatText } from '../src/requests/segments.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const samples = readJsonl<CharpSample>(path.join(root, 'data/charpeval-sample.jsonl'));
@@ -49,7 +50,7 @@ describe('CHARPEval runner', () => {
     const top: Record<string, number> = {};
     for (const [i, r] of report.results.entries()) {
       // The log-likelihoods are the scorer's for the paper's prompt + " response".
-      const [direct] = await scorer.loglikelihood([
+      const [direct] = await directScoring(scorer).loglikelihood([
         { context: buildPrompt(samples[i]!, []), continuations: RESPONSE_TYPES.map((t) => ` ${samples[i]!.responses[t]}`) },
       ]);
       RESPONSE_TYPES.forEach((t, j) => expect(Math.abs(r.logprobs[t] - direct![j]!.logprob)).toBeLessThan(1e-4));
@@ -242,7 +243,7 @@ describe('RefuteBench runner', () => {
         const prompt = tok.encode(renderChatText(tok, d.messages.slice(0, k), 'messages', tok.chatTemplate, { addGenerationPrompt: true }), false);
         const chain: number[] = [];
         while (chain.length < 5) {
-          const [[s]] = (await scorer.loglikelihood([{ context: [...prompt, ...chain], continuations: [[0]], topK: 1 }])) as any;
+          const [[s]] = (await directScoring(scorer).loglikelihood([{ context: [...prompt, ...chain], continuations: [[0]], topK: 1 }])) as any;
           const next = s.topK[0].ids[0];
           chain.push(next);
           if (stops.has(next)) break;
@@ -279,7 +280,7 @@ describe('contamination', () => {
     const b = ['Zebra quantum violet lamp seventeen.', 'Cologne carnival picnic lemonade hills.', 'Knowledge: tower.'];
     const report = await runContamination(client, a, b, { minKPercent: 30 });
     const scorer = new Scorer(engine);
-    const direct = await scorer.rolling([...a, ...b].map((text) => ({ text, minKPercent: 30 })));
+    const direct = await directScoring(scorer).rolling([...a, ...b].map((text) => ({ text, minKPercent: 30 })));
     [...report.a, ...report.b].forEach((s, i) => {
       expect(Math.abs(s.meanLoss - direct[i]!.meanLoss)).toBeLessThan(1e-6);
       expect(Math.abs(s.minKLogprob - direct[i]!.minKLogprob)).toBeLessThan(1e-6);

@@ -17,11 +17,12 @@ import {
   type SamplingParams,
 } from '../src/requests/generate.js';
 import type { LoadedModel } from '../src/serving/repository.js';
-import type { CtxprobeServer } from '../src/serving/server.js';
+import type { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
 import { client, postJson, scrape, serveModel, streamed, unary } from './helpers.js';
 import { serveCli } from './cli-serve.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const GREEDY: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 8, stop: [], n: 1, logprobs: 0 };
 
@@ -52,7 +53,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: generation exactness', (family)
       for (const [k, token] of choice!.tokens.entries()) {
         // Score of this token after the same prefix, computed whole, uncached, alone.
         const context = seq.slice(0, prompts[i]!.length + k);
-        const score = (await alone.loglikelihood([{ context, continuations: [[token]], topK: 1 }]))[0]![0];
+        const score = (await directScoring(alone).loglikelihood([{ context, continuations: [[token]], topK: 1 }]))[0]![0];
         expect(choice!.logprobs[k]).toBe(score!.tokenLogprobs[0]);
         // The argmax: the most likely token of that distribution (on an exact tie the
         // lowest id, as torch.argmax; TopK lists it first too).
@@ -192,7 +193,7 @@ describe('a long generation in the prefix cache', () => {
     expect(cache.pieces(match, match.depth).length).toBeLessThan(18);
     cache.release(match);
     const alone = new Scorer(engine, { prefixSharing: false });
-    const echo = alone.prepareEcho([seq], 0);
+    const echo = directScoring(alone).prepareEcho([seq], 0);
     const [e] = echo.finish((await alone.scoreUnits(echo.units)).scores);
     expect(choice.logprobs).toEqual(e!.promptLogprobs.slice(prompt.length - 1));
     // Bytes counted are the segments the cache holds: the session thread keeps exactly those.

@@ -8,6 +8,7 @@ import { minKOf, rollingWindows } from '../src/requests/scoring.js';
 import { InvalidArgumentError } from '../src/common/errors.js';
 import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 let fx: Fixture;
 let engine: Engine;
@@ -27,8 +28,8 @@ function expectClose(actual: number[], expected: number[], tol = 1e-4) {
 
 describe('continuation log-likelihood', () => {
   it('moves trailing whitespace of the context to the continuation', async () => {
-    const [[a]] = (await scorer.loglikelihood([{ context: 'Hello there ', continuations: ['world'] }])) as any;
-    const [[b]] = (await scorer.loglikelihood([{ context: 'Hello there', continuations: [' world'] }])) as any;
+    const [[a]] = (await directScoring(scorer).loglikelihood([{ context: 'Hello there ', continuations: ['world'] }])) as any;
+    const [[b]] = (await directScoring(scorer).loglikelihood([{ context: 'Hello there', continuations: [' world'] }])) as any;
     const ctx = enc('Hello there');
     expect(a.tokenIds).toEqual(enc('Hello there world').slice(ctx.length));
     expect(a.tokenIds).not.toEqual(enc('world'));
@@ -52,7 +53,7 @@ describe('continuation log-likelihood', () => {
     expect(split).toBeGreaterThan(0);
     const context = text.slice(0, split);
     const continuation = text.slice(split);
-    const [[r]] = (await scorer.loglikelihood([{ context, continuations: [continuation] }])) as any;
+    const [[r]] = (await directScoring(scorer).loglikelihood([{ context, continuations: [continuation] }])) as any;
     const ctx = enc(context);
     const whole = enc(text);
     expect(r.tokenIds).toEqual(whole.slice(ctx.length));
@@ -62,17 +63,17 @@ describe('continuation log-likelihood', () => {
   });
 
   it('scores an empty context after the prefix token (BOS)', async () => {
-    const [[r]] = (await scorer.loglikelihood([{ context: '', continuations: ['Once upon a time'] }])) as any;
+    const [[r]] = (await directScoring(scorer).loglikelihood([{ context: '', continuations: ['Once upon a time'] }])) as any;
     expect(r.tokenIds).toEqual(enc('Once upon a time'));
     const ref = referenceTokenLogprobs(fx, [engine.tokenizer.bosId!, ...r.tokenIds], r.numTokens);
     expectClose(r.tokenLogprobs, ref.logprobs);
   });
 
   it('adds BOS through the tokenizer when add_bos is set', async () => {
-    const [[withBos]] = (await scorer.loglikelihood([{ context: 'The bot', continuations: [' said'], addBos: true }])) as any;
+    const [[withBos]] = (await directScoring(scorer).loglikelihood([{ context: 'The bot', continuations: [' said'], addBos: true }])) as any;
     const ids = enc('The bot', true);
     expect(ids[0]).toBe(engine.tokenizer.bosId);
-    const [[byIds]] = (await scorer.loglikelihood([{ context: ids, continuations: [withBos.tokenIds] }])) as any;
+    const [[byIds]] = (await directScoring(scorer).loglikelihood([{ context: ids, continuations: [withBos.tokenIds] }])) as any;
     expectClose(withBos.tokenLogprobs, byIds.tokenLogprobs, 1e-6);
   });
 
@@ -80,18 +81,18 @@ describe('continuation log-likelihood', () => {
     const L = 12;
     const short = new Scorer(engine, { maxLength: L });
     const context = 'User: Can you tell me about the Eiffel Tower? Bot:';
-    const [[r]] = (await short.loglikelihood([{ context, continuations: [' The tower'] }])) as any;
+    const [[r]] = (await directScoring(short).loglikelihood([{ context, continuations: [' The tower'] }])) as any;
     const all = [...enc(context), ...r.tokenIds];
     expect(r.truncatedTokens).toBe(all.length - (L + 1));
     const ref = referenceTokenLogprobs(fx, all.slice(-(L + 1)), r.numTokens);
     expectClose(r.tokenLogprobs, ref.logprobs);
-    await expect(short.loglikelihood([{ context, continuations: [' The tower'], truncation: 'error' }])).rejects.toThrow(
+    await expect(directScoring(short).loglikelihood([{ context, continuations: [' The tower'], truncation: 'error' }])).rejects.toThrow(
       /items\[0\]\.continuations\[0\].*over the maximum length 12/,
     );
   });
 
   it('reports character and UTF-8 byte lengths of multi-byte continuations', async () => {
-    const [[r]] = (await scorer.loglikelihood([{ context: 'She said', continuations: [' héllo 😀'] }])) as any;
+    const [[r]] = (await directScoring(scorer).loglikelihood([{ context: 'She said', continuations: [' héllo 😀'] }])) as any;
     expect(r.numChars).toBe(8);
     expect(r.numBytes).toBe(12);
     const ref = referenceTokenLogprobs(fx, enc('She said héllo 😀'), r.numTokens);
@@ -109,7 +110,7 @@ describe('continuation log-likelihood', () => {
       [{ context: 'a', continuations: [] }, /items\[0\]\.continuations: at least one/],
     ];
     for (const [req, message] of cases) {
-      const err = await scorer.loglikelihood([req]).catch((e) => e);
+      const err = await directScoring(scorer).loglikelihood([req]).catch((e) => e);
       expect(err).toBeInstanceOf(InvalidArgumentError);
       expect(err.message).toMatch(message);
     }
@@ -141,7 +142,7 @@ describe('rolling log-likelihood', () => {
     const L = 8;
     const short = new Scorer(engine, { maxLength: L });
     const text = 'The weather today is sunny and warm, so we will walk';
-    const [r] = await short.rolling([{ text, minKPercent: 30 }]);
+    const [r] = await directScoring(short).rolling([{ text, minKPercent: 30 }]);
     const tokens = enc(text);
     expect(r!.numTokens).toBe(tokens.length);
     // Independent windowing: every token t is predicted from the (up to) L tokens before
@@ -167,14 +168,14 @@ describe('paper-exact metric modes', () => {
   it("KIEval's loss: no prefix token, the first token never predicted, tokens 1..n−1 scored (windows too)", async () => {
     const text = 'The weather today is sunny and warm, so we will walk';
     const tokens = enc(text);
-    const [r] = await scorer.rolling([{ text, skipFirstToken: true }]);
+    const [r] = await directScoring(scorer).rolling([{ text, skipFirstToken: true }]);
     expect(r!.numTokens).toBe(tokens.length - 1);
     expectClose(r!.tokenLogprobs, referenceTokenLogprobs(fx, tokens, tokens.length - 1).logprobs);
     const sum = r!.tokenLogprobs.reduce((a, b) => a + b, 0);
     expect(Math.abs(r!.meanLoss + sum / (tokens.length - 1))).toBeLessThan(1e-9);
     // In windows of L = 8: every token after the first from the (up to) L tokens before it.
     const L = 8;
-    const [w] = await new Scorer(engine, { maxLength: L }).rolling([{ text, skipFirstToken: true }]);
+    const [w] = await directScoring(new Scorer(engine, { maxLength: L })).rolling([{ text, skipFirstToken: true }]);
     const expected: number[] = [];
     for (let t = 1; t < tokens.length; t += L) {
       const span = tokens.slice(t, t + L);
@@ -182,7 +183,7 @@ describe('paper-exact metric modes', () => {
       expected.push(...referenceTokenLogprobs(fx, input, span.length).logprobs);
     }
     expectClose(w!.tokenLogprobs, expected);
-    await expect(scorer.rolling([{ text: [5], skipFirstToken: true }])).rejects.toThrow(/items\[0\]\.text: one token: with skip_first_token nothing is predicted/);
+    await expect(directScoring(scorer).rolling([{ text: [5], skipFirstToken: true }])).rejects.toThrow(/items\[0\]\.text: one token: with skip_first_token nothing is predicted/);
   });
 
   it('Min-K% for several k from one pass, with the at-least-one rule or KIEval skipping ⌊n·k⌋ = 0 (hand-checked)', async () => {
@@ -195,8 +196,8 @@ describe('paper-exact metric modes', () => {
     expect(minKOf([-5, -3, -2, -1], 100, true)).toEqual({ kPercent: 100, count: 4, logprob: -11 / 4, skipped: false });
     const text = 'short text here';
     const ks = [5, 10, 20, 30, 40, 50, 60];
-    const [skip] = await scorer.rolling([{ text, minKPercent: ks[0], minKPercents: ks.slice(1), minKRule: 'skip' }]);
-    const [keep] = await scorer.rolling([{ text, minKPercent: ks[0], minKPercents: ks.slice(1) }]);
+    const [skip] = await directScoring(scorer).rolling([{ text, minKPercent: ks[0], minKPercents: ks.slice(1), minKRule: 'skip' }]);
+    const [keep] = await directScoring(scorer).rolling([{ text, minKPercent: ks[0], minKPercents: ks.slice(1) }]);
     const n = skip!.numTokens;
     const sorted = [...skip!.tokenLogprobs].sort((a, b) => a - b);
     expect(skip!.minK.map((m) => m.kPercent)).toEqual(ks);
@@ -216,7 +217,7 @@ describe('paper-exact metric modes', () => {
   it("the context's own log-probs, the mean per token, and unconditional normalisation", async () => {
     const context = 'Question: what colour is the sky? Answer:';
     const neutral = 'Answer:';
-    const [conts] = await scorer.loglikelihood([{ context, continuations: [' blue', ' green'], contextLogprobs: true, unconditionalContext: neutral }]);
+    const [conts] = await directScoring(scorer).loglikelihood([{ context, continuations: [' blue', ' green'], contextLogprobs: true, unconditionalContext: neutral }]);
     const ctx = enc(context);
     // Context tokens 1..n−1, each given all before it.
     const c = conts![0]!.context!;
@@ -226,7 +227,7 @@ describe('paper-exact metric modes', () => {
     for (const [j, cont] of [' blue', ' green'].entries()) {
       const a = conts![j]!;
       expect(a.meanLogprob).toBeCloseTo(a.logprob / a.numTokens, 12);
-      const [[alone]] = (await scorer.loglikelihood([{ context: neutral, continuations: [cont] }])) as any;
+      const [[alone]] = (await directScoring(scorer).loglikelihood([{ context: neutral, continuations: [cont] }])) as any;
       expect(Math.abs(a.unconditional!.logprob - alone.logprob)).toBeLessThan(1e-6);
       expect(a.unconditional!.difference).toBeCloseTo(a.logprob - a.unconditional!.logprob, 12);
       // The whole sequence's log-likelihood (CHARPEval App. A): context + continuation.
@@ -234,7 +235,7 @@ describe('paper-exact metric modes', () => {
       const ref = referenceTokenLogprobs(fx, whole, whole.length - 1).logprobs.reduce((x, y) => x + y, 0);
       expect(Math.abs(c.logprob + a.logprob - ref)).toBeLessThan(1e-3);
     }
-    await expect(scorer.loglikelihood([{ context, continuations: [' x'], unconditionalContext: [5, 6] }])).rejects.toThrow(
+    await expect(directScoring(scorer).loglikelihood([{ context, continuations: [' x'], unconditionalContext: [5, 6] }])).rejects.toThrow(
       /items\[0\]\.unconditional: the neutral context must be of the same kind/,
     );
   });

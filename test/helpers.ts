@@ -6,7 +6,7 @@ import path from 'node:path';
 import { loadPackage } from '../src/grpc/proto.js';
 import { healthClientConstructor } from '../src/serving/health.js';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 
 const require = createRequire(import.meta.url);
 

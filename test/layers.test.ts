@@ -18,11 +18,42 @@ function sources(dir: string): string[] {
 /** Project files a source file imports values from (type-only imports of request and
  * answer shapes are not a dependency on the code), relative to the root. */
 function imports(file: string): string[] {
-  const text = fs.readFileSync(path.join(root, file), 'utf8');
-  return [...text.matchAll(/^import (?!type )[^;]*?from '(\.{1,2}\/[^']+)'/gms)].map((m) =>
-    path.relative(root, path.resolve(path.dirname(path.join(root, file)), m[1]!)).replace(/\.js$/, '.ts'),
-  );
+  return allImports(file)
+    .filter((i) => !i.typeOnly)
+    .map((i) => i.path);
 }
+
+/** Every project file a source file names in an import or re-export, type-only ones
+ * included (a type is a dependency on the layer that defines it). */
+function allImports(file: string): { path: string; typeOnly: boolean }[] {
+  const text = fs.readFileSync(path.join(root, file), 'utf8');
+  return [...text.matchAll(/^(?:import|export) (type )?[^;]*?from '(\.{1,2}\/[^']+)'|import\('(\.{1,2}\/[^']+)'\)/gms)].map((m) => ({
+    typeOnly: m[1] !== undefined,
+    path: path.relative(root, path.resolve(path.dirname(path.join(root, file)), (m[2] ?? m[3])!)).replace(/\.js$/, '.ts'),
+  }));
+}
+
+/** The README's layers, top to bottom (its Layout section): a file imports from its own
+ * layer or those below, never from one above — type imports, re-exports and dynamic
+ * imports included. */
+const LAYERS: [string, RegExp][] = [
+  ["entry points: the CLI, the runners, the server's wiring", /^src\/(cli\/|eval\/|server\.ts$)/],
+  ['transports', /^src\/(grpc|http)\//],
+  ['the API', /^src\/api\//],
+  ['the serving layer', /^src\/serving\//],
+  ['request kinds', /^src\/requests\//],
+  ['the core', /^src\/core\//],
+  ['the engine', /^src\/engine\//],
+  ['what a model is built from', /^(src\/(model|graph|checkpoint|text|workers)\/|kernels\/)/],
+  ['leaves', /^src\/(figures|common)\//],
+];
+const layerOf = (file: string) => LAYERS.findIndex(([, re]) => re.test(file));
+/** Crossings upward that are by design, with why. */
+const ALLOWED_UP = new Map([
+  // The viewer page reads a runner's JSONL line as the runners do: records.ts imports no
+  // code (a rule below) and runs in the browser.
+  ['src/http/ui/app.ts → src/eval/records.ts', 'the page reads records as the runners do'],
+]);
 
 const rules: [string, RegExp, RegExp][] = [
   ['HTTP does not import gRPC', /^src\/http\//, /^src\/grpc\//],
@@ -40,7 +71,7 @@ const rules: [string, RegExp, RegExp][] = [
   ['checkpoint/ imports nothing above it', /^src\/checkpoint\//, /^src\/(model|core|requests|serving|grpc|http|engine)/],
   // A runner without --address starts a whole server in its process (server.ts and the
   // model repository): that is the API too.
-  ['eval clients use the API, not server internals', /^src\/eval\//, /^src\/(requests|core|serving\/(?!server\.ts|repository\.ts)|engine|model)/],
+  ['eval clients use the API, not server internals', /^src\/eval\//, /^src\/(requests|core|serving\/(?!repository\.ts)|engine|model)/],
   ['the planner is pure', /^src\/core\/planner\.ts$/, /^src\/(engine|core\/(batcher|runner|scorer)|serving)/],
   ['the engine knows no requests, units or scheduling', /^src\/engine\//, /^src\/(core|requests|serving|grpc|http)/],
 ];
@@ -56,6 +87,17 @@ describe('layers', () => {
           .map((i) => `${f} → ${i}`),
       );
     expect(crossings).toEqual([]);
+  });
+
+  it('every file belongs to a layer, and no import runs up the layer order', () => {
+    expect(files.filter((f) => layerOf(f) < 0)).toEqual([]);
+    const up = files.flatMap((f) =>
+      allImports(f)
+        .filter((i) => layerOf(i.path) >= 0 && layerOf(i.path) < layerOf(f))
+        .map((i) => `${f} → ${i.path}${i.typeOnly ? ' (type)' : ''}`)
+        .filter((c) => !ALLOWED_UP.has(c)),
+    );
+    expect(up).toEqual([]);
   });
 
   it('decoder.ts has no probe-specific code beyond the tap hooks', () => {

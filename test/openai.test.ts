@@ -2,7 +2,7 @@
 // it: its exact request bodies, its parsing rule, the same numbers as the gRPC Score call.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LoadedModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { referenceForward, referenceTokenLogprobs } from './reference.js';
 import { postJson, scoringClient, scrape, serveModel, unary } from './helpers.js';

@@ -10,6 +10,7 @@ import type { ContinuationScore, EchoScore } from '../src/requests/scoring.js';
 import { rng } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, familyEngine } from './fixtures.js';
 import { referenceTokenLogprobs } from './reference.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 function trie(budget: number) {
   const dropped: number[] = [];
@@ -157,10 +158,10 @@ describe('a model whose rotary values depend on the sequence length', () => {
     expect(() => new Scorer(lengthDependent, { prefixSharing: true })).toThrow(/positions depend on the sequence length/);
     const context = Array.from({ length: 12 }, (_, i) => 5 + i);
     const requests = [{ context, continuations: [[40, 41], [42]] }];
-    const prepared = await scorer.prepareLoglikelihood(requests);
+    const prepared = await directScoring(scorer).prepareLoglikelihood(requests);
     const { scores, work } = await scorer.scoreUnits(prepared.units);
     expect(work.tokensComputed).toBe(2 * context.length + 1);
-    expect(prepared.finish(scores)).toEqual(await new Scorer(ctx.engine, { prefixSharing: false }).loglikelihood(requests));
+    expect(prepared.finish(scores)).toEqual(await directScoring(new Scorer(ctx.engine, { prefixSharing: false })).loglikelihood(requests));
   });
 });
 
@@ -179,7 +180,7 @@ describe('a failure while filling the cache', () => {
       throw new Error('gather failed');
     };
     try {
-      await expect(scorer.loglikelihood([{ context: randomTokens(r, 12, vocab), continuations: [randomTokens(r, 3, vocab)] }])).rejects.toThrow(
+      await expect(directScoring(scorer).loglikelihood([{ context: randomTokens(r, 12, vocab), continuations: [randomTokens(r, 3, vocab)] }])).rejects.toThrow(
         /gather failed/,
       );
     } finally {
@@ -209,7 +210,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
 
     const alone = new Scorer(ctx.engine, { prefixSharing: false });
     const expected: ContinuationScore[] = [];
-    for (const item of items) expected.push((await alone.loglikelihood([item]))[0]![0]!);
+    for (const item of items) expected.push((await directScoring(alone).loglikelihood([item]))[0]![0]!);
     // The unshared answers are the reference's.
     items.forEach((item, i) => {
       const ref = referenceTokenLogprobs(ctx.fx, [...item.context, ...item.continuations[0]!], item.continuations[0]!.length);
@@ -220,7 +221,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
     // are computed once; each distinct input position once, at most one more per unit (a
     // row restarts where its own next token's log-prob was not computed).
     const cold = new Scorer(ctx.engine, { minSharedTokens: 2 });
-    const prepared = await cold.prepareLoglikelihood(items);
+    const prepared = await directScoring(cold).prepareLoglikelihood(items);
     const { work } = await cold.scoreUnits(prepared.units);
     const inputs = prepared.units.map((u) => u.prefix.concat(u.tail));
     const requested = inputs.reduce((n, seq) => n + seq.length, 0);
@@ -249,13 +250,13 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
         );
         while (order.length > 0) {
           const batch = order.splice(0, 1 + Math.floor(r() * 4));
-          const got = await scorer.loglikelihood(batch.map((i) => items[i]!));
+          const got = await directScoring(scorer).loglikelihood(batch.map((i) => items[i]!));
           batch.forEach((i, n) => expect(got[n]![0], `budget ${budget}, round ${round}, item ${i}`).toEqual(expected[i]));
         }
         expect(scorer.cache?.bytes ?? 0).toBeLessThanOrEqual(budget);
       }
       // All at once, too.
-      const all = await scorer.loglikelihood(items);
+      const all = await directScoring(scorer).loglikelihood(items);
       items.forEach((_, i) => expect(all[i]![0]).toEqual(expected[i]));
     }
   });
@@ -267,7 +268,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
     const prompts = [head, [...head, ...randomTokens(r, 6, vocab)], [...head.slice(0, 12), ...randomTokens(r, 9, vocab)]];
     const alone = new Scorer(ctx.engine, { prefixSharing: false });
     const echo = async (s: Scorer, ps: number[][], k: number) => {
-      const prepared = s.prepareEcho(ps, k);
+      const prepared = directScoring(s).prepareEcho(ps, k);
       const { scores, work } = await s.scoreUnits(prepared.units);
       return { answers: prepared.finish(scores), work };
     };
@@ -301,9 +302,9 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s: exactness contract', (family) =
     expect(partial.work.tokensComputed).toBe(prompts[2]!.length - 11);
 
     const text = randomTokens(r, 30, vocab);
-    const [rollingAlone] = await alone.rolling([{ text }]);
-    const [rollingCold] = await scorer.rolling([{ text }]);
-    const prepared = await scorer.prepareRolling([{ text }]);
+    const [rollingAlone] = await directScoring(alone).rolling([{ text }]);
+    const [rollingCold] = await directScoring(scorer).rolling([{ text }]);
+    const prepared = await directScoring(scorer).prepareRolling([{ text }]);
     const warm = await scorer.scoreUnits(prepared.units);
     expect(rollingCold).toEqual(rollingAlone);
     expect(prepared.finish(warm.scores)[0]).toEqual(rollingAlone);

@@ -8,6 +8,7 @@ import { InvalidArgumentError } from '../src/common/errors.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';
 import { referenceForward } from './reference.js';
 import { LABELS, checkFamily, expectMatrix, sampleIds } from './probe-reference.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 describe.each(Object.keys(FAMILY_FIXTURES))('%s probe', (family) => {
   const ctx = familyEngine(family);
@@ -42,7 +43,7 @@ describe.each(Object.keys(FAMILY_FIXTURES))('%s probe', (family) => {
     const scorer = new Scorer(ctx.engine, { prefixSharing: false });
     const expected = async (sample: { chunkIds: { ids: number[] }[] }) => {
       const ids = sample.chunkIds.map((c) => c.ids);
-      const [score] = await scorer.loglikelihood([{ context: ids.slice(0, -1).flat(), continuations: [ids.at(-1)!] }]);
+      const [score] = await directScoring(scorer).loglikelihood([{ context: ids.slice(0, -1).flat(), continuations: [ids.at(-1)!] }]);
       return score![0]!.tokenLogprobs;
     };
     const want = [await expected(a), await expected(b)];

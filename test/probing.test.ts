@@ -7,11 +7,12 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import { f16ToF32 } from '../src/common/dtypes.js';
 import { Prober } from '../src/requests/probe.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { scoringClient, scrape, unary } from './helpers.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 let model: LoadedModel;
 let chatModel: LoadedModel;
@@ -234,7 +235,7 @@ describe('Probe with log-probs, the first token of the query chunk excluded from
         })
       ).samples[0];
     const [whole, skipped] = [await probe(false), await probe(true)];
-    const plain = (await model.scorer.loglikelihood([{ context: a, continuations: [b] }]))[0]![0]!;
+    const plain = (await directScoring(model.scorer).loglikelihood([{ context: a, continuations: [b] }]))[0]![0]!;
     expect(whole.queryLogprobs).toHaveLength(b.length);
     expect(skipped.queryLogprobs).toHaveLength(b.length);
     close(skipped.queryLogprobs, whole.queryLogprobs, 1e-5);
@@ -275,7 +276,7 @@ describe('one scheduler for probes and scores', () => {
       expect(probe.samples[0].votes.values).toEqual(alone.votes.flat().map(Math.fround));
       expect(probe.samples[0].mass.values).toEqual(alone.mass.flat().map(Math.fround));
       expect(probe.samples[0].heatmap.values).toEqual(alone.heatmap.flat().map(Math.fround));
-      const plain = (await model.scorer.loglikelihood([{ context: model.engine.tokenizer.encode(context), continuations: [model.engine.tokenizer.encode(' Eiffel did.')] }]))[0]![0]!;
+      const plain = (await directScoring(model.scorer).loglikelihood([{ context: model.engine.tokenizer.encode(context), continuations: [model.engine.tokenizer.encode(' Eiffel did.')] }]))[0]![0]!;
       expect(score.items[0].continuations[0].tokenLogprobs).toEqual(plain.tokenLogprobs);
     } finally {
       probing.close();
@@ -361,7 +362,7 @@ describe('Score with a chunked context (scores and attention from one pass)', ()
     expect(one).toHaveLength(1);
     const cont = tok.encode(' In Paris.');
     const res = await score({ model: 'm', items: [{ contextChunks: [{ label: 'a', ids: { ids: one } }], continuationsIds: [{ ids: cont }] }] });
-    const plain = (await model.scorer.loglikelihood([{ context: one, continuations: [cont] }]))[0]![0]!;
+    const plain = (await directScoring(model.scorer).loglikelihood([{ context: one, continuations: [cont] }]))[0]![0]!;
     close(res.items[0].continuations[0].tokenLogprobs, plain.tokenLogprobs, 1e-5);
     expect(res.items[0].continuations[0].attention.spans.map((s: any) => s.label)).toEqual(['a', 'continuation']);
   });
@@ -374,7 +375,7 @@ describe('Score with a chunked context (scores and attention from one pass)', ()
     ];
     const cont = tok.encode(' In Paris.');
     const res = await score({ model: 'm', items: [{ contextChunks: idChunks, continuationsIds: [{ ids: cont }] }] });
-    const plain = (await model.scorer.loglikelihood([{ context: idChunks.flatMap((c) => c.ids.ids), continuations: [cont] }]))[0]![0]!;
+    const plain = (await directScoring(model.scorer).loglikelihood([{ context: idChunks.flatMap((c) => c.ids.ids), continuations: [cont] }]))[0]![0]!;
     const c = res.items[0].continuations[0];
     expect(Math.abs(c.logprob - plain.logprob)).toBeLessThan(1e-5);
     expect(c.attention.spans.map((s: any) => [s.label, s.start, s.end])).toEqual([

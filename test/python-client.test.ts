@@ -6,10 +6,11 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { makeCertificates } from './certs.js';
 import fs from 'node:fs';
+import { directScoring } from '../src/requests/scoring.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const python = process.env.CTXPROBE_PYTHON ?? '/usr/bin/python3';
@@ -50,7 +51,7 @@ describe.skipIf(!available)('Python client', () => {
     // Asynchronously: the server answers from this same process.
     const { stdout } = await promisify(execFile)(python, args, { encoding: 'utf8', env: { ...process.env, CTXPROBE_STUBS: stubs } });
     const out = JSON.parse(stdout);
-    const [direct] = await model.scorer.loglikelihood([{ context: 'User: Who designed it? Bot:', continuations: conts }]);
+    const [direct] = await directScoring(model.scorer).loglikelihood([{ context: 'User: Who designed it? Bot:', continuations: conts }]);
     expect(out.models).toEqual(['qwen']);
     out.scores.forEach((s: any, i: number) => {
       expect(s.token_ids).toEqual(direct![i]!.tokenIds);
@@ -129,7 +130,7 @@ describe.skipIf(!available)('Python client', () => {
         );
       const tls = ['--tls-ca', certs.ca, '--tls-cert', certs.clientCert, '--tls-key', certs.clientKey];
       const { stdout } = await run([...tls, '--token-file', tokenFile]);
-      const [direct] = await model.scorer.loglikelihood([{ context: 'User: Hi Bot:', continuations: [' hello'] }]);
+      const [direct] = await directScoring(model.scorer).loglikelihood([{ context: 'User: Hi Bot:', continuations: [' hello'] }]);
       expect(Math.abs(JSON.parse(stdout).scores[0].logprob - direct![0]!.logprob)).toBeLessThan(1e-5);
       await expect(run(tls)).rejects.toThrow(/UNAUTHENTICATED/);
     } finally {

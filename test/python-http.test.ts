@@ -10,9 +10,10 @@ import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { makeCertificates } from './certs.js';
+import { directScoring } from '../src/requests/scoring.js';
 import { client, streamed } from './helpers.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -78,7 +79,7 @@ print(json.dumps({"ids": [s["tokenId"] for s in steps], "text": "".join(s["text"
     // Each query row of a softmax sums to 1.
     for (const s of out.rows) expect(Math.abs(s - 1)).toBeLessThan(1e-5);
     expect(out.heads).toEqual([0, 1]);
-    const [scores] = await model.scorer.loglikelihood([{ context: 'The tower was built in', continuations: [' 1889.'] }]);
+    const [scores] = await directScoring(model.scorer).loglikelihood([{ context: 'The tower was built in', continuations: [' 1889.'] }]);
     expect(Math.abs(out.score - scores![0]!.logprob)).toBeLessThan(1e-5);
   });
 

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPackage } from '../src/grpc/proto.js';
 import { healthClientConstructor } from '../src/serving/health.js';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import { loadTokens } from '../src/serving/security.js';
 import { ConfigError } from '../src/common/errors.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';

@@ -2,11 +2,12 @@
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { healthClient, reflectionClient, scoringClient, scrape, unary } from './helpers.js';
 import { loadPackage } from '../src/grpc/proto.js';
 import { rng } from '../src/model/synthetic.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 let llama: LoadedModel;
 let gpt2: LoadedModel;
@@ -55,7 +56,7 @@ describe('gRPC Scoring service', () => {
       { id: 'c', continuationsText: ['Once upon a time'] },
     ];
     const res = await call('Score', { model: 'llama', items });
-    const direct = await llama.scorer.loglikelihood([
+    const direct = await directScoring(llama.scorer).loglikelihood([
       { context: items[0]!.contextText!, continuations: items[0]!.continuationsText!, topK: 2 },
       { context: [0, 50, 60], continuations: [[70, 80]] },
       { context: '', continuations: ['Once upon a time'] },
@@ -77,7 +78,7 @@ describe('gRPC Scoring service', () => {
   it('scores rolling log-likelihood with windows of the served max length', async () => {
     const text = 'The weather today is sunny and warm, so we will walk to the river and have a picnic there.';
     const res = await call('ScoreRolling', { model: 'gpt2', items: [{ id: 'x', text, minKPercent: 10 }] });
-    const [direct] = await gpt2.scorer.rolling([{ text, minKPercent: 10 }]);
+    const [direct] = await directScoring(gpt2.scorer).rolling([{ text, minKPercent: 10 }]);
     expect(res.items[0].numWindows).toBeGreaterThan(1);
     expect(res.items[0].numTokens).toBe(direct!.numTokens);
     expect(Math.abs(res.items[0].meanLoss - direct!.meanLoss)).toBeLessThan(1e-6);
@@ -89,7 +90,7 @@ describe('gRPC Scoring service', () => {
       model: 'llama',
       items: [{ id: 'q', contextText: 'Question: sky colour? Answer:', continuationsText: [' blue', ' red'], contextLogprobs: true, unconditionalText: 'Answer:' }],
     });
-    const [lib] = await llama.scorer.loglikelihood([
+    const [lib] = await directScoring(llama.scorer).loglikelihood([
       { context: 'Question: sky colour? Answer:', continuations: [' blue', ' red'], contextLogprobs: true, unconditionalContext: 'Answer:' },
     ]);
     const item = res.items[0];
@@ -103,7 +104,7 @@ describe('gRPC Scoring service', () => {
       model: 'llama',
       items: [{ id: 'r', text: 'a short text', skipFirstToken: true, minKPercent: 10, minKPercents: [50, 100], minKSkipShort: true }],
     });
-    const [want] = await llama.scorer.rolling([{ text: 'a short text', skipFirstToken: true, minKPercent: 10, minKPercents: [50, 100], minKRule: 'skip' }]);
+    const [want] = await directScoring(llama.scorer).rolling([{ text: 'a short text', skipFirstToken: true, minKPercent: 10, minKPercents: [50, 100], minKRule: 'skip' }]);
     const r = rolling.items[0];
     expect(r.numTokens).toBe(want!.numTokens);
     expect(r.minK.map((m: any) => [m.kPercent, m.count, m.skipped])).toEqual(want!.minK.map((m) => [m.kPercent, m.count, m.skipped]));
@@ -186,7 +187,7 @@ describe('gRPC Scoring service', () => {
     expect(byId.get('bad').errorCode).toBe(grpc.status.INVALID_ARGUMENT);
     expect(byId.get('bad').errorMessage).toMatch(/message 2\.item\.continuations\[0\]: continuation is empty/);
     expect(byId.get('lost').errorCode).toBe(grpc.status.NOT_FOUND);
-    const [s1] = await llama.scorer.loglikelihood([{ context: 'User: Hi', continuations: [' Bot: hello', ' Bot: bye'] }]);
+    const [s1] = await directScoring(llama.scorer).loglikelihood([{ context: 'User: Hi', continuations: [' Bot: hello', ' Bot: bye'] }]);
     byId.get('s1').item.continuations.forEach((c: any, j: number) => expect(Math.abs(c.logprob - s1![j]!.logprob)).toBeLessThan(1e-5));
     expect(byId.get('s2').model).toBe('gpt2');
     expect(byId.get('s2').item.continuations[0].tokenIds).toEqual([7]);
@@ -240,7 +241,7 @@ describe('gRPC Scoring service', () => {
       const got = answers[i];
       expect(got.id).toBe(job.item.id);
       const it: any = job.item;
-      const [alone] = await llama.scorer.loglikelihood([
+      const [alone] = await directScoring(llama.scorer).loglikelihood([
         it.contextText !== undefined
           ? { context: it.contextText, continuations: it.continuationsText }
           : { context: it.contextIds.ids, continuations: it.continuationsIds.map((c: any) => c.ids) },

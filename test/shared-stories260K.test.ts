@@ -8,6 +8,7 @@ import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { checkFamily } from './probe-reference.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const dir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../shared/models/stories260K');
 const present = fs.existsSync(path.join(dir, 'REFERENCE.json'));
@@ -29,7 +30,7 @@ describe.skipIf(!present)('shared stories260K vs llama.cpp', () => {
   it('matches the teacher-forced log-probs within 1e-4, from token ids and from text', async () => {
     const expected = ref.logprobs.slice(1) as number[];
     const scorer = new Scorer(engine);
-    const results = await scorer.loglikelihood([
+    const results = await directScoring(scorer).loglikelihood([
       { context: ref.tokens.slice(0, 1), continuations: [ref.tokens.slice(1)] },
       { context: '', continuations: [ref.text] },
     ]);
@@ -42,7 +43,7 @@ describe.skipIf(!present)('shared stories260K vs llama.cpp', () => {
   it('gives the same log-probs when the sentence is split into context and continuation', async () => {
     const scorer = new Scorer(engine);
     const cut = 12;
-    const results = await scorer.loglikelihood([
+    const results = await directScoring(scorer).loglikelihood([
       { context: ref.tokens.slice(0, cut), continuations: [ref.tokens.slice(cut), ref.tokens.slice(cut, cut + 3)] },
     ]);
     for (const r of results[0]!)

@@ -10,7 +10,7 @@ import { request as httpRequest } from 'node:http';
 import net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import type { LoadedModel } from '../src/serving/repository.js';
 import { httpBindings } from '../src/http/transcode.js';
 import { openApiDocument } from '../src/http/openapi.js';

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 

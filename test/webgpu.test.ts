@@ -20,9 +20,10 @@ import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { probeTap } from '../kernels/probe-tap.js';
 import { rng } from '../src/common/random.js';
 import { loadModel } from '../src/serving/repository.js';
-import { CtxprobeServer } from '../src/serving/server.js';
+import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
 import { postJson, scrape } from './helpers.js';
+import { directScoring } from '../src/requests/scoring.js';
 
 const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
   (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
@@ -173,7 +174,7 @@ maybe('the contracts on the device', () => {
       const seq = prompts[i]!.concat(choice!.tokens);
       for (const [k, token] of choice!.tokens.entries()) {
         const score = (
-          await uncached.loglikelihood([{ context: seq.slice(0, prompts[i]!.length + k), continuations: [[token]], topK: 1 }])
+          await directScoring(uncached).loglikelihood([{ context: seq.slice(0, prompts[i]!.length + k), continuations: [[token]], topK: 1 }])
         )[0]![0]!;
         expect(choice!.logprobs[k]).toBe(score.tokenLogprobs[0]);
         expect(score.topK![0]!.ids[0]).toBe(token);

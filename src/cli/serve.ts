@@ -1,7 +1,7 @@
 // `ctxprobe serve` (the server, its flags and signals) and `ctxprobe health`.
 import { Command, Option } from 'commander';
 import { DEFAULT_REPOSITORY, loadModel } from '../serving/repository.js';
-import { CtxprobeServer } from '../serving/server.js';
+import { CtxprobeServer } from '../server.js';
 import { resolveSecurity } from '../serving/security.js';
 import { entriesFrom, int, log, mallocAdvice, portOrOff, withModelFlags } from './common.js';
 

@@ -9,10 +9,37 @@
 // clients; rows of similar length packed into `maxBatchTokens`) and runs them. Cancelled
 // or expired requests are dropped before their round; a round whose every request was
 // cancelled stops at the next pass.
-import type { Metrics } from '../serving/metrics.js';
 import { CancelledError, OverloadedError } from '../common/errors.js';
 import type { Scorer } from './scorer.js';
+import type { PrefixCache } from './prefix-cache.js';
 import { queueTokens, type Unit, type UnitScore } from './units.js';
+
+/** What the scheduler reports, by model: prom-client's counter, gauge and histogram
+ * shapes, which the serving layer's Metrics has (the core names no layer above it). */
+type ByModel = { model: string };
+interface Count {
+  inc(labels: ByModel, value?: number): void;
+}
+interface Level extends Count {
+  dec(labels: ByModel, value?: number): void;
+}
+interface Observed {
+  observe(labels: ByModel, value: number): void;
+}
+export interface SchedulerMetrics {
+  unitsQueued: Level;
+  unitsInFlight: Level;
+  queueWaitSeconds: Observed;
+  batchUnits: Observed;
+  batchTokens: Observed;
+  forwardSeconds: Observed;
+  tokensComputed: Count;
+  tokensRequested: Count;
+  cacheTokensReused: Count;
+  cacheEvictions: Count;
+  /** The cache's bytes, entries and budget, read when scraped. */
+  watchCache(model: string, cache: PrefixCache): void;
+}
 
 export interface BatcherOptions {
   /** Tokens gathered into one scheduling round (the scorer splits it into passes). */
@@ -58,7 +85,7 @@ export class Batcher {
     private readonly model: string,
     private readonly scorer: Scorer,
     options: BatcherOptions = {},
-    private readonly metrics?: Metrics,
+    private readonly metrics?: SchedulerMetrics,
   ) {
     this.maxRoundTokens = options.maxRoundTokens ?? 4 * scorer.maxBatchTokens;
     this.maxQueueDelayMs = options.maxQueueDelayMs ?? 5;
@@ -239,3 +266,4 @@ export class Batcher {
 function jobItems(job: Job): number {
   return job.units.length;
 }
+

@@ -1,6 +1,6 @@
-// The scorer of one model: its settings, the request encoder (harness semantics), the
-// prefix cache, and scoring units as match → plan → run. This is what the batcher, the
-// CLI and tests call.
+// The scorer of one model: its settings, the prefix cache, and scoring units as
+// match → plan → run. The batcher calls it; requests are encoded into units above it
+// (requests/), and it knows none of their kinds.
 //
 //   units ─► match each in the cache ─► shared trunks? ─yes─► run them into the cache ─┐
 //                 ▲                          │ no                                       │
@@ -13,15 +13,7 @@ import { InvalidArgumentError } from '../common/errors.js';
 import { findTrunks, plan, planUnits, rowKind, type Plan, type PlanOptions, type ScoreRow, type Trunk } from './planner.js';
 import { PrefixCache, type Match } from './prefix-cache.js';
 import { emptyScore, runPlan, type PlanResult, type RunOptions, type Work } from './runner.js';
-import {
-  RequestEncoder,
-  type ContinuationScore,
-  type EchoScore,
-  type LoglikelihoodRequest,
-  type RollingRequest,
-  type RollingScore,
-} from '../requests/scoring.js';
-import { maskedFrom, scoredIndex, type Prepared, type Unit } from './units.js';
+import { maskedFrom, scoredIndex, type Unit } from './units.js';
 
 export interface ScorerOptions {
   /** Padded tokens per forward pass (rows × longest row); default 512 on CPU, 8192 on CUDA. */
@@ -32,8 +24,6 @@ export interface ScorerOptions {
   prefixSharing?: boolean;
   /** Largest top-k a request may ask for. */
   maxTopK?: number;
-  /** Continuations per item (default 256). */
-  maxContinuations?: number;
   /** Bytes of one layer's attention scores a pass may build (default 192 MiB): longer
    * rows run in query blocks that shrink as their keys grow. */
   maxAttentionBytes?: number;
@@ -66,7 +56,6 @@ export class Scorer {
   readonly maxAttentionBytes: number;
   readonly maxPastBytes: number;
   readonly minSharedTokens: number;
-  readonly encoder: RequestEncoder;
   /** Absent when prefix sharing is off. */
   readonly cache?: PrefixCache;
   /** Rounds that use the cache run one at a time (pins and inserts assume it). */
@@ -110,24 +99,6 @@ export class Scorer {
       const budget = options.prefixCacheBytes ?? 2 ** 30;
       this.cache = new PrefixCache(engine.kvBytesPerToken, budget, (handle) => engine.dropPast({ handle, validLengths: [], length: 0 }));
     }
-    this.encoder = new RequestEncoder(engine.tokenizer, {
-      vocabSize: engine.config.vocabSize,
-      maxLength: this.maxLength,
-      maxTopK: this.maxTopK,
-      maxContinuations: options.maxContinuations,
-    });
-  }
-
-  prepareLoglikelihood(requests: LoglikelihoodRequest[]): Promise<Prepared<ContinuationScore[][]>> {
-    return this.encoder.prepareLoglikelihood(requests);
-  }
-
-  prepareRolling(requests: RollingRequest[]): Promise<Prepared<RollingScore[]>> {
-    return this.encoder.prepareRolling(requests);
-  }
-
-  prepareEcho(prompts: number[][], topK: number): Prepared<EchoScore[]> {
-    return this.encoder.prepareEcho(prompts, topK);
   }
 
   private get planOptions(): PlanOptions {
@@ -319,17 +290,5 @@ export class Scorer {
       topK: Math.max(0, ...t.members.map((m) => units[m]!.topK)),
       path: seqs[rep]!,
     };
-  }
-
-  async loglikelihood(requests: LoglikelihoodRequest[]): Promise<ContinuationScore[][]> {
-    return this.run(await this.prepareLoglikelihood(requests));
-  }
-
-  async rolling(requests: RollingRequest[]): Promise<RollingScore[]> {
-    return this.run(await this.prepareRolling(requests));
-  }
-
-  private async run<T>(prepared: Prepared<T>): Promise<T> {
-    return prepared.finish((await this.scoreUnits(prepared.units)).scores);
   }
 }

@@ -5,7 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import cliProgress from 'cli-progress';
 import { loadPackage } from '../grpc/proto.js';
 import { loadModel, readRepository, type ModelEntry } from '../serving/repository.js';
-import { CtxprobeServer } from '../serving/server.js';
+import { CtxprobeServer } from '../server.js';
 import type { ScoringClient } from '../api/generated/ctxprobe/v1/Scoring.js';
 import type { ProbingClient } from '../api/generated/ctxprobe/v1/Probing.js';
 import type { GenerationClient } from '../api/generated/ctxprobe/v1/Generation.js';

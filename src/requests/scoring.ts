@@ -6,6 +6,7 @@ import type { TextTokenizer } from '../text/tokenizer.js';
 import { InvalidArgumentError, checkTokenIds } from '../common/errors.js';
 import { segmentIds, segmentText, type Segment } from './segments.js';
 import type { Prepared, Unit, UnitScore } from '../core/units.js';
+import type { Scorer } from '../core/scorer.js';
 import {
   CONTINUATION_LABEL,
   type ChunkedPair,
@@ -38,6 +39,32 @@ export interface EncoderLimits {
   maxLength: number;
   /** Largest top-k a request may ask for. */
   maxTopK: number;
+}
+
+/** The encoder of a model's requests, within its scorer's limits (context length, top-k). */
+export function encoderFor(scorer: Scorer, maxContinuations?: number): RequestEncoder {
+  return new RequestEncoder(scorer.engine.tokenizer, {
+    vocabSize: scorer.engine.config.vocabSize,
+    maxLength: scorer.maxLength,
+    maxTopK: scorer.maxTopK,
+    maxContinuations,
+  });
+}
+
+/** Requests scored on a scorer directly: no queue, no limits, no metrics. The reference
+ * path of the core's own tests and benchmarks (what batching, caching and the serving
+ * layer must not change); a client's call, the CLI's included, goes through Service. */
+export function directScoring(scorer: Scorer) {
+  const encoder = encoderFor(scorer);
+  const run = async <T>(prepared: Prepared<T>): Promise<T> => prepared.finish((await scorer.scoreUnits(prepared.units)).scores);
+  return {
+    encoder,
+    prepareLoglikelihood: (requests: LoglikelihoodRequest[]) => encoder.prepareLoglikelihood(requests),
+    prepareRolling: (requests: RollingRequest[]) => encoder.prepareRolling(requests),
+    prepareEcho: (prompts: number[][], topK: number) => encoder.prepareEcho(prompts, topK),
+    loglikelihood: async (requests: LoglikelihoodRequest[]) => run(await encoder.prepareLoglikelihood(requests)),
+    rolling: async (requests: RollingRequest[]) => run(await encoder.prepareRolling(requests)),
+  };
 }
 
 export class RequestEncoder {

@@ -16,6 +16,7 @@ import { Engine } from '../engine/engine.js';
 import { ConfigError } from '../common/errors.js';
 import { Scorer } from '../core/scorer.js';
 import { Prober } from '../requests/probe.js';
+import { encoderFor, type RequestEncoder } from '../requests/scoring.js';
 import type { ComputeDType } from '../common/dtypes.js';
 
 export interface ModelEntry {
@@ -44,6 +45,8 @@ export interface LoadedModel {
   entry: ModelEntry;
   engine: Engine;
   scorer: Scorer;
+  /** Score requests as units, within the scorer's limits. */
+  encoder: RequestEncoder;
   prober: Prober;
   loadSeconds: number;
 }
@@ -196,7 +199,6 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
   const scorer = new Scorer(engine, {
     maxLength: entry.maxLength,
     maxBatchTokens: entry.maxBatchTokens,
-    maxContinuations: entry.maxContinuations,
     maxAttentionBytes: entry.maxAttentionBytes,
     prefixCacheBytes: entry.prefixCacheBytes,
   });
@@ -204,5 +206,6 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     maxRawBytes: entry.maxRawAttentionBytes,
     scorer,
   });
-  return { entry, engine, scorer, prober, loadSeconds: (performance.now() - started) / 1000 };
+  const encoder = encoderFor(scorer, entry.maxContinuations);
+  return { entry, engine, scorer, encoder, prober, loadSeconds: (performance.now() - started) / 1000 };
 }

@@ -328,15 +328,15 @@ export class Service {
   /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`). */
   async score(m: ServedModel, requests: LoglikelihoodRequest[], call: CallContext): Promise<ContinuationScore[][]> {
     this.checkTextBytes(requests, 'items');
-    if (!requests.some((r) => r.contextChunks)) return this.scoreUnits(m, await m.scorer.prepareLoglikelihood(requests), call);
+    if (!requests.some((r) => r.contextChunks)) return this.scoreUnits(m, await m.encoder.prepareLoglikelihood(requests), call);
     // Items with a chunked context are answered by probe passes (scores and attention from
     // one pass), the others as usual; everything is validated before anything is queued.
     const named = requests.map((r, i) => ({ ...r, field: r.field ?? `items[${i}]` }));
     const chunked = named.flatMap((r, i) => (r.contextChunks ? [i] : []));
     const plain = named.flatMap((r, i) => (r.contextChunks ? [] : [i]));
-    const pairs = await Promise.all(chunked.map((i) => m.scorer.encoder.encodeChunked(named[i]!, named[i]!.field)));
+    const pairs = await Promise.all(chunked.map((i) => m.encoder.encodeChunked(named[i]!, named[i]!.field)));
     const samples = await Promise.all(chunked.map((i, k) => prepareChunkScores(m.prober, named[i]!, pairs[k]!)));
-    const preparedPlain = plain.length > 0 ? await m.scorer.prepareLoglikelihood(plain.map((i) => named[i]!)) : undefined;
+    const preparedPlain = plain.length > 0 ? await m.encoder.prepareLoglikelihood(plain.map((i) => named[i]!)) : undefined;
     // One answer, one limit: the chunked items' continuation tokens count with the plain ones.
     const chunkedTokens = pairs.reduce((n, p) => n + p.continuations.reduce((a, c) => a + c.ids.length, 0), 0);
     this.checkScoredTokens(chunkedTokens + (preparedPlain?.units.reduce((n, u) => n + u.targets.length, 0) ?? 0));
@@ -363,7 +363,7 @@ export class Service {
   /** Rolling log-likelihoods (perplexity, mean loss, Min-K% Prob). */
   async scoreRolling(m: ServedModel, requests: RollingRequest[], call: CallContext): Promise<RollingScore[]> {
     this.checkTextBytes(requests, 'items');
-    return this.scoreUnits(m, await m.scorer.prepareRolling(requests), call);
+    return this.scoreUnits(m, await m.encoder.prepareRolling(requests), call);
   }
 
   /** Every prompt token's log-prob and the greedy next token (OpenAI-style `echo`), with
@@ -376,7 +376,7 @@ export class Service {
     const k = topK > 0 ? Math.min(topK + spare, m.scorer.maxTopK, m.engine.config.vocabSize) : topK;
     // Counted per prompt: an echo's units also hold shared prompt heads.
     const counted = { items: prompts.length, tokens: prompts.reduce((n, p) => n + p.length, 0) };
-    return this.scoreUnits(m, m.scorer.prepareEcho(prompts, k), call, counted);
+    return this.scoreUnits(m, m.encoder.prepareEcho(prompts, k), call, counted);
   }
 
   private async scoreUnits<T>(
