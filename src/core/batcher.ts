@@ -266,4 +266,3 @@ export class Batcher {
 function jobItems(job: Job): number {
   return job.units.length;
 }
-

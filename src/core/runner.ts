@@ -4,6 +4,7 @@
 // prefix cache, each row's new KV and scores go into it as the pass ends.
 import type { Engine, KvPiece, PassProbe, PastKV, Row, ScoredPosition } from '../engine/engine.js';
 import { CancelledError } from '../common/errors.js';
+import { maxOf } from '../common/sequences.js';
 import { pastKey, planTokens, type Plan, type ScorePass, type ScoreRow } from './planner.js';
 import type { Match, Piece, PrefixCache, ScoreEntry } from './prefix-cache.js';
 import { unitTokens, type ProbeSums, type TopK, type Unit, type UnitScore } from './units.js';
@@ -113,6 +114,22 @@ interface Destination {
   nextTop?: number;
 }
 
+/** What a pass asks the engine to score, and where each answer goes: `scored[n]` is
+ * answered into `dest[n]`; `next` lists the generation steps that read their row's whole
+ * distribution (their index in `scored`). */
+interface Asked {
+  scored: ScoredPosition[];
+  dest: Destination[];
+  next: { unit: number; at: number }[];
+}
+
+/** One pass of a plan:
+ *
+ *   rows ─► positions asked ─► engine.forward ─► answers into units' scores (and entries
+ *                                   │             for the cache)
+ *                                   └─ present KV ─► into the prefix cache (rows with a path)
+ *                                                    kept for the next block, or dropped
+ */
 async function runScorePass(
   engine: Engine,
   units: readonly Unit[],
@@ -122,6 +139,17 @@ async function runScorePass(
   results: UnitScore[],
   sink: CacheSink | undefined,
 ): Promise<PastKV | undefined> {
+  const asked = positionsAsked(units, pass);
+  const toCache = sink !== undefined && pass.rows.some((r) => r.path);
+  const out = await engine.forward(forwardInput(units, pass, past, pastRows, asked, toCache));
+  const entries = takeAnswers(engine, units, pass, out, asked, results, toCache);
+  if (!toCache || !out.present) return out.present;
+  return intoCache(engine, units, pass, past, out.present, entries, sink!);
+}
+
+/** The positions a pass's rows ask for: each unit's targets inside its row, a generation
+ * step's distribution at its last token, a trunk's scores for the cache. */
+function positionsAsked(units: readonly Unit[], pass: ScorePass): Asked {
   const scored: ScoredPosition[] = [];
   const dest: Destination[] = [];
   const next: { unit: number; at: number }[] = [];
@@ -157,12 +185,23 @@ async function runScorePass(
       dest.push({ row, position: r.startPosition + s.index, target: s.target, targetIndex: -1 });
     }
   });
+  return { scored, dest, next };
+}
+
+/** The engine's input for a pass: its rows (a probe row with its bins and query weights),
+ * the past, the positions asked, top-k, and what the pass keeps or probes. */
+function forwardInput(
+  units: readonly Unit[],
+  pass: ScorePass,
+  past: PastKV | undefined,
+  pastRows: number[],
+  asked: Asked,
+  toCache: boolean,
+): Parameters<Engine['forward']>[0] {
   const rowTopK = (r: ScoreRow) => (r.unit !== undefined ? Math.max(units[r.unit]!.topK, units[r.unit]!.nextTop ?? 0) : (r.topK ?? 0));
-  const topK = Math.max(0, ...pass.rows.map(rowTopK));
-  const toCache = sink !== undefined && pass.rows.some((r) => r.path);
   const probeOf = (r: ScoreRow) => (r.unit !== undefined ? units[r.unit]!.probe : undefined);
   const raw = pass.rows.map(probeOf).find((p) => p?.raw)?.raw;
-  const out = await engine.forward({
+  return {
     rows: pass.rows.map((r, b): Row => {
       const probe = probeOf(r);
       return {
@@ -183,13 +222,29 @@ async function runScorePass(
       };
     }),
     past,
-    scored,
-    topK,
-    ...(next.length > 0 ? { next: next.map((n) => n.at) } : {}),
+    scored: asked.scored,
+    topK: maxOf(pass.rows.map(rowTopK), 0),
+    ...(asked.next.length > 0 ? { next: asked.next.map((n) => n.at) } : {}),
     keepPresent: (pass.keep ?? false) || toCache,
     heatmap: pass.rows.some((r) => probeOf(r)?.heatmap),
     ...(raw ? { raw } : {}),
-  });
+  };
+}
+
+type Answers = Awaited<ReturnType<Engine['forward']>>;
+type CacheEntries = { position: number; target: number; entry: ScoreEntry; topK?: TopK }[][];
+
+/** A pass's answers into its units' scores (log-probs, greedy, top-k, a step's
+ * distribution, probe sums); per row, the entries its cached KV keeps (rows with a path). */
+function takeAnswers(
+  engine: Engine,
+  units: readonly Unit[],
+  pass: ScorePass,
+  out: Answers,
+  asked: Asked,
+  results: UnitScore[],
+  toCache: boolean,
+): CacheEntries {
   if (out.probe) {
     pass.rows.forEach((r, b) => {
       if (r.unit === undefined || !units[r.unit]!.probe) return;
@@ -199,14 +254,14 @@ async function runScorePass(
     });
   }
   const vocab = engine.config.vocabSize;
-  next.forEach((n, k) => {
+  asked.next.forEach((n, k) => {
     const res = (results[n.unit] ??= emptyScore(units[n.unit]!, layerHeads(engine)));
     res.next = out.next!.slice(k * vocab, (k + 1) * vocab);
   });
-  const entries: { position: number; target: number; entry: ScoreEntry; topK?: TopK }[][] = pass.rows.map(() => []);
+  const entries: CacheEntries = pass.rows.map(() => []);
   // Rows of the top-k outputs are as wide as the engine ran them: k, at most the vocabulary.
   const width = out.topK;
-  dest.forEach((d, n) => {
+  asked.dest.forEach((d, n) => {
     if (d.next) return;
     const top =
       width > 0
@@ -232,65 +287,76 @@ async function runScorePass(
     if (toCache && pass.rows[d.row]!.path)
       entries[d.row]!.push({ position: d.position, target: d.target, entry, ...(top ? { topK: top } : {}) });
   });
-  if (toCache && out.present) {
-    const present = out.present;
-    try {
-      // Each row's new KV as a segment of its own, all in one round trip (a decode round
-      // inserts a row per running sequence). A row whose past came in many pieces (a
-      // sequence grown a token at a time) goes in whole, its path then read as one piece;
-      // so does a row that will be continued (a running generation) whose pieces after the
-      // first hold many slots (a prompt run in query blocks, a dialogue's new turn): the
-      // session thread feeds a row's first piece as it lies and copies only the rest
-      // (session.ts). A row's new slots follow its own past (engine.ts).
-      const inserted = pass.rows.flatMap((r, b) => (r.path && r.tokens.length > 0 ? [b] : []));
-      const whole = (b: number) => {
+  return entries;
+}
+
+/** A pass's new KV into the prefix cache, a segment per row with a path, with the row's
+ * entries; the present KV is returned when the next block continues it, else dropped. */
+async function intoCache(
+  engine: Engine,
+  units: readonly Unit[],
+  pass: ScorePass,
+  past: PastKV | undefined,
+  present: PastKV,
+  entries: CacheEntries,
+  sink: CacheSink,
+): Promise<PastKV | undefined> {
+  try {
+    // Each row's new KV as a segment of its own, all in one round trip (a decode round
+    // inserts a row per running sequence). A row whose past came in many pieces (a
+    // sequence grown a token at a time) goes in whole, its path then read as one piece;
+    // so does a row that will be continued (a running generation) whose pieces after the
+    // first hold many slots (a prompt run in query blocks, a dialogue's new turn): the
+    // session thread feeds a row's first piece as it lies and copies only the rest
+    // (session.ts). A row's new slots follow its own past (engine.ts).
+    const inserted = pass.rows.flatMap((r, b) => (r.path && r.tokens.length > 0 ? [b] : []));
+    const whole = (b: number) => {
+      const r = pass.rows[b]!;
+      const pieces = r.cached ?? [];
+      if (past === undefined || pieces.length < 2) return false;
+      const continued = r.unit !== undefined && units[r.unit]!.keep === true;
+      return pieces.length >= COMPACT_PIECES || (continued && pieces.slice(1).reduce((n, p) => n + p.count, 0) >= COMPACT_SLOTS);
+    };
+    const segments = await engine.gatherPasts(
+      inserted.map((b) => {
         const r = pass.rows[b]!;
-        const pieces = r.cached ?? [];
-        if (past === undefined || pieces.length < 2) return false;
-        const continued = r.unit !== undefined && units[r.unit]!.keep === true;
-        return pieces.length >= COMPACT_PIECES || (continued && pieces.slice(1).reduce((n, p) => n + p.count, 0) >= COMPACT_SLOTS);
-      };
-      const segments = await engine.gatherPasts(
-        inserted.map((b) => {
-          const r = pass.rows[b]!;
-          const own = present.validLengths[b]! - r.tokens.length;
-          const from = whole(b) ? 0 : own;
-          return [[{ handle: present.handle, row: b, offset: from, count: own + r.tokens.length - from }]];
-        }),
+        const own = present.validLengths[b]! - r.tokens.length;
+        const from = whole(b) ? 0 : own;
+        return [[{ handle: present.handle, row: b, offset: from, count: own + r.tokens.length - from }]];
+      }),
+    );
+    for (const [k, b] of inserted.entries()) {
+      const r = pass.rows[b]!;
+      const segment = segments[k]!;
+      const match = sink.cache.insert(
+        r.path!,
+        r.startPosition,
+        r.tokens.length,
+        segment.handle,
+        whole(b) ? r.startPosition : 0,
+        entries[b]!,
       );
-      for (const [k, b] of inserted.entries()) {
-        const r = pass.rows[b]!;
-        const segment = segments[k]!;
-        const match = sink!.cache.insert(
-          r.path!,
-          r.startPosition,
-          r.tokens.length,
-          segment.handle,
-          whole(b) ? r.startPosition : 0,
-          entries[b]!,
-        );
-        if (match && whole(b) && match.nodes.at(-1)!.segment?.handle === segment.handle) sink!.cache.rebase(match);
-        // A trunk's KV stays pinned for the rest of the round: its members continue it.
-        if (match && r.unit === undefined) sink!.pinned.push(match);
-        else if (match && units[r.unit!]!.keep) {
-          // A later block of the unit extends what an earlier one inserted.
-          const earlier = sink!.kept.get(r.unit!);
-          if (earlier) sink!.cache.release(earlier);
-          sink!.kept.set(r.unit!, match);
-        } else if (match) sink!.cache.release(match);
-      }
-    } catch (e) {
-      // Nobody else holds the pass's KV yet: it would stay in the session thread for good.
-      engine.dropPast(present);
-      throw e;
+      if (match && whole(b) && match.nodes.at(-1)!.segment?.handle === segment.handle) sink.cache.rebase(match);
+      // A trunk's KV stays pinned for the rest of the round: its members continue it.
+      if (match && r.unit === undefined) sink.pinned.push(match);
+      else if (match && units[r.unit!]!.keep) {
+        // A later block of the unit extends what an earlier one inserted.
+        const earlier = sink.kept.get(r.unit!);
+        if (earlier) sink.cache.release(earlier);
+        sink.kept.set(r.unit!, match);
+      } else if (match) sink.cache.release(match);
     }
-    sink!.cache.evict();
-    if (!pass.keep) {
-      engine.dropPast(present);
-      return undefined;
-    }
+  } catch (e) {
+    // Nobody else holds the pass's KV yet: it would stay in the session thread for good.
+    engine.dropPast(present);
+    throw e;
   }
-  return out.present;
+  sink.cache.evict();
+  if (!pass.keep) {
+    engine.dropPast(present);
+    return undefined;
+  }
+  return present;
 }
 
 /** Pieces a row's cached past may come in before the row goes into the cache whole. */
