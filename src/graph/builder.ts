@@ -305,6 +305,48 @@ export class GraphBuilder {
     return this.cast(summed, dtype, at, `${name}_to_${dtype}`);
   }
 
+  /** Each token's expert outputs summed, its experts in ascending order (as transformers'
+   * index_add_ loop adds them). `rows[e]` are expert e's tokens (ascending), `outputs[e]`
+   * its weighted outputs, `routed[e]` [N] float32 1 where expert e has the token; every
+   * token has `perToken` experts.
+   *   cpu, cuda: ScatterND(add) of the concatenated rows onto zeros [N,H]
+   *   webgpu:    no ScatterND: its adds are atomics whose order is not fixed (the same
+   *              batch scored twice differed with 4 experts a token). Instead, where each
+   *              token's j-th expert output lies in the concatenation, from the routing:
+   *
+   *     routing [N,E] ─CumSum(tokens, exclusive)─► rank in its expert ┐
+   *        └─ReduceSum(tokens) [1,E] ─CumSum(exclusive)─► offsets ────┴─Add─► position [N,E]
+   *     routing × (E − e) ─TopK(perToken)─► its experts, ascending [N,k]
+   *     GatherElements(position, experts) ─Cast int32─► [N,k]
+   *     Σ_j Gather(outputs, column j) ─► [N,H], adds in expert order */
+  combineExperts(tokens: string, rows: string[], outputs: string[], routed: string[], perToken: number, dtype: DTypeName): string {
+    if (this.target !== 'webgpu') {
+      const allRows = this.node('Unsqueeze', [this.node('Concat', rows, { name: 'all_rows', attrs: { axis: 0 } }), this.ints([-1])], { name: 'scatter_rows' });
+      const allOut = this.node('Concat', outputs, { name: 'all_outputs', attrs: { axis: 0 } });
+      return this.scatterAdd(this.node('Shape', [tokens], { name: 'tokens_shape' }), allRows, allOut, dtype);
+    }
+    const E = routed.length;
+    const routing = this.node('Concat', routed.map((r, e) => this.node('Unsqueeze', [r, this.ints([-1])], { name: `routed_${e}` })), { name: 'routing', attrs: { axis: 1 } });
+    const rank = this.node('CumSum', [routing, this.int(0)], { name: 'rank_in_expert', attrs: { exclusive: 1 } });
+    const counts = this.node('ReduceSum', [routing, this.ints([0])], { name: 'expert_tokens', attrs: { keepdims: 1 } });
+    const offsets = this.node('CumSum', [counts, this.int(1)], { name: 'expert_offsets', attrs: { exclusive: 1 } });
+    const position = this.node('Add', [rank, offsets], { name: 'position' });
+    const descending = this.constant('float32', [E], Array.from({ length: E }, (_, e) => E - e));
+    const key = this.node('Mul', [routing, descending], { name: 'expert_key' });
+    const [, experts] = this.nodeN('TopK', 'token_experts', [key, this.ints([perToken])], { outputs: 2, attrs: { axis: -1 } }) as [string, string];
+    const at = this.cast(this.node('GatherElements', [position, experts], { name: 'output_rows_f32', attrs: { axis: 1 } }), 'int32', 'float32', 'output_rows');
+    const all = this.node('Concat', outputs, { name: 'all_outputs', attrs: { axis: 0 } });
+    let sum = '';
+    for (let j = 0; j < perToken; j++) {
+      const column = this.node('Reshape', [this.node('Slice', [at, this.ints([j]), this.ints([j + 1]), this.ints([1])], { name: `expert_${j}_rows_2d` }), this.ints([-1])], {
+        name: `expert_${j}_rows`,
+      });
+      const part = this.node('Gather', [all, column], { name: `expert_${j}_output`, attrs: { axis: 0 } });
+      sum = j === 0 ? part : this.node('Add', [sum, part], { name: `sum_${j}` });
+    }
+    return sum;
+  }
+
   /** float32 zeros of a runtime shape ([rank] int64):
    *   cpu, cuda: ConstantOfShape
    *   webgpu:    Expand(0, shape) */

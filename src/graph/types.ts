@@ -23,6 +23,8 @@ const SAME_AS_INPUT: Record<string, number> = {
     [
       'Add',
       'Sub',
+      'Mod',
+      'CumSum',
       'Mul',
       'Div',
       'Pow',

@@ -393,7 +393,7 @@ class DecoderBuilder extends ModelOps {
   //     (─ ÷ ReduceSum ─ when renormalised)
   //   per expert e: Equal(chosen, e) ─► its tokens' rows (NonZero) and weights (ReduceSum of Where)
   //     Gather(x, rows) ─► gate/up/act/down ─► × weight
-  //   all experts' rows and outputs ─Concat─► ScatterND(add) onto zeros [N,H] ─Reshape─► [B,T,H]
+  //   all experts' rows and outputs ─combine (ScatterND add; WebGPU: ordered gathers)─► [N,H] ─Reshape─► [B,T,H]
   // Each token's outputs are added in expert order, as transformers' index_add_ loop does.
   private moeBlock(prefix: string, x: string, m: Extract<MlpSpec, { kind: 'moe' }>): string {
     const { g, c } = this;
@@ -407,6 +407,7 @@ class DecoderBuilder extends ModelOps {
       ? g.node('Div', [top, g.node('ReduceSum', [top, g.ints([-1])], { name: 'top_sum', attrs: { keepdims: 1 } })], { name: 'renormalised' })
       : top;
     const rows: string[] = [];
+    const routedBy: string[] = [];
     const outputs: string[] = [];
     for (let e = 0; e < E; e++) {
       g.scope(`experts.${e}`, () => {
@@ -424,12 +425,11 @@ class DecoderBuilder extends ModelOps {
         const y = this.linear(name(m.expert.down), g.node('Mul', [this.activation(gate), up], { name: 'gated' }), I, H, false, 'down_proj');
         const w = this.fromFloat32(g.node('Unsqueeze', [g.node('Gather', [weight, idx], { name: 'row_weight', attrs: { axis: 0 } }), g.ints([-1])], { name: 'row_weight_2d' }));
         rows.push(idx);
+        routedBy.push(routed);
         outputs.push(g.node('Mul', [y, w], { name: 'weighted' }));
       });
     }
-    const allRows = g.node('Unsqueeze', [g.node('Concat', rows, { name: 'all_rows', attrs: { axis: 0 } }), g.ints([-1])], { name: 'scatter_rows' });
-    const allOut = g.node('Concat', outputs, { name: 'all_outputs', attrs: { axis: 0 } });
-    const summed = g.scatterAdd(g.node('Shape', [flat], { name: 'tokens_shape' }), allRows, allOut, this.dt);
+    const summed = g.combineExperts(flat, rows, outputs, routedBy, moe.topK, this.dt);
     return g.node('Reshape', [summed, g.node('Shape', [x], { name: 'input_shape' })], { name: 'output' });
   }
 
