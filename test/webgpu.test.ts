@@ -84,6 +84,24 @@ maybe('WebGPU against the CPU provider, every family', () => {
       });
       afterAll(async () => Promise.all([cpu?.release(), gpu?.release()]));
 
+      // Batched = alone, bit for bit, on the device: the per-head query norms of Qwen3,
+      // Qwen3-MoE and Gemma 3 took their mean in a shape-dependent order (52–96 of 195
+      // log-probs differed before the builder's rowMean).
+      it('scores each sequence of a batch to the bits it gets alone', async () => {
+        const vocab = gpu.config.vocabSize;
+        const r = rng(5);
+        const requests = Array.from({ length: 6 }, (_, i) => {
+          const seq = randomTokens(r, 20 + 7 * i, vocab);
+          return { context: seq.slice(0, 5), continuations: [seq.slice(5)] };
+        });
+        const scoring = directScoring(new Scorer(gpu, { prefixSharing: false }));
+        const batched = await scoring.loglikelihood(requests);
+        for (const [i, request] of requests.entries()) {
+          const [alone] = await scoring.loglikelihood([request]);
+          expect(alone![0]!.tokenLogprobs).toEqual(batched[i]![0]!.tokenLogprobs);
+        }
+      });
+
       it('log-probs, top-k and attention statistics agree to float32 rounding, also after a cached past laid out on the device', async () => {
         expect(gpu.info.device).toBe('webgpu');
         expect(gpu.info.floatNodesOnCpu).toEqual([]);

@@ -305,6 +305,19 @@ export class GraphBuilder {
     return this.cast(summed, dtype, at, `${name}_to_${dtype}`);
   }
 
+  /** The mean over the last axis (of size `width`), kept as an axis of 1:
+   *   cpu, cuda: ReduceMean
+   *   webgpu:    MatMul with a column of 1/width: the provider's ReduceMean (and ReduceSum)
+   *              over the per-head axis of the query summed a row in an order that depended
+   *              on its pass's shape — a Qwen3 sequence scored in a batch differed from
+   *              itself alone in 58–70 of 195 log-probs on lavapipe, with graph
+   *              optimisations on or off; MatMul rows do not (their shape is padded to
+   *              fours). The hidden-size norms, fused by onnxruntime, keep ReduceMean. */
+  rowMean(x: string, width: number, name = 'mean'): string {
+    if (this.target !== 'webgpu') return this.node('ReduceMean', [x, this.ints([-1])], { name, attrs: { keepdims: 1 } });
+    return this.node('MatMul', [x, this.constant('float32', [width, 1], new Array<number>(width).fill(1 / width))], { name });
+  }
+
   /** Each token's expert outputs summed, its experts in ascending order (as transformers'
    * index_add_ loop adds them). `rows[e]` are expert e's tokens (ascending), `outputs[e]`
    * its weighted outputs, `routed[e]` [N] float32 1 where expert e has the token; every

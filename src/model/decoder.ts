@@ -277,8 +277,8 @@ class DecoderBuilder extends ModelOps {
     q = g.node('Reshape', [q, g.ints([0, 0, kv, group, D])], { name: 'q_heads' });
     k = g.node('Reshape', [k, g.ints([0, 0, kv, D])], { name: 'k_heads' });
     v = g.node('Reshape', [v, g.ints([0, 0, kv, D])], { name: 'v_heads' });
-    if (qNorm?.over === 'head') q = g.scope('q_norm', () => this.norm(q, prefix + qNorm.name, D));
-    if (kNorm?.over === 'head') k = g.scope('k_norm', () => this.norm(k, prefix + kNorm.name, D));
+    if (qNorm?.over === 'head') q = g.scope('q_norm', () => this.norm(q, prefix + qNorm.name, D, 'head'));
+    if (kNorm?.over === 'head') k = g.scope('k_norm', () => this.norm(k, prefix + kNorm.name, D, 'head'));
     q = g.node('Transpose', [q], { name: 'q_layout', attrs: { perm: [0, 2, 3, 1, 4] } });
     k = g.node('Transpose', [k], { name: 'k_layout', attrs: { perm: [0, 2, 1, 3] } });
     v = g.node('Transpose', [v], { name: 'v_layout', attrs: { perm: [0, 2, 1, 3] } });

@@ -44,11 +44,12 @@ export class ModelOps {
     );
   }
 
-  // Over the last axis, of size `dim`, in float32:
+  // Over the last axis, of size `dim`, in float32 (`head`: per attention head, whose mean
+  // the builder takes in the device's stable form, rowMean):
   //   RMSNorm in the shape ORT fuses into SimplifiedLayerNormalization:
   //     x ─► Pow(2) ─► ReduceMean ─► Add(eps) ─► Sqrt ─► Div(x, ·) ─► Mul(weight)
   //   LayerNorm (GPT-2): one LayerNormalization op with weight and bias.
-  protected norm(x: string, name: string, dim: number): string {
+  protected norm(x: string, name: string, dim: number, over: 'features' | 'head' = 'features'): string {
     const { g, c } = this;
     const weight = this.weight(`${name}.weight`, [dim], 'float32');
     const x32 = this.toFloat32(x);
@@ -61,7 +62,8 @@ export class ModelOps {
       case 'rms':
       case 'rmsOffset': {
         const sq = g.node('Pow', [x32, g.scalar(2)], { name: 'square' });
-        const mean = g.node('ReduceMean', [sq, g.ints([-1])], { name: 'mean_square', attrs: { keepdims: 1 } });
+        const mean =
+          over === 'head' ? g.rowMean(sq, dim, 'mean_square') : g.node('ReduceMean', [sq, g.ints([-1])], { name: 'mean_square', attrs: { keepdims: 1 } });
         const rms = g.node('Sqrt', [g.node('Add', [mean, g.scalar(c.normEps)], { name: 'plus_eps' })], { name: 'rms' });
         const normed = g.node('Div', [x32, rms], { name: 'normalized' });
         // Gemma scales by (1 + w), in float32 before the cast back (transformers' #29402).
