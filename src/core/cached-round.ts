@@ -25,6 +25,8 @@ export interface RoundSettings {
   minSharedTokens: number;
 }
 
+/** Score `units` through `cache`: the scores in unit order and the work done. One round at
+ * a time per cache (the Scorer's lock): pins and inserts assume it. */
 export async function scoreWithCache(
   engine: Engine,
   cache: PrefixCache,
