@@ -36,6 +36,14 @@ if (!VULKAN_DRIVERS)
 const GREEDY: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 6, stop: [], n: 1, logprobs: 2 };
 const randomTokens = (r: () => number, n: number, vocab: number) => Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3)));
 
+/** `n` random sequences of `first`, `first + step`, … tokens, each a 5-token context and
+ * the rest as its continuation. */
+const continuations = (r: () => number, n: number, first: number, step: number, vocab: number) =>
+  Array.from({ length: n }, (_, i) => {
+    const seq = randomTokens(r, first + step * i, vocab);
+    return { context: seq.slice(0, 5), continuations: [seq.slice(5)] };
+  });
+
 /** The graph as `Engine.load` builds it for `device`, and the options it creates it with. */
 function graphFor(fx: Fixture, target: 'cpu' | 'webgpu', dtype: 'float32' | 'float16' = 'float32') {
   const config = readModelConfig(fx.dir);
@@ -88,12 +96,7 @@ maybe('WebGPU against the CPU provider, every family', () => {
       // Qwen3-MoE and Gemma 3 took their mean in a shape-dependent order (52–96 of 195
       // log-probs differed before the builder's rowMean).
       it('scores each sequence of a batch to the bits it gets alone', async () => {
-        const vocab = gpu.config.vocabSize;
-        const r = rng(5);
-        const requests = Array.from({ length: 6 }, (_, i) => {
-          const seq = randomTokens(r, 20 + 7 * i, vocab);
-          return { context: seq.slice(0, 5), continuations: [seq.slice(5)] };
-        });
+        const requests = continuations(rng(5), 6, 20, 7, gpu.config.vocabSize);
         const scoring = directScoring(new Scorer(gpu, { prefixSharing: false }));
         const batched = await scoring.loglikelihood(requests);
         for (const [i, request] of requests.entries()) {
@@ -229,12 +232,7 @@ maybe('a mixture of experts on the device, 4 experts a token of 8', () => {
   });
 
   it('scores a batch the same every time, each sequence as alone, and as the CPU provider to float32 rounding', async () => {
-    const vocab = gpu.config.vocabSize;
-    const r = rng(9);
-    const requests = Array.from({ length: 8 }, (_, i) => {
-      const seq = randomTokens(r, 30 + 5 * i, vocab);
-      return { context: seq.slice(0, 5), continuations: [seq.slice(5)] };
-    });
+    const requests = continuations(rng(9), 8, 30, 5, gpu.config.vocabSize);
     const scoring = directScoring(new Scorer(gpu, { prefixSharing: false }));
     const logprobs = (answer: Awaited<ReturnType<typeof scoring.loglikelihood>>) => answer.map((a) => a[0]!.tokenLogprobs);
     const first = logprobs(await scoring.loglikelihood(requests));
