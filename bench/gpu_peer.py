@@ -48,6 +48,17 @@ def timed(fn, runs=3):
 gen = torch.Generator().manual_seed(0)
 
 
+def measured(workload, run, figures, **fields):
+    """One JSON line for `run` (seconds in, figures out), or its out-of-memory error; the
+    GPU's cache is emptied after either."""
+    try:
+        s = run()
+        line(workload, **fields, **figures(s))
+    except torch.OutOfMemoryError as e:
+        line(workload, **fields, error="out of memory: " + str(e)[:160])
+    torch.cuda.empty_cache()
+
+
 def ids(n, length, vocab):
     return torch.randint(3, vocab, (n, length), generator=gen).to(dev)
 
@@ -64,12 +75,13 @@ if "score" in only:
         vocab = model.config.vocab_size
         for n, length in ((1, 512), (16, 512), (32, 1024)):
             x = ids(n, length, vocab)
-            try:
-                s = timed(lambda: score(model, x))
-                line(f"score_{n}x{length}", dtype=name, attn="sdpa", tokens=n * length, seconds=round(s, 4), tokensPerSecond=round(n * length / s))
-            except torch.OutOfMemoryError as e:
-                line(f"score_{n}x{length}", dtype=name, attn="sdpa", error=str(e)[:200])
-            torch.cuda.empty_cache()
+            measured(
+                f"score_{n}x{length}",
+                lambda: timed(lambda: score(model, x)),
+                lambda s: dict(tokens=n * length, seconds=round(s, 4), tokensPerSecond=round(n * length / s)),
+                dtype=name,
+                attn="sdpa",
+            )
         del model
         torch.cuda.empty_cache()
 
@@ -78,13 +90,19 @@ if "probe" in only:
     vocab = model.config.vocab_size
     for length in map(int, args.probe_lengths.split(",")):
         x = ids(1, length, vocab)
-        try:
+
+        def attend():
             with torch.inference_mode():
-                s = timed(lambda: model(x, output_attentions=True), runs=1)
-            line(f"probe_{length}", dtype="float32", attn="eager+output_attentions", tokens=length, seconds=round(s, 3), peakGiB=round(torch.cuda.max_memory_allocated() / 2**30, 1))
-        except torch.OutOfMemoryError as e:
-            line(f"probe_{length}", dtype="float32", attn="eager+output_attentions", tokens=length, error="out of memory: " + str(e)[:120])
-        torch.cuda.empty_cache()
+                return timed(lambda: model(x, output_attentions=True), runs=1)
+
+        measured(
+            f"probe_{length}",
+            attend,
+            lambda s: dict(seconds=round(s, 3), peakGiB=round(torch.cuda.max_memory_allocated() / 2**30, 1)),
+            dtype="float32",
+            attn="eager+output_attentions",
+            tokens=length,
+        )
     del model
     torch.cuda.empty_cache()
 

@@ -143,7 +143,9 @@ export const sweepList = (value: string) =>
  * limits, batcher, prefix cache and metrics (one-off commands and `generate` take the
  * same door as the server's routes). */
 export async function serveInProcess(entry: ModelEntry): Promise<{ service: Service; model: ServedModel; close(): Promise<void> }> {
-  const service = new Service(new Metrics());
+  // One call: the text is tokenised on this thread, as before (a tokenizer worker would
+  // parse tokenizer.json again at start-up for nothing).
+  const service = new Service(new Metrics(), { tokenizerWorkers: 0 });
   const model = service.addModel(await loadModel(entry));
   service.setServing();
   return {
