@@ -12,6 +12,9 @@ import { directScoring } from '../src/requests/scoring.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
+/** The CLI as a user runs it (bin/ctxprobe.js), its standard output. */
+const ctxprobeCli = (args: string[]) => execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), ...args], { encoding: 'utf8' });
+
 describe('the default model', () => {
   it('is a Llama checkpoint generated deterministically from its repository config', async () => {
     const [entry] = readRepository();
@@ -153,23 +156,18 @@ describe('ctxprobe generate', () => {
 describe('ctxprobe score', () => {
   it('prints the library answer as JSON', async () => {
     const fx = makeFixture(FAMILY_FIXTURES.qwen2!);
-    const out = execFileSync(
-      process.execPath,
-      [
-        path.join(root, 'bin/ctxprobe.js'),
-        'score',
-        '--model',
-        fx.dir,
-        '--threads',
-        '1',
-        '--context',
-        'User: Hi',
-        '--continuation',
-        ' Bot: hello',
-        ' Bot: bye',
-      ],
-      { encoding: 'utf8' },
-    );
+    const out = ctxprobeCli([
+      'score',
+      '--model',
+      fx.dir,
+      '--threads',
+      '1',
+      '--context',
+      'User: Hi',
+      '--continuation',
+      ' Bot: hello',
+      ' Bot: bye',
+    ]);
     const printed = JSON.parse(out);
     const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
     const [direct] = await directScoring(m.scorer).loglikelihood([{ context: 'User: Hi', continuations: [' Bot: hello', ' Bot: bye'] }]);
@@ -292,26 +290,21 @@ describe('ctxprobe probe', () => {
       'response= Bot: Eiffel did.',
     ];
     const printed = JSON.parse(
-      execFileSync(
-        process.execPath,
-        [
-          path.join(root, 'bin/ctxprobe.js'),
-          'probe',
-          '--model',
-          fx.dir,
-          '--threads',
-          '1',
-          '--chunk',
-          ...chunks,
-          '--exclude',
-          '0',
-          '--html',
-          path.join(out, 'r.html'),
-          '--svg',
-          path.join(out, 'fig'),
-        ],
-        { encoding: 'utf8' },
-      ),
+      ctxprobeCli([
+        'probe',
+        '--model',
+        fx.dir,
+        '--threads',
+        '1',
+        '--chunk',
+        ...chunks,
+        '--exclude',
+        '0',
+        '--html',
+        path.join(out, 'r.html'),
+        '--svg',
+        path.join(out, 'fig'),
+      ]),
     );
     const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
     const direct = await new Prober(m.engine).probe([
@@ -340,24 +333,19 @@ describe('ctxprobe attribute', () => {
       'response=Bot: Eiffel.',
     ];
     const printed = JSON.parse(
-      execFileSync(
-        process.execPath,
-        [
-          path.join(root, 'bin/ctxprobe.js'),
-          'attribute',
-          '--model',
-          fx.dir,
-          '--threads',
-          '1',
-          '--chunk',
-          ...chunks,
-          '--sweep',
-          '0,1,all',
-          '--svg',
-          path.join(out, 'attr'),
-        ],
-        { encoding: 'utf8' },
-      ),
+      ctxprobeCli([
+        'attribute',
+        '--model',
+        fx.dir,
+        '--threads',
+        '1',
+        '--chunk',
+        ...chunks,
+        '--sweep',
+        '0,1,all',
+        '--svg',
+        path.join(out, 'attr'),
+      ]),
     );
     const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
     const prepared = await prepareAttribution(
