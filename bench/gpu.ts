@@ -9,7 +9,11 @@
 // log-prob error against float32 on the same tokens, beside its speed.
 //
 //   node bench/gpu.js [--device webgpu|cpu|cuda] [--dtype float32|float16] [--shape 360m|tiny]
-//                     [--only score,probe,generate] [--probe-lengths 4096,8192] [--dir DIR]
+//                     [--only score,probe,generate,profile] [--probe-lengths 4096,8192] [--dir DIR]
+// `profile` (not in the default set) loads the model again with onnxruntime's profiler on,
+// runs a 512-token score and a 1-stream decode, and prints where a pass's time goes: each
+// op type's time per run, from the profile's node events (on WebGPU a node's time is what
+// the host spends on it: dispatch, and any wait for the device).
 // (bench/gpu.js runs the compiled dist/bench/gpu.js: `npm run build` first; from a checkout,
 // `npx tsx bench/gpu.ts` does the same.)
 import fs from 'node:fs';
@@ -90,10 +94,16 @@ line('load', {
 
 const passes: PassRecord[] = [];
 engine.onPass((p) => passes.push(p));
+/** The passes since `passes` was last emptied, per run of `runs`: how many, and the seconds
+ * spent in session runs (the rest of a run's time is the host's). */
+const inPasses = (runs = 1) => ({
+  passes: passes.length / runs,
+  runSeconds: +(passes.reduce((n, p) => n + p.seconds, 0) / runs).toFixed(3),
+});
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-/** Seconds of `fn`, median of `runs` after one warm-up run. */
-async function timed(fn: () => Promise<unknown>, runs = 3): Promise<number> {
-  await fn();
+/** Seconds of `fn`, median of `runs` after one warm-up run (none when `warm` is false). */
+async function timed(fn: () => Promise<unknown>, runs = 3, warm = true): Promise<number> {
+  if (warm) await fn();
   const out: number[] = [];
   for (let i = 0; i < runs; i++) {
     const t = performance.now();
@@ -114,37 +124,62 @@ if (only.has('score')) {
     ['score_32x1024', 32, 1024],
   ] as const) {
     const items = texts(n, len, len);
+    passes.length = 0;
     const seconds = await timed(() => directScoring(scorer).rolling(items));
     const tokens = n * len;
-    line(name, { tokens, seconds: +seconds.toFixed(3), tokensPerSecond: Math.round(tokens / seconds) });
+    line(name, {
+      tokens,
+      seconds: +seconds.toFixed(3),
+      tokensPerSecond: Math.round(tokens / seconds),
+      ...inPasses(4), // the warm-up and three timed runs
+    });
   }
-  if (engine.info.dtype === 'float16') {
-    // The price of float16 products: log-probs against float32 on the same 512 tokens.
-    const f32 = await Engine.load(dir, { device: args.device, dtype: 'float32', threads });
+  // The price of float16 products (log-probs against float32 on the same device), or, in
+  // float32 on a GPU, the agreement with the CPU provider, on the same 512 tokens.
+  const reference =
+    engine.info.dtype === 'float16'
+      ? { name: 'float16_error', device: args.device! }
+      : engine.info.device !== 'cpu'
+        ? { name: 'cpu_agreement', device: 'cpu' }
+        : undefined;
+  if (reference) {
+    const other = await Engine.load(dir, { device: reference.device, dtype: 'float32', threads });
     const ids = randomIds(512, 512, vocab);
     const [a, b] = await Promise.all(
-      [new Scorer(engine, { prefixCacheBytes: 0 }), new Scorer(f32, { prefixCacheBytes: 0 })].map((s) => directScoring(s).rolling([{ text: ids }])),
+      [new Scorer(engine, { prefixCacheBytes: 0 }), new Scorer(other, { prefixCacheBytes: 0 })].map((s) => directScoring(s).rolling([{ text: ids }])),
     );
     const d = a![0]!.tokenLogprobs.map((v, i) => Math.abs(v - b![0]!.tokenLogprobs[i]!));
-    line('float16_error', { tokens: d.length, maxAbs: Math.max(...d), meanAbs: d.reduce((x, y) => x + y, 0) / d.length });
-    await f32.release();
+    line(reference.name, {
+      against: `${other.info.device} ${other.info.dtype}`,
+      tokens: d.length,
+      maxAbs: Math.max(...d),
+      meanAbs: d.reduce((x, y) => x + y, 0) / d.length,
+    });
+    await other.release();
   }
 }
 
 // ---- probes: a dialogue of 12 rounds, chunk statistics and a heatmap --------------------
 if (only.has('probe')) {
   const prober = new Prober(engine);
-  for (const T of args['probe-lengths']!.split(',').map(Number)) {
-    if (T > engine.config.maxPositions) continue;
+  const dialogue = (T: number) => {
     const ids = randomIds(T, T, vocab);
     const per = Math.floor(T / 12);
     const chunkIds = Array.from({ length: 12 }, (_, r) => ({
       label: r === 0 ? 'system' : `${r % 2 ? 'user' : 'assistant'}#${Math.ceil(r / 2)}`,
       ids: ids.slice(r * per, r === 11 ? T : (r + 1) * per),
     }));
+    return [{ chunkIds, excludePositions: [0] }];
+  };
+  // One warm-up on a 1k dialogue (kernels compiled, buffers pooled), then each length once:
+  // a warm-up at 32k would double the longest run, and a lent GPU host gives minutes.
+  await prober.probe(dialogue(1024));
+  for (const T of args['probe-lengths']!.split(',').map(Number)) {
+    if (T > engine.config.maxPositions) continue;
     try {
-      const seconds = await timed(() => prober.probe([{ chunkIds, excludePositions: [0] }]), 1);
-      line(`probe_${T}`, { tokens: T, rounds: 12, seconds: +seconds.toFixed(2) });
+      passes.length = 0;
+      const seconds = await timed(() => prober.probe(dialogue(T)), 1, false);
+      line(`probe_${T}`, { tokens: T, rounds: 12, seconds: +seconds.toFixed(2), ...inPasses() });
     } catch (e) {
       line(`probe_${T}`, { tokens: T, error: (e as Error).message.slice(0, 300) });
     }
@@ -178,8 +213,52 @@ if (only.has('generate')) {
       seconds: +seconds.toFixed(2),
       tokensPerSecond: +(tokens / seconds).toFixed(1),
       decodeSteps: steps.length,
+      ...inPasses(),
       bytesPerStep: { inputs: per('inputs'), pastKv: per('pastKv'), outputs: per('outputs'), presentKv: per('presentKv') },
     });
   }
+}
+// ---- profile: onnxruntime's own account of a scoring pass and a decode step -------------
+if (only.has('profile')) {
+  const prefix = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-profile-')), 'run');
+  const profiled = await Engine.load(dir, { device: args.device, ...(dtype ? { dtype } : {}), threads, profilePrefix: prefix });
+  const scorer = new Scorer(profiled, { prefixCacheBytes: 0 });
+  const scoreRuns = 4; // a warm-up, then three
+  for (let i = 0; i < scoreRuns; i++) await directScoring(scorer).rolling([{ text: randomIds(7, 512, vocab) }]);
+  const params: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 32, stop: [], n: 1, logprobs: 0, ignoreEos: true };
+  const batcher = new Batcher('profile', scorer);
+  await runGenerations([new Generation(generationModel(profiled, scorer), randomIds(11, 128, vocab), params)], (units, continuing) => batcher.submit(units, { continuing }).result);
+  await profiled.release();
+  const files = fs.readdirSync(path.dirname(prefix)).map((f) => path.join(path.dirname(prefix), f));
+  type Event = { cat: string; name: string; ts: number; dur: number; args?: { op_name?: string; provider?: string } };
+  // The model's session is the profile with the most runs (the KV layout sessions have their own).
+  const profiles = files.map((f) => JSON.parse(fs.readFileSync(f, 'utf8')) as Event[]);
+  const runsOf = (events: Event[]) => events.filter((e) => e.cat === 'Session' && e.name === 'model_run');
+  const events = profiles.reduce((a, b) => (runsOf(b).length > runsOf(a).length ? b : a));
+  const runs = runsOf(events);
+  const nodes = events.filter((e) => e.cat === 'Node' && e.name.endsWith('_kernel_time'));
+  const account = (name: string, window: Event[]) => {
+    const byOp = new Map<string, { ms: number; count: number; provider: string }>();
+    for (const n of nodes) {
+      if (!window.some((r) => n.ts >= r.ts && n.ts <= r.ts + r.dur)) continue;
+      const key = `${n.args?.op_name}@${n.args?.provider === 'CPUExecutionProvider' ? 'cpu' : 'gpu'}`;
+      const a = byOp.get(key) ?? { ms: 0, count: 0, provider: '' };
+      a.ms += n.dur / 1000 / window.length;
+      a.count += 1 / window.length;
+      byOp.set(key, a);
+    }
+    const top = [...byOp.entries()].sort((x, y) => y[1].ms - x[1].ms).slice(0, 15);
+    line(name, {
+      runs: window.length,
+      msPerRun: +(window.reduce((n, r) => n + r.dur, 0) / 1000 / window.length).toFixed(2),
+      nodesPerRun: Math.round([...byOp.values()].reduce((n, a) => n + a.count, 0)),
+      topOpsMsPerRun: Object.fromEntries(top.map(([k, a]) => [k, { ms: +a.ms.toFixed(2), count: +a.count.toFixed(1) }])),
+    });
+  };
+  account('profile_score_512', runs.slice(1, scoreRuns));
+  // The generation's runs: its prompt, then one a token; the last 24 are decode steps.
+  account('profile_decode_step', runs.slice(-24));
+  if (!process.env.KEEP_PROFILE) fs.rmSync(path.dirname(prefix), { recursive: true, force: true });
+  else line('profile_files', { dir: path.dirname(prefix) });
 }
 await engine.release();

@@ -13,8 +13,8 @@ export interface ProbeInputs {
   keyBin: string; // [B, S] int64
   keyBinsOneHot3: string; // [B, S, bins] float
   keyBinsOneHot: string; // [B, 1, 1, S, bins] float
-  keyBinsFlat: string; // [B·S] int64
-  batchOffsets: string; // [B, 1, 1, 1] int64: b·S, to index keyBinsFlat
+  keyExcluded: string; // [B, S] float: 1 at excluded keys, 0 elsewhere
+  excludedPenalty: string; // [B, 1, 1, 1, S] float: 2 at excluded keys, 0 elsewhere
   excludedBin: string; // scalar int64: C
   chunkBins: string; // [bins] float: 1 for the chunk bins 0..C-1, 0 for excluded and padding
   numBins: string; // [1] int64: C + 2
@@ -22,7 +22,6 @@ export interface ProbeInputs {
   queryWeight: string; // [B, 1, 1, Q] float: each sample's weight at those rows
   rawHeads: string; // [Hr] int64
   rawQueries: string; // [Q] int64
-  topKeys: string; // [1] int64: 1 + the most excluded positions of any sample
   wantHeatmap: string; // [1] bool: compute the per-row maps the heatmap is made of
 }
 
@@ -37,7 +36,9 @@ export interface LayerProbe {
 }
 
 //   key_bin [B,S] ─OneHot(bins)─► [B,1,1,S,bins]
-//   key_bin [B,S] ─Reshape─► [B·S]                     Range(B)·S ─► offsets [B,1,1,1]
+//   key_bin = C ─Cast─► excluded keys [B,S] ─·2─► excluded penalty [B,1,1,1,S]
+// Made from feeds: the integer ops run on the host side of the graph and hand the device
+// bools to cast, so nothing here waits on the device.
 export function probeInputs(
   g: GraphBuilder,
   keyBin: string,
@@ -46,7 +47,6 @@ export function probeInputs(
   numBins: string,
   rawHeads: string,
   rawQueries: string,
-  topKeys: string,
   wantHeatmap: string,
 ): ProbeInputs {
   return g.scope('probe_inputs', () => {
@@ -54,15 +54,10 @@ export function probeInputs(
     const excludedBin = g.node('Sub', [bins, g.int(2)], { name: 'excluded_bin' });
     const oneHot = g.oneHot(keyBin, numBins, 'key_bins_onehot');
     const keyBinsOneHot = g.node('Unsqueeze', [oneHot, g.ints([1, 2])], { name: 'key_bins_onehot_5d' });
-    const keyBinsFlat = g.node('Reshape', [keyBin, g.ints([-1])], { name: 'key_bins_flat' });
-    const shape = g.node('Shape', [keyBin], { name: 'key_bin_shape' });
-    const batch = g.node('Gather', [shape, g.int(0)], { name: 'batch', attrs: { axis: 0 } });
-    const keys = g.node('Gather', [shape, g.int(1)], { name: 'keys', attrs: { axis: 0 } });
-    const range = g.node('Range', [g.int(0), batch, g.int(1)], {
-      name: 'batch_range',
+    const keyExcluded = g.cast(g.node('Equal', [keyBin, excludedBin], { name: 'key_is_excluded' }), 'float32', 'bool', 'key_excluded');
+    const excludedPenalty = g.node('Unsqueeze', [g.node('Mul', [keyExcluded, g.scalar(2)], { name: 'excluded_penalty_2d' }), g.ints([1, 2, 3])], {
+      name: 'excluded_penalty',
     });
-    const offsets = g.node('Mul', [range, keys], { name: 'offsets' });
-    const batchOffsets = g.node('Reshape', [offsets, g.ints([-1, 1, 1, 1])], { name: 'batch_offsets' });
     const qw = g.node('Unsqueeze', [queryWeight, g.ints([1, 2])], { name: 'query_weight' });
     const binIds = g.node('Range', [g.int(0), bins, g.int(1)], { name: 'bin_ids' });
     const chunkBins = g.cast(g.node('Less', [binIds, excludedBin], { name: 'is_chunk_bin' }), 'float32', 'bool', 'chunk_bins');
@@ -70,8 +65,8 @@ export function probeInputs(
       keyBin,
       keyBinsOneHot3: oneHot,
       keyBinsOneHot,
-      keyBinsFlat,
-      batchOffsets,
+      keyExcluded,
+      excludedPenalty,
       excludedBin,
       chunkBins,
       numBins,
@@ -79,7 +74,6 @@ export function probeInputs(
       queryWeight: qw,
       rawHeads,
       rawQueries,
-      topKeys,
       wantHeatmap,
     };
   });
@@ -95,12 +89,15 @@ function sumQueries(g: GraphBuilder, x: string, qw: string, heads: number, withB
 }
 
 // One layer's probe, from its probabilities [B, kv, G, T, S] (float32). Votes and mass
-// need only the rows some sample weights (its query chunks), gathered first: TopK and
-// the mass MatMul then scan Q rows, not T (a 16k-token dialogue probed for its last
-// round: 1/12 of the rows).
+// need only the rows some sample weights (its query chunks), gathered first: the argmaxes
+// and the mass MatMul then scan Q rows, not T (a 16k-token dialogue probed for its last
+// round: 1/12 of the rows). Every node here stays on the device: an index op the GPU
+// provider has no kernel for (int64 Add, Equal, OneHot) would run on the CPU and make the
+// pass wait for the device twice a layer; on an H100 that wait, 64 times a pass, was most
+// of a 0.3–0.4 s pass, whatever its size (bench/gpu.ts, 2026-11-26).
 //   probs ─Gather(query rows)─► q [B,kv,G,Q,S]
-//   q ─TopK(E+1)─► bins ─┬─ first is C ────────────────────► Σ_q w ─► sink_votes [B,H]
-//                        └─ first not C ─OneHot─────────────► Σ_q w ─► votes [B,H,bins]
+//   q ────────────────────ArgMax─► j* ─GatherND(excluded keys)─► Σ_q w ─► sink_votes [B,H]
+//   q − 2·[key excluded] ─ArgMax─► j  ─GatherND(key bin one-hots)─► Σ_q w ─► votes [B,H,bins]
 //   q ─MatMul(key one-hot)─► row mass [..,Q,bins] ─÷(1 − row sink mass)─► Σ_q w ─► mass [B,H,bins]
 //   probs ─If(want heatmap)─ReduceMax / ReduceSum over heads─► [B,T,S]   (pooled across layers by the caller)
 //                    └ else zeros [B,1,S]: a pass without heatmap (scoring, skip_heatmap) skips both reductions
@@ -108,34 +105,18 @@ function sumQueries(g: GraphBuilder, x: string, qw: string, heads: number, withB
 export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads: number): LayerProbe {
   return g.scope('probe', () => {
     const queried = g.node('Gather', [probs, p.queryRows], { name: 'query_rows', attrs: { axis: 3 } });
-    // The top E+1 keys of each row, E the most excluded positions of any sample: the
-    // first is the overall argmax (a sink or not), and the first non-excluded one is the
-    // vote. One TopK replaces masking the sinks out and two ArgMax passes.
-    const [, topIdx] = g.nodeN('TopK', 'top_keys', [queried, p.topKeys], { outputs: 2, attrs: { axis: -1, largest: 1, sorted: 1 } });
-    const topBins = g.node(
-      'Gather',
-      [
-        p.keyBinsFlat,
-        g.node('Add', [topIdx!, g.node('Unsqueeze', [p.batchOffsets, g.ints([-1])], { name: 'offsets_5d' })], { name: 'top_keys_flat' }),
-      ],
-      {
-        name: 'top_bins',
-        attrs: { axis: 0 },
-      },
-    );
-    const topIsSink = g.node('Equal', [topBins, p.excludedBin], { name: 'top_is_sink' });
-    const first = g.int(0);
-    const argmaxIsSink = g.node('Gather', [topIsSink, first], { name: 'argmax_is_sink', attrs: { axis: -1 } });
-    const isSink = g.cast(argmaxIsSink, 'float32', 'bool', 'argmax_is_sink_f');
+    // Row by row, what `perKey` [B,S,..] holds at the row's argmax key: [B,kv,G,Q,..].
+    // ArgMax keeps the first of equal maxima, as the reference does. The kept argmax
+    // subtracts 2 from excluded keys' probabilities (at most 1): the argmax over the rest.
+    const atArgmax = (x: string, perKey: string, name: string) =>
+      g.node('GatherND', [perKey, g.node('ArgMax', [x], { name, attrs: { axis: -1, keepdims: 1 } })], {
+        name: `${name}_at`,
+        attrs: { batch_dims: 1 },
+      });
+    const isSink = atArgmax(queried, p.keyExcluded, 'argmax');
     const sinkVotes = sumQueries(g, isSink, p.queryWeight, heads, false, 'sink_votes');
-    const topIsKept = g.cast(g.node('Not', [topIsSink], { name: 'top_is_kept' }), 'float32', 'bool', 'top_is_kept_f');
-    const firstKept = g.node('ArgMax', [topIsKept], { name: 'first_kept', attrs: { axis: -1, keepdims: 1 } });
-    const voted = g.node(
-      'Squeeze',
-      [g.node('GatherElements', [topBins, firstKept], { name: 'vote_bin_5d', attrs: { axis: -1 } }), g.ints([-1])],
-      { name: 'vote_bin' },
-    );
-    const voteOneHot = g.oneHot(voted, p.numBins, 'vote_onehot');
+    const keptOnly = g.node('Sub', [queried, p.excludedPenalty], { name: 'kept_only' });
+    const voteOneHot = atArgmax(keptOnly, p.keyBinsOneHot3, 'kept_argmax');
     const votes = sumQueries(g, voteOneHot, p.queryWeight, heads, true, 'votes');
 
     const rowMass = g.node('MatMul', [queried, p.keyBinsOneHot], { name: 'row_mass' });

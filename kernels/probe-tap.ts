@@ -4,7 +4,7 @@
 // so one pass can answer both.
 //
 // Extra inputs: key_bin [B,S], query_rows [Q], query_weight [B,Q], num_bins [1], raw_heads [Hr],
-// raw_queries [Q], probe_top_keys [1], want_heatmap [1] (false: no per-row maps, 1-row heat outputs). Outputs: probe.votes / probe.mass
+// raw_queries [Q], want_heatmap [1] (false: no per-row maps, 1-row heat outputs). Outputs: probe.votes / probe.mass
 // [B,layers,H,bins], probe.sink_votes / probe.sink_mass [B,layers,H], raw.L
 // [B,Hr,Q,S], heat.{max,mean}.key_{max,sum} [B,T,bins], heat.key_count [B,T,bins].
 import type { GraphBuilder } from '../src/graph/builder.js';
@@ -29,9 +29,8 @@ export function probeTap(): DecoderTap {
       const numBins = g.input('num_bins', 'int64', [1]);
       const rawHeads = g.input('raw_heads', 'int64', ['raw_heads']);
       const rawQueries = g.input('raw_queries', 'int64', ['raw_queries']);
-      const topKeys = g.input('probe_top_keys', 'int64', [1]);
       const wantHeatmap = g.input('want_heatmap', 'bool', [1]);
-      inputs = probeInputs(g, keyBin, queryRows, queryWeight, numBins, rawHeads, rawQueries, topKeys, wantHeatmap);
+      inputs = probeInputs(g, keyBin, queryRows, queryWeight, numBins, rawHeads, rawQueries, wantHeatmap);
     },
 
     attentionProbs(_layer, probs) {

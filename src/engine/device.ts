@@ -17,6 +17,10 @@ export interface DeviceOptions {
   threads?: number;
   /** onnxruntime's CPU memory arena (default off: see bench/memory.ts). */
   cpuMemArena?: boolean;
+  /** Write onnxruntime's profile (each node's kernel time, JSON) to files starting with
+   * this path, one per session, when the engine is released: where a pass's time goes on
+   * a device (bench/gpu.ts --profile). */
+  profilePrefix?: string;
 }
 
 export type DeviceKind = 'cpu' | 'cuda' | 'webgpu';
@@ -62,6 +66,7 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
     interOpNumThreads: 1,
     executionMode: 'sequential',
     enableCpuMemArena: options.cpuMemArena ?? CPU_MEM_ARENA_DEFAULT,
+    ...(options.profilePrefix !== undefined && { enableProfiling: true, profileFilePrefix: options.profilePrefix }),
   };
   if (kind === 'cuda') {
     if (!cudaProviderInstalled()) throw new DeviceError(`device ${spec}: ${CUDA_HELP}`);

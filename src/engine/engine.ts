@@ -102,6 +102,9 @@ export interface PassRecord {
    * statistics; the new slots' KV when kept — the past stays where it is). On a GPU each
    * would be a host transfer. */
   bytes: { inputs: number; pastKv: number; outputs: number; presentKv: number };
+  /** Wall seconds of the run on the session thread, the hop there and back included: what
+   * a benchmark sets against its total to see where the rest of the time went. */
+  seconds: number;
 }
 
 export interface ForwardResult {
@@ -403,6 +406,7 @@ export class Engine {
     // here after; the inputs counted 0 bytes until this was measured before it).
     const size = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
     const inputBytes = size(Object.values(feeds));
+    const started = performance.now();
     const {
       outputs: out,
       present,
@@ -424,6 +428,7 @@ export class Engine {
         kind: probing ? 'probe' : 'score',
         rows: B,
         tokens: B * T,
+        seconds: (performance.now() - started) / 1000,
         // On a GPU what crosses is what the session thread moved between host and device (KV
         // kept on the device moves nothing; a layout's slot index goes up with the inputs).
         bytes:

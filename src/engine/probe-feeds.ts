@@ -18,7 +18,6 @@ export function idleProbeFeeds(B: number, S: number): Record<string, HostTensor>
     num_bins: int64(BigInt64Array.of(2n), [1]),
     raw_heads: none(),
     raw_queries: none(),
-    probe_top_keys: int64(BigInt64Array.of(1n), [1]),
     want_heatmap: { type: 'bool', data: Uint8Array.of(0), dims: [1] },
   };
 }
@@ -34,22 +33,15 @@ export function probeFeeds(req: ForwardRequest, P: number, T: number): Record<st
   const excluded = bins - 2;
   const keyBin = new BigInt64Array(B * S).fill(BigInt(bins - 1));
   const rowSet = new Set<number>();
-  let mostExcluded = 0;
   req.rows.forEach((row, b) => {
     const probe = row.probe;
     if (!probe) return;
     probe.queryWeights.forEach((w, t) => w !== 0 && t < row.tokens.length && rowSet.add(t));
     const valid = req.past?.validLengths[row.pastRow] ?? 0;
     const bin = (j: number) => (probe.keyBins[j] === probe.chunks ? excluded : probe.keyBins[j]!);
-    let excludedKeys = 0;
-    const set = (slot: number, j: number) => {
-      const v = bin(j);
-      if (v === excluded) excludedKeys++;
-      keyBin[b * S + slot] = BigInt(v);
-    };
+    const set = (slot: number, j: number) => (keyBin[b * S + slot] = BigInt(bin(j)));
     for (let j = 0; j < valid; j++) set(j, j);
     for (let t = 0; t < row.tokens.length; t++) set(valid + t, row.startPosition + t);
-    mostExcluded = Math.max(mostExcluded, excludedKeys);
   });
   const queryRows = rowSet.size > 0 ? [...rowSet].sort((a, b) => a - b) : [0];
   const Q = queryRows.length;
@@ -64,8 +56,6 @@ export function probeFeeds(req: ForwardRequest, P: number, T: number): Record<st
     num_bins: i64([bins]),
     raw_heads: i64(raw.heads),
     raw_queries: i64(raw.queries),
-    // 1 + the most excluded keys of any row: the top keys always hold a kept one.
-    probe_top_keys: i64([1 + mostExcluded]),
     want_heatmap: { type: 'bool', data: Uint8Array.of(req.heatmap ? 1 : 0), dims: [1] },
   };
 }

@@ -43,6 +43,7 @@ const SAME_AS_INPUT: Record<string, number> = {
       'ReduceSum',
       'Gather',
       'GatherElements',
+      'GatherND',
       'ScatterElements',
       'ScatterND',
       'Slice',

@@ -529,7 +529,11 @@ async function handle(msg: SessionMessage): Promise<unknown> {
       for (const t of holders.keys()) if (t.location === 'gpu-buffer') t.dispose();
       holders.clear();
       pasts.clear();
-      for (const s of [...sessions.values(), ...(await Promise.all(layoutSessions.values()))]) await s.release();
+      for (const s of [...sessions.values(), ...(await Promise.all(layoutSessions.values()))]) {
+        // A profiled session writes its profile here (a no-op for the others).
+        s.endProfiling();
+        await s.release();
+      }
       sessions.clear();
       layoutSessions.clear();
       return {};
