@@ -23,7 +23,34 @@ export interface ProbeInputs {
   rawHeads: string; // [Hr] int64
   rawQueries: string; // [Q] int64
   wantHeatmap: string; // [1] bool: compute the per-row maps the heatmap is made of
+  heatRows: HeatRows;
 }
+
+/** How a pass without a heatmap skips its per-row maps: an If (CPU, CUDA), or, on WebGPU,
+ * where an If costs a wait for the device, by reducing one row and zeroing it. */
+export type HeatRows =
+  | { kind: 'if' }
+  | {
+      kind: 'rows';
+      rows: string; // [R] int64: all T query rows with a heatmap, else row 0
+      keep: string; // [1] float: 1 with a heatmap, 0 without
+    };
+
+//   want_heatmap ─Where(T, 1)─Range─► rows;  want_heatmap ─Cast─► keep
+// (T read off the position ids, a feed: the shape of a device tensor is a wait for it.)
+function heatRows(g: GraphBuilder, wantHeatmap: string, positionIds: string): HeatRows {
+  if (g.target !== 'webgpu') return { kind: 'if' };
+  return g.scope('heat_rows', () => {
+    const T = g.node('Squeeze', [g.node('Shape', [positionIds], { name: 'rows_dim', attrs: { start: 1, end: 2 } }), g.ints([0])], { name: 'rows' });
+    const count = g.node('Where', [g.node('Squeeze', [wantHeatmap, g.ints([0])], { name: 'want' }), T, g.int(1)], { name: 'count' });
+    return {
+      kind: 'rows',
+      rows: g.node('Range', [g.int(0), count, g.int(1)], { name: 'ids' }),
+      keep: g.cast(wantHeatmap, 'float32', 'bool', 'keep'),
+    };
+  });
+}
+
 
 export interface LayerProbe {
   votes: string; // [B, H, bins]: query-weighted argmax votes, sinks excluded from the argmax
@@ -48,6 +75,7 @@ export function probeInputs(
   rawHeads: string,
   rawQueries: string,
   wantHeatmap: string,
+  positionIds: string,
 ): ProbeInputs {
   return g.scope('probe_inputs', () => {
     const bins = g.node('Squeeze', [numBins, g.ints([0])], { name: 'bins_scalar' });
@@ -75,6 +103,7 @@ export function probeInputs(
       rawHeads,
       rawQueries,
       wantHeatmap,
+      heatRows: heatRows(g, wantHeatmap, positionIds),
     };
   });
 }
@@ -132,26 +161,35 @@ export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads
     // 15k keys (8 heads, 2 threads), a fifth of a 16k-token probe; a pass that will not
     // build a heatmap skips them.
     const rowMap = { dtype: 'float32' as const, dims: ['batch', 'heat_rows', 'total'] };
-    const [headMax, headSum] = g.ifNode(
-      'head_maps',
-      p.wantHeatmap,
-      {
-        then: () => [
-          g.node('ReduceMax', [probs, g.ints([1, 2])], { name: 'head_max', attrs: { keepdims: 0 } }),
-          g.node('ReduceSum', [probs, g.ints([1, 2])], { name: 'head_sum', attrs: { keepdims: 0 } }),
-        ],
-        else: () => {
-          const dims = g.node('Shape', [probs], { name: 'probs_shape' });
-          const bs = g.node('Gather', [dims, g.ints([0, 4])], { name: 'batch_keys', attrs: { axis: 0 } });
-          const shape = g.node('Concat', [g.node('Slice', [bs, g.ints([0]), g.ints([1])], { name: 'batch' }), g.ints([1]), g.node('Slice', [bs, g.ints([1]), g.ints([2])], { name: 'keys' })], {
-            name: 'one_row_shape',
-            attrs: { axis: 0 },
-          });
-          const zeros = g.zeros(shape);
-          return [zeros, zeros];
-        },
-      },
-      [rowMap, rowMap],
+    const headMaps = (of: string) => [
+      g.node('ReduceMax', [of, g.ints([1, 2])], { name: 'head_max', attrs: { keepdims: 0 } }),
+      g.node('ReduceSum', [of, g.ints([1, 2])], { name: 'head_sum', attrs: { keepdims: 0 } }),
+    ];
+    const heat = p.heatRows;
+    const [headMax, headSum] = (
+      heat.kind === 'rows'
+        ? // WebGPU: the heat rows' maps (one row, zeroed, without a heatmap); no If.
+          headMaps(g.node('Gather', [probs, heat.rows], { name: 'heat_rows', attrs: { axis: 3 } })).map((m, i) =>
+            g.node('Mul', [m, heat.keep], { name: `head_${i ? 'sum' : 'max'}_kept` }),
+          )
+        : g.ifNode(
+            'head_maps',
+            p.wantHeatmap,
+            {
+              then: () => headMaps(probs),
+              else: () => {
+                const dims = g.node('Shape', [probs], { name: 'probs_shape' });
+                const bs = g.node('Gather', [dims, g.ints([0, 4])], { name: 'batch_keys', attrs: { axis: 0 } });
+                const shape = g.node('Concat', [g.node('Slice', [bs, g.ints([0]), g.ints([1])], { name: 'batch' }), g.ints([1]), g.node('Slice', [bs, g.ints([1]), g.ints([2])], { name: 'keys' })], {
+                  name: 'one_row_shape',
+                  attrs: { axis: 0 },
+                });
+                const zeros = g.zeros(shape);
+                return [zeros, zeros];
+              },
+            },
+            [rowMap, rowMap],
+          )
     ) as [string, string];
 
     const ts = g.node('Shape', [probs], { name: 'probs_shape', attrs: { start: 3 } });

@@ -30,7 +30,7 @@ export function probeTap(): DecoderTap {
       const rawHeads = g.input('raw_heads', 'int64', ['raw_heads']);
       const rawQueries = g.input('raw_queries', 'int64', ['raw_queries']);
       const wantHeatmap = g.input('want_heatmap', 'bool', [1]);
-      inputs = probeInputs(g, keyBin, queryRows, queryWeight, numBins, rawHeads, rawQueries, wantHeatmap);
+      inputs = probeInputs(g, keyBin, queryRows, queryWeight, numBins, rawHeads, rawQueries, wantHeatmap, model.positionIds);
     },
 
     attentionProbs(_layer, probs) {
@@ -103,11 +103,28 @@ export function probeTap(): DecoderTap {
           g.output(`heat.${name}.key_sum`, h.keySum, 'float32', ['batch', 'heat_rows', 'bins']);
         }
         // Visible keys per bin, for the heatmap's key mean (a [B, T, S] product: only with it).
-        const [keyCount] = g.ifNode(
+        const allowedF = () => g.cast(model.allowed, 'float32', 'bool', 'allowed_f');
+        const heat = inputs.heatRows;
+        const [keyCount] =
+          heat.kind === 'rows'
+            ? // WebGPU: the heat rows' counts (one row, zeroed, without a heatmap); no If.
+              [
+                g.node(
+                  'Mul',
+                  [
+                    g.node('MatMul', [g.node('Gather', [allowedF(), heat.rows], { name: 'heat_rows', attrs: { axis: 1 } }), inputs.keyBinsOneHot3], {
+                      name: 'key_count_rows',
+                    }),
+                    heat.keep,
+                  ],
+                  { name: 'key_count' },
+                ),
+              ]
+            : g.ifNode(
           'key_count',
           inputs.wantHeatmap,
           {
-            then: () => [g.node('MatMul', [g.cast(model.allowed, 'float32', 'bool', 'allowed_f'), inputs.keyBinsOneHot3], { name: 'key_count' })],
+            then: () => [g.node('MatMul', [allowedF(), inputs.keyBinsOneHot3], { name: 'key_count' })],
             else: () => {
               const dims = g.node('Shape', [inputs.keyBinsOneHot3], { name: 'onehot_shape' });
               const shape = g.node('Concat', [g.node('Slice', [dims, g.ints([0]), g.ints([1])], { name: 'batch' }), g.ints([1]), g.node('Slice', [dims, g.ints([2]), g.ints([3])], { name: 'bins' })], {

@@ -66,15 +66,31 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
     expect(floatOps).toContain('OneHot');
   });
 
+  it('catches what it is for: the CPU graph on WebGPU waits for the device (copies to the host, Ifs)', async () => {
+    const { model, options } = graphFor(makeFixture(FAMILY_FIXTURES.llama!), 'cpu');
+    const { waits } = await placements(model, options, { waits: true });
+    expect(waits!.filter((w) => w.op === 'MemcpyToHost').length).toBeGreaterThan(0);
+    expect(waits!.filter((w) => w.op === 'If').length).toBeGreaterThan(0);
+  });
+
   it.each([
     ...Object.keys(FAMILY_FIXTURES).map((f) => [f, 'float32'] as const),
     ['mixtral', 'float16'] as const,
     ['gemma2', 'float16'] as const,
-  ])('%s (%s): the WebGPU graph leaves no float op to the CPU; what stays is index arithmetic', async (family, dtype) => {
+  ])('%s (%s): the WebGPU graph leaves no float op to the CPU and never waits for the device; what stays is index arithmetic', async (family, dtype) => {
     const fx = makeFixture(FAMILY_FIXTURES[family]!);
     const { model, options } = graphFor(fx, 'webgpu', dtype);
-    const placed = await placements(model, options);
+    const placed = await placements(model, options, { waits: true });
     expect(placed.floatOnCpu).toEqual([]);
+    // Nothing in a pass waits for the device: no copy to the host, no If (on an H100 each
+    // cost about 1 ms: README, "No waits inside a pass"). A mixture of experts is the
+    // exception, in its router only: which tokens each expert takes sets the shapes of
+    // what follows, so the host reads it back (a layer's top experts, and each expert's
+    // token rows).
+    const moe = readModelConfig(fx.dir).moe !== undefined;
+    const routing = (w: { op: string; name: string }) => w.op === 'MemcpyToHost' && /\/mlp\/(top_experts|output_rows|experts\.\d+\/nonzero_mask)\//.test(w.name);
+    expect(placed.waits!.filter((w) => !(moe && routing(w)))).toEqual([]);
+    if (moe) expect(placed.waits!.length).toBeGreaterThan(0);
     expect((placed.byProvider.get('WebGpuExecutionProvider') ?? []).length).toBeGreaterThan(100);
     // The MatMuls are the device's.
     expect(placed.byProvider.get('WebGpuExecutionProvider')!.some((n) => n.op === 'MatMul')).toBe(true);

@@ -27,20 +27,27 @@ export interface Placements {
   floatOnCpu: PlacedNode[];
   /** Nodes left to the CPU provider, counted by op type. */
   cpuOps: Record<string, number>;
+  /** With `waits`: the places a run stops for the device — each copy to the host
+   * onnxruntime inserted (`MemcpyToHost`, named by what it copies) and each If (its branch
+   * runs as a subgraph, which waits as well). */
+  waits?: PlacedNode[];
   seconds: number;
 }
 
 const CHILD = `
-const [ortPath, modelPath, optionsPath] = process.argv.slice(1);
+const [ortPath, modelPath, optionsPath, optimizedPath] = process.argv.slice(1);
 const ort = (await import(ortPath)).default;
 const options = JSON.parse(await (await import('node:fs')).promises.readFile(optionsPath, 'utf8'));
+if (optimizedPath) options.optimizedModelFilePath = optimizedPath;
 const session = await ort.InferenceSession.create(modelPath, { ...options, logSeverityLevel: 0, logVerbosityLevel: 0 });
 await session.release();
 `;
 
 /** Create a session of `model` with `options` in a child process and read back where each
- * node went. Options must be plain data (what JSON carries). */
-export async function placements(model: Uint8Array, options: ort.InferenceSession.SessionOptions): Promise<Placements> {
+ * node went. Options must be plain data (what JSON carries). `waits` also saves the graph
+ * as onnxruntime optimized it, with its copies, to count them: small models only (the
+ * weights are written with it). */
+export async function placements(model: Uint8Array, options: ort.InferenceSession.SessionOptions, { waits = false } = {}): Promise<Placements> {
   const started = performance.now();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-placements-'));
   try {
@@ -49,8 +56,9 @@ export async function placements(model: Uint8Array, options: ort.InferenceSessio
     fs.writeFileSync(modelPath, model);
     fs.writeFileSync(optionsPath, JSON.stringify(options));
     const ortPath = import.meta.resolve('onnxruntime-node');
+    const optimizedPath = path.join(dir, 'optimized.onnx');
     const stderr = await new Promise<string>((resolve, reject) => {
-      const child = spawn(process.execPath, ['--input-type=module', '-e', CHILD, ortPath, modelPath, optionsPath], {
+      const child = spawn(process.execPath, ['--input-type=module', '-e', CHILD, ortPath, modelPath, optionsPath, ...(waits ? [optimizedPath] : [])], {
         stdio: ['ignore', 'ignore', 'pipe'],
         env: { ...process.env, ORT_DISABLE_TELEMETRY: '1' },
       });
@@ -70,7 +78,13 @@ export async function placements(model: Uint8Array, options: ort.InferenceSessio
     const cpu = byProvider.get('CPUExecutionProvider') ?? [];
     const cpuOps: Record<string, number> = {};
     for (const n of cpu) cpuOps[n.op] = (cpuOps[n.op] ?? 0) + 1;
-    return { byProvider, floatOnCpu: cpu.filter((n) => floats.has(n.name)), cpuOps, seconds: (performance.now() - started) / 1000 };
+    return {
+      byProvider,
+      floatOnCpu: cpu.filter((n) => floats.has(n.name)),
+      cpuOps,
+      ...(waits && { waits: deviceWaits(onnxProto.onnx.ModelProto.decode(fs.readFileSync(optimizedPath)).graph!) }),
+      seconds: (performance.now() - started) / 1000,
+    };
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
@@ -102,6 +116,16 @@ function floatNodes(graph: Graph, outer?: Map<string, string>, into = new Set<st
     const values = [...(node.input ?? []), ...(node.output ?? [])].filter((v) => v !== '');
     if (values.some((v) => /float|double/.test(types.get(v) ?? ''))) into.add(node.name!);
     for (const a of node.attribute ?? []) if (a.g) floatNodes(a.g, types, into);
+  }
+  return into;
+}
+
+/** The copies to the host and the Ifs of an optimized graph, branches included. */
+function deviceWaits(graph: Graph, into: PlacedNode[] = []): PlacedNode[] {
+  for (const node of graph.node ?? []) {
+    if (node.opType === 'MemcpyToHost') into.push({ op: node.opType, name: node.input![0]! });
+    if (node.opType === 'If') into.push({ op: node.opType, name: node.name! });
+    for (const a of node.attribute ?? []) if (a.g) deviceWaits(a.g, into);
   }
   return into;
 }

@@ -64,6 +64,8 @@ export interface DecoderTap {
 export interface TapModel {
   config: ModelConfig;
   allowed: string;
+  /** [B, T] int64 position ids, a feed: the pass's shape, read on the host. */
+  positionIds: string;
   /** A float32 value in the compute dtype. */
   toCompute(x: string): string;
 }
@@ -123,7 +125,7 @@ class DecoderBuilder extends ModelOps {
     const rope = c.rope ? g.scope('model/rotary', () => this.rotaryTables(positionIds, c.rope!, '/model/rotary', sequenceLengths)) : undefined;
     // Gemma 3: the sliding layers rotate with their own frequencies.
     const localRope = c.localRope ? g.scope('model/rotary_local', () => this.rotaryTables(positionIds, c.localRope!, '/model/rotary_local')) : rope;
-    if (this.tap) g.scope('model', () => this.tap!.begin(g, { config: c, allowed: mask.allowed, toCompute: (v) => this.fromFloat32(v) }));
+    if (this.tap) g.scope('model', () => this.tap!.begin(g, { config: c, allowed: mask.allowed, positionIds, toCompute: (v) => this.fromFloat32(v) }));
     const kvType = kvDType(this.dt);
     const pastOf = pastInputs(g, c, this.dt, { inputIds, keyPositions, pastLengths, pastRows });
 
@@ -230,8 +232,10 @@ class DecoderBuilder extends ModelOps {
     const sinT = g.namedConstant(`${name}/sin`, 'float32', [variants.length * P, half], sinTable);
     let index = positionIds;
     if (variants.length > 1) {
-      const isLong = g.cast(g.node('Greater', [sequenceLengths!, g.int(rope.long!.originalMax)], { name: 'is_long' }), 'int64', 'bool', 'is_long_i64');
-      const offset = g.node('Unsqueeze', [g.node('Mul', [isLong, g.int(P)], { name: 'table_offset' }), g.ints([1])], { name: 'table_offset_2d' });
+      // Where, not Cast·P: WebGPU has a Cast to int64, and its result read back by the CPU's
+      // Add was a wait for the device.
+      const isLong = g.node('Greater', [sequenceLengths!, g.int(rope.long!.originalMax)], { name: 'is_long' });
+      const offset = g.node('Unsqueeze', [g.node('Where', [isLong, g.int(P), g.int(0)], { name: 'table_offset' }), g.ints([1])], { name: 'table_offset_2d' });
       index = g.node('Add', [positionIds, offset], { name: 'table_rows' });
     }
     const table = (t: string, what: string) => {

@@ -16,17 +16,30 @@ export interface Past {
   value: [string, string];
   /** [B, kv_heads, T, head_dim] int64: the key slot of each new token's K/V. */
   newSlots: string;
-  /** bool scalar: some row's past is shorter than the pass's (its new slots move). */
-  ragged: string;
-  /** [B] int64: the past row each row continues, read when `shared`. */
+  /** [B] int64: the past row each row continues. */
   rows: string;
-  /** bool [1]: the past has fewer rows than the pass. */
-  shared: string;
-  /** bool [1]: ragged or shared (the plain path's If). */
-  special: string;
-  /** bool [1]: the past already has a slot for every key (room for the new ones). */
-  roomy: string;
+  layout: Layout;
 }
+
+/** How keys are laid out: by the If that fits the pass (CPU, CUDA), or one path that fits
+ * every pass (WebGPU, where an If costs a wait for the device: `placeKv`). */
+export type Layout =
+  | {
+      kind: 'branches';
+      /** bool scalar: some row's past is shorter than the pass's (its new slots move). */
+      ragged: string;
+      /** bool [1]: the past has fewer rows than the pass (rows read theirs by `rows`). */
+      shared: string;
+      /** bool [1]: ragged or shared (the plain path's If). */
+      special: string;
+      /** bool [1]: the past already has a slot for every key (room for the new ones). */
+      roomy: string;
+    }
+  | {
+      kind: 'scatter';
+      /** [1] int64: the pass's key slots S (past slots + T). */
+      keySlots: string;
+    };
 
 /** Declares the past inputs and the pass-wide conditions; `layer(i)` gives layer i's past. */
 export function pastInputs(
@@ -42,6 +55,25 @@ export function pastInputs(
   const pastKey0 = g.input('past.0.key', kvType, kvDims('past'));
   const recentKey0 = g.input('recent.0.key', kvType, kvDims('recent'));
   const newSlots = g.scope('model/new_slots', () => slotsOfNew(g, c, v.inputIds, v.pastLengths));
+  const keySlots = () => g.node('Shape', [v.keyPositions], { name: 'key_slots', attrs: { start: 1, end: 2 } });
+  const layout: Layout = g.target === 'webgpu' ? { kind: 'scatter', keySlots: g.scope('model/new_slots', keySlots) } : branchConditions(g, pastKey0, recentKey0, v, keySlots);
+  return (i) => ({
+    key: [i === 0 ? pastKey0 : g.input(`past.${i}.key`, kvType, kvDims('past')), i === 0 ? recentKey0 : g.input(`recent.${i}.key`, kvType, kvDims('recent'))],
+    value: [g.input(`past.${i}.value`, kvType, kvDims('past')), g.input(`recent.${i}.value`, kvType, kvDims('recent'))],
+    newSlots,
+    rows: v.pastRows,
+    layout,
+  });
+}
+
+/** The conditions the Ifs of `placeKv` read, computed once for every layer. */
+function branchConditions(
+  g: GraphBuilder,
+  pastKey0: string,
+  recentKey0: string,
+  v: { inputIds: string; pastLengths: string },
+  keySlots: () => string,
+): Layout {
   //   past, recent ─Shape[2]─Add─► past slots
   //   past_lengths ─Less(past slots)─► [B] ─Cast─ReduceMax─Cast─► ragged (onnxruntime's CUDA
   //   kernels have no ReduceMin at opset 21, and no ReduceMax over bool)
@@ -62,7 +94,7 @@ export function pastInputs(
   const roomy = g.scope('model/new_slots', () =>
     g.node(
       'Equal',
-      [g.node('Shape', [pastKey0], { name: 'laid_out_slots', attrs: { start: 2, end: 3 } }), g.node('Shape', [v.keyPositions], { name: 'key_slots', attrs: { start: 1, end: 2 } })],
+      [g.node('Shape', [pastKey0], { name: 'laid_out_slots', attrs: { start: 2, end: 3 } }), keySlots()],
       { name: 'roomy' },
     ),
   );
@@ -70,16 +102,7 @@ export function pastInputs(
   const special = g.scope('model/past_rows', () =>
     g.node('Not', [g.node('And', [g.node('Not', [ragged], { name: 'not_ragged' }), g.node('Not', [shared], { name: 'not_shared' })], { name: 'plain' })], { name: 'ragged_or_shared' }),
   );
-  return (i) => ({
-    key: [i === 0 ? pastKey0 : g.input(`past.${i}.key`, kvType, kvDims('past')), i === 0 ? recentKey0 : g.input(`recent.${i}.key`, kvType, kvDims('recent'))],
-    value: [g.input(`past.${i}.value`, kvType, kvDims('past')), g.input(`recent.${i}.value`, kvType, kvDims('recent'))],
-    newSlots,
-    ragged,
-    rows: v.pastRows,
-    shared,
-    special,
-    roomy,
-  });
+  return { kind: 'branches', ragged, shared, special, roomy };
 }
 
 // Where each row's new tokens go among its keys: slot past_lengths[b] + t.
@@ -134,16 +157,35 @@ function slotsOfNew(g: GraphBuilder, c: ModelConfig, inputIds: string, pastLengt
 export function placeKv(g: GraphBuilder, past: Past, before: string[], fresh: string, name: string, dims: Parameters<GraphBuilder['ifNode']>[3]): string {
   const append = (parts: string[]) => g.node('Concat', [...parts, fresh], { name: 'append', attrs: { axis: 2 } });
   const scatter = (into: string) => g.node('ScatterElements', [into, past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } });
-  const sharedPast = () => {
-    const gathered = before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
-    return g.ifNode('placed', past.ragged, { then: () => [scatter(append(gathered))], else: () => [append(gathered)] }, dims);
-  };
-  const ownPast = () => g.ifNode('roomy', past.roomy, { then: () => [scatter(before[0]!)], else: () => [scatter(append(before))] }, dims);
-  const [placed] = g.ifNode(
-    name,
-    past.special,
-    { then: () => g.ifNode('shared', past.shared, { then: sharedPast, else: ownPast }, dims), else: () => [append(before)] },
-    dims,
-  );
-  return placed!;
+  const layout = past.layout;
+  switch (layout.kind) {
+    case 'scatter':
+      // WebGPU: every If ran as a subgraph that waited for the device, about 1 ms each on
+      // an H100; a decode step took three nested ones a layer (ragged: its slots are
+      // rounded up to fours) and ran 0.23 s (bench/gpu.js, 2026-11-26). One path fits
+      // every pass, at a few more copies of the keys, which a GPU makes in microseconds:
+      //   past, recent ─Gather(past_rows)─┐
+      //   new ──────────────────────────Concat─Slice(S slots)─ScatterElements(new slots, new)─► keys
+      // (a past laid out with room already has S slots: the Slice drops the appended copy,
+      // and the scatter writes the new K/V into the room.)
+      return g.scope(name, () => {
+        const rows = before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
+        const slots = g.node('Slice', [append(rows), g.ints([0]), layout.keySlots, g.ints([2])], { name: 'key_slots' });
+        return scatter(slots);
+      });
+    case 'branches': {
+      const sharedPast = () => {
+        const gathered = before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
+        return g.ifNode('placed', layout.ragged, { then: () => [scatter(append(gathered))], else: () => [append(gathered)] }, dims);
+      };
+      const ownPast = () => g.ifNode('roomy', layout.roomy, { then: () => [scatter(before[0]!)], else: () => [scatter(append(before))] }, dims);
+      const [placed] = g.ifNode(
+        name,
+        layout.special,
+        { then: () => g.ifNode('shared', layout.shared, { then: sharedPast, else: ownPast }, dims), else: () => [append(before)] },
+        dims,
+      );
+      return placed!;
+    }
+  }
 }
