@@ -13,7 +13,8 @@
 // `profile` (not in the default set) loads the model again with onnxruntime's profiler on,
 // runs a 512-token score and a 1-stream decode, and prints where a pass's time goes: each
 // op type's time per run, from the profile's node events (on WebGPU a node's time is what
-// the host spends on it: dispatch, and any wait for the device).
+// the host spends on it: dispatch, and any wait for the device). KEEP_PROFILE=1 keeps the
+// profile files (their folder is printed) for a closer look.
 // (bench/gpu.js runs the compiled dist/bench/gpu.js: `npm run build` first; from a checkout,
 // `npx tsx bench/gpu.ts` does the same.)
 import fs from 'node:fs';
