@@ -232,11 +232,14 @@ if (only.has('profile')) {
   await profiled.release();
   const files = fs.readdirSync(path.dirname(prefix)).map((f) => path.join(path.dirname(prefix), f));
   type Event = { cat: string; name: string; ts: number; dur: number; args?: { op_name?: string; provider?: string } };
-  // The model's session is the profile with the most runs (the KV layout sessions have their own).
+  // The model's session is the profile whose nodes are the model's; the KV layout sessions
+  // (their nodes under /layout/) write their own, summed below as what a step spends there.
   const profiles = files.map((f) => JSON.parse(fs.readFileSync(f, 'utf8')) as Event[]);
   const runsOf = (events: Event[]) => events.filter((e) => e.cat === 'Session' && e.name === 'model_run');
-  const events = profiles.reduce((a, b) => (runsOf(b).length > runsOf(a).length ? b : a));
+  const isModel = (events: Event[]) => events.some((e) => e.cat === 'Node' && e.name.startsWith('/model/'));
+  const events = profiles.find(isModel) ?? [];
   const runs = runsOf(events);
+  const layoutRuns = profiles.filter((p) => !isModel(p)).flatMap(runsOf);
   const nodes = events.filter((e) => e.cat === 'Node' && e.name.endsWith('_kernel_time'));
   const account = (name: string, window: Event[]) => {
     const byOp = new Map<string, { ms: number; count: number; provider: string }>();
@@ -259,6 +262,12 @@ if (only.has('profile')) {
   account('profile_score_512', runs.slice(1, scoreRuns));
   // The generation's runs: its prompt, then one a token; the last 24 are decode steps.
   account('profile_decode_step', runs.slice(-24));
+  // KV layouts (a past gathered from kept pieces, a new token's cache segment): separate
+  // session runs, between and inside the passes.
+  line('profile_layouts', {
+    runs: layoutRuns.length,
+    msPerRun: +(layoutRuns.reduce((n, r) => n + r.dur, 0) / 1000 / Math.max(1, layoutRuns.length)).toFixed(2),
+  });
   if (!process.env.KEEP_PROFILE) fs.rmSync(path.dirname(prefix), { recursive: true, force: true });
   else line('profile_files', { dir: path.dirname(prefix) });
 }
