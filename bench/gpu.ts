@@ -188,19 +188,23 @@ if (only.has('probe')) {
 }
 
 // ---- generation: greedy decode, each step a unit of the one scheduler --------------------
+/** Greedy generations of `maxTokens` from `prompts` on `on`, through a scheduler of its own. */
+function generate(on: Engine, scorer: Scorer, prompts: number[][], maxTokens: number) {
+  const params: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens, stop: [], n: 1, logprobs: 0, ignoreEos: true };
+  const batcher = new Batcher('bench', scorer);
+  return runGenerations(
+    prompts.map((p) => new Generation(generationModel(on, scorer), p, params)),
+    (units, continuing) => batcher.submit(units, { continuing }).result,
+  );
+}
 if (only.has('generate')) {
-  const params: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 64, stop: [], n: 1, logprobs: 0, ignoreEos: true };
   for (const streams of [1, 16]) {
     const scorer = new Scorer(engine);
-    const batcher = new Batcher('bench', scorer);
     const prompts = Array.from({ length: streams }, (_, i) => randomIds(5000 + i, 128, vocab));
     const run = async () => {
       passes.length = 0;
       const t = performance.now();
-      const results = await runGenerations(
-        prompts.map((p) => new Generation(generationModel(engine, scorer), p, params)),
-        (units, continuing) => batcher.submit(units, { continuing }).result,
-      );
+      const results = await generate(engine, scorer, prompts, 64);
       return { seconds: (performance.now() - t) / 1000, tokens: results.flat().reduce((n, r) => n + r.tokens.length, 0) };
     };
     await run();
@@ -226,9 +230,7 @@ if (only.has('profile')) {
   const scorer = new Scorer(profiled, { prefixCacheBytes: 0 });
   const scoreRuns = 4; // a warm-up, then three
   for (let i = 0; i < scoreRuns; i++) await directScoring(scorer).rolling([{ text: randomIds(7, 512, vocab) }]);
-  const params: SamplingParams = { temperature: 0, topP: 1, topK: 0, minP: 0, maxTokens: 32, stop: [], n: 1, logprobs: 0, ignoreEos: true };
-  const batcher = new Batcher('profile', scorer);
-  await runGenerations([new Generation(generationModel(profiled, scorer), randomIds(11, 128, vocab), params)], (units, continuing) => batcher.submit(units, { continuing }).result);
+  await generate(profiled, scorer, [randomIds(11, 128, vocab)], 32);
   await profiled.release();
   const files = fs.readdirSync(path.dirname(prefix)).map((f) => path.join(path.dirname(prefix), f));
   type Event = { cat: string; name: string; ts: number; dur: number; args?: { op_name?: string; provider?: string } };

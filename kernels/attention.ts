@@ -51,6 +51,20 @@ function heatRows(g: GraphBuilder, wantHeatmap: string, positionIds: string): He
   });
 }
 
+/** WebGPU's stand-in for an If on want_heatmap: `maps` of `x`'s heat rows (along `axis`),
+ * each times `keep` — every row with a heatmap, one row of zeros without. */
+//   x ─Gather(heat rows)─► maps ─·keep─►
+export function heatRowMaps(
+  g: GraphBuilder,
+  heat: HeatRows & { kind: 'rows' },
+  x: string,
+  axis: number,
+  maps: (rows: string) => string[],
+  name: string,
+): string[] {
+  const rows = g.node('Gather', [x, heat.rows], { name: `${name}_rows`, attrs: { axis } });
+  return maps(rows).map((m, i) => g.node('Mul', [m, heat.keep], { name: `${name}_kept_${i}` }));
+}
 
 export interface LayerProbe {
   votes: string; // [B, H, bins]: query-weighted argmax votes, sinks excluded from the argmax
@@ -168,10 +182,7 @@ export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads
     const heat = p.heatRows;
     const [headMax, headSum] = (
       heat.kind === 'rows'
-        ? // WebGPU: the heat rows' maps (one row, zeroed, without a heatmap); no If.
-          headMaps(g.node('Gather', [probs, heat.rows], { name: 'heat_rows', attrs: { axis: 3 } })).map((m, i) =>
-            g.node('Mul', [m, heat.keep], { name: `head_${i ? 'sum' : 'max'}_kept` }),
-          )
+        ? heatRowMaps(g, heat, probs, 3, headMaps, 'head_maps') // WebGPU: no If
         : g.ifNode(
             'head_maps',
             p.wantHeatmap,

@@ -9,7 +9,7 @@
 // [B,Hr,Q,S], heat.{max,mean}.key_{max,sum} [B,T,bins], heat.key_count [B,T,bins].
 import type { GraphBuilder } from '../src/graph/builder.js';
 import type { DecoderTap, TapModel } from '../src/model/decoder.js';
-import { heatmapKeys, layerProbe, probeInputs, type LayerProbe, type ProbeInputs } from './attention.js';
+import { heatmapKeys, heatRowMaps, layerProbe, probeInputs, type LayerProbe, type ProbeInputs } from './attention.js';
 
 export function probeTap(): DecoderTap {
   let g!: GraphBuilder;
@@ -107,35 +107,23 @@ export function probeTap(): DecoderTap {
         const heat = inputs.heatRows;
         const [keyCount] =
           heat.kind === 'rows'
-            ? // WebGPU: the heat rows' counts (one row, zeroed, without a heatmap); no If.
-              [
-                g.node(
-                  'Mul',
-                  [
-                    g.node('MatMul', [g.node('Gather', [allowedF(), heat.rows], { name: 'heat_rows', attrs: { axis: 1 } }), inputs.keyBinsOneHot3], {
-                      name: 'key_count_rows',
-                    }),
-                    heat.keep,
-                  ],
-                  { name: 'key_count' },
-                ),
-              ]
+            ? heatRowMaps(g, heat, allowedF(), 1, (rows) => [g.node('MatMul', [rows, inputs.keyBinsOneHot3], { name: 'key_count' })], 'key_count') // WebGPU: no If
             : g.ifNode(
-          'key_count',
-          inputs.wantHeatmap,
-          {
-            then: () => [g.node('MatMul', [allowedF(), inputs.keyBinsOneHot3], { name: 'key_count' })],
-            else: () => {
-              const dims = g.node('Shape', [inputs.keyBinsOneHot3], { name: 'onehot_shape' });
-              const shape = g.node('Concat', [g.node('Slice', [dims, g.ints([0]), g.ints([1])], { name: 'batch' }), g.ints([1]), g.node('Slice', [dims, g.ints([2]), g.ints([3])], { name: 'bins' })], {
-                name: 'one_row_shape',
-                attrs: { axis: 0 },
-              });
-              return [g.zeros(shape)];
-            },
-          },
-          [{ dtype: 'float32', dims: ['batch', 'heat_rows', 'bins'] }],
-        );
+                'key_count',
+                inputs.wantHeatmap,
+                {
+                  then: () => [g.node('MatMul', [allowedF(), inputs.keyBinsOneHot3], { name: 'key_count' })],
+                  else: () => {
+                    const dims = g.node('Shape', [inputs.keyBinsOneHot3], { name: 'onehot_shape' });
+                    const shape = g.node('Concat', [g.node('Slice', [dims, g.ints([0]), g.ints([1])], { name: 'batch' }), g.ints([1]), g.node('Slice', [dims, g.ints([2]), g.ints([3])], { name: 'bins' })], {
+                      name: 'one_row_shape',
+                      attrs: { axis: 0 },
+                    });
+                    return [g.zeros(shape)];
+                  },
+                },
+                [{ dtype: 'float32', dims: ['batch', 'heat_rows', 'bins'] }],
+              );
         g.output('heat.key_count', keyCount!, 'float32', ['batch', 'heat_rows', 'bins']);
       });
     },

@@ -14,6 +14,11 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 /** The CLI as a user runs it (bin/ctxprobe.js), its standard output. */
 const ctxprobeCli = (args: string[]) => execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), ...args], { encoding: 'utf8' });
+/** `ctxprobe <command> --model <dir> --threads 1 --chunk <label=text>… <rest…>`, its JSON. */
+const chunkCommand = (command: string, dir: string, chunks: string[], rest: string[]) =>
+  JSON.parse(ctxprobeCli([command, '--model', dir, '--threads', '1', '--chunk', ...chunks, ...rest]));
+/** `label=text` arguments as the library's chunks. */
+const asChunks = (args: string[]) => args.map((c) => ({ label: c.slice(0, c.indexOf('=')), text: c.slice(c.indexOf('=') + 1) }));
 
 describe('the default model', () => {
   it('is a Llama checkpoint generated deterministically from its repository config', async () => {
@@ -289,26 +294,10 @@ describe('ctxprobe probe', () => {
       'knowledge= Knowledge: Eiffel.',
       'response= Bot: Eiffel did.',
     ];
-    const printed = JSON.parse(
-      ctxprobeCli([
-        'probe',
-        '--model',
-        fx.dir,
-        '--threads',
-        '1',
-        '--chunk',
-        ...chunks,
-        '--exclude',
-        '0',
-        '--html',
-        path.join(out, 'r.html'),
-        '--svg',
-        path.join(out, 'fig'),
-      ]),
-    );
+    const printed = chunkCommand('probe', fx.dir, chunks, ['--exclude', '0', '--html', path.join(out, 'r.html'), '--svg', path.join(out, 'fig')]);
     const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
     const direct = await new Prober(m.engine).probe([
-      { chunks: chunks.map((c) => ({ label: c.slice(0, c.indexOf('=')), text: c.slice(c.indexOf('=') + 1) })), excludePositions: [0] },
+      { chunks: asChunks(chunks), excludePositions: [0] },
     ]);
     expect(printed.samples[0].labels).toEqual(['instruction', 'history', 'knowledge', 'response']);
     printed.samples[0].votes.forEach((row: number[], l: number) =>
@@ -332,25 +321,11 @@ describe('ctxprobe attribute', () => {
       'knowledge=Knowledge: Eiffel built the tower. ',
       'response=Bot: Eiffel.',
     ];
-    const printed = JSON.parse(
-      ctxprobeCli([
-        'attribute',
-        '--model',
-        fx.dir,
-        '--threads',
-        '1',
-        '--chunk',
-        ...chunks,
-        '--sweep',
-        '0,1,all',
-        '--svg',
-        path.join(out, 'attr'),
-      ]),
-    );
+    const printed = chunkCommand('attribute', fx.dir, chunks, ['--sweep', '0,1,all', '--svg', path.join(out, 'attr')]);
     const m = await loadModel({ name: 'x', path: fx.dir, threads: 1 });
     const prepared = await prepareAttribution(
       m.engine,
-      [{ chunks: chunks.map((c) => ({ label: c.slice(0, c.indexOf('=')), text: c.slice(c.indexOf('=') + 1) })) }],
+      [{ chunks: asChunks(chunks) }],
       { historySweep: [0, 1, 2 ** 31 - 1] },
     );
     const [want] = prepared.finish((await m.scorer.scoreUnits(prepared.units)).scores);

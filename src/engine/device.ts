@@ -19,7 +19,7 @@ export interface DeviceOptions {
   cpuMemArena?: boolean;
   /** Write onnxruntime's profile (each node's kernel time, JSON) to files starting with
    * this path, one per session, when the engine is released: where a pass's time goes on
-   * a device (bench/gpu.ts --profile). */
+   * a device (bench/gpu.ts --only profile). */
   profilePrefix?: string;
 }
 

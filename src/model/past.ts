@@ -157,6 +157,7 @@ function slotsOfNew(g: GraphBuilder, c: ModelConfig, inputIds: string, pastLengt
 export function placeKv(g: GraphBuilder, past: Past, before: string[], fresh: string, name: string, dims: Parameters<GraphBuilder['ifNode']>[3]): string {
   const append = (parts: string[]) => g.node('Concat', [...parts, fresh], { name: 'append', attrs: { axis: 2 } });
   const scatter = (into: string) => g.node('ScatterElements', [into, past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } });
+  const rowPasts = () => before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
   const layout = past.layout;
   switch (layout.kind) {
     case 'scatter':
@@ -169,13 +170,12 @@ export function placeKv(g: GraphBuilder, past: Past, before: string[], fresh: st
       // (a past laid out with room already has S slots: the Slice drops the appended copy,
       // and the scatter writes the new K/V into the room.)
       return g.scope(name, () => {
-        const rows = before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
-        const slots = g.node('Slice', [append(rows), g.ints([0]), layout.keySlots, g.ints([2])], { name: 'key_slots' });
+        const slots = g.node('Slice', [append(rowPasts()), g.ints([0]), layout.keySlots, g.ints([2])], { name: 'key_slots' });
         return scatter(slots);
       });
     case 'branches': {
       const sharedPast = () => {
-        const gathered = before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
+        const gathered = rowPasts();
         return g.ifNode('placed', layout.ragged, { then: () => [scatter(append(gathered))], else: () => [append(gathered)] }, dims);
       };
       const ownPast = () => g.ifNode('roomy', layout.roomy, { then: () => [scatter(before[0]!)], else: () => [scatter(append(before))] }, dims);

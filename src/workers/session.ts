@@ -532,11 +532,11 @@ const VIEW_MAX_SLOTS = 8;
  * layout graph, a session run of its own a step (on lavapipe 9.8 ms, besides the pass). */
 function viewOf(p: KvPieceRef): Omit<KvEntry & { kind: 'view' }, 'length'> | undefined {
   const kv = kept(p.handle);
-  const each = kv.parts[0]!.map((_, i) => stretches(kv, i, p.row, p.offset, p.count));
-  if (!each.every((s) => s.length === 1 && s[0]!.count === p.count && slotsOf(s[0]!.src) <= VIEW_MAX_SLOTS)) return undefined;
-  const [s] = each[0]!;
-  if (!each.every(([t]) => t!.row === s!.row && t!.offset === s!.offset)) return undefined;
-  return { kind: 'view', parts: [each.map(([t]) => t!.src)], row: s!.row, offset: s!.offset, count: p.count };
+  // Every layer's and kind's tensors of an entry are laid out alike: the first decides.
+  const [s, more] = stretches(kv, 0, p.row, p.offset, p.count);
+  if (!s || more || s.count !== p.count || slotsOf(s.src) > VIEW_MAX_SLOTS) return undefined;
+  const parts = [kv.parts[0]!.map((_, i) => stretches(kv, i, p.row, p.offset, p.count)[0]!.src)];
+  return { kind: 'view', parts, row: s.row, offset: s.offset, count: p.count };
 }
 
 async function handle(msg: SessionMessage): Promise<unknown> {
