@@ -17,13 +17,13 @@ export interface LogprobOutputs {
   nextLogprobs: string;
 }
 
-//   logits [N,V] ──LogSoftmax──► logp [N,V] ─┬─GatherElements(target)──► logprobs [N]
+//   logits [N,V] ──log-softmax (builder)──► logp [N,V] ─┬─GatherElements(target)──► logprobs [N]
 //                                            ├─ReduceMax──► best [N] ──GreaterOrEqual(logprobs)──► greedy [N]
 //                                            ├─TopK(k)──► topk_logprobs [N,k], topk_ids [N,k]
 //                                            └─Gather(next_rows)──► next_logprobs [M,V]
-export function logprobKernel(g: GraphBuilder, logits: string, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
+export function logprobKernel(g: GraphBuilder, logits: string, vocab: number, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
   return g.scope('logprobs', () => {
-    const logp = g.logSoftmax(logits, 1);
+    const logp = g.logSoftmax(logits, vocab);
     const target = g.node('Unsqueeze', [targetIds, g.ints([1])], { name: 'target' });
     const targetLogp = g.node('GatherElements', [logp, target], { name: 'target_logprob', attrs: { axis: 1 } });
     const logprobs = g.node('Squeeze', [targetLogp, g.ints([1])], { name: 'logprobs' });

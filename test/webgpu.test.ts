@@ -7,6 +7,7 @@
 //
 // Skips, saying so, where no Vulkan driver is installed (.ci/run installs lavapipe).
 import fs from 'node:fs';
+import ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, type ForwardRequest } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
@@ -15,6 +16,7 @@ import { Generation, generationModel, runGenerations, type SamplingParams } from
 import { resolveDevice } from '../src/engine/device.js';
 import { placements } from '../src/engine/placements.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
+import { GraphBuilder, float } from '../src/graph/builder.js';
 import { readModelConfig } from '../src/model/config.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { probeTap } from '../kernels/probe-tap.js';
@@ -94,6 +96,87 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
     expect((placed.byProvider.get('WebGpuExecutionProvider') ?? []).length).toBeGreaterThan(100);
     // The MatMuls are the device's.
     expect(placed.byProvider.get('WebGpuExecutionProvider')!.some((n) => n.op === 'MatMul')).toBe(true);
+  });
+});
+
+// The provider's reductions pick their workgroup by the tensor's shape: a tensor of one row
+// (the final norm and log-softmax of a pass that scores one token) takes a 256-wide one
+// instead of 64 and sums in another order. The fixtures' widths (32, 300 logits) are too
+// small to show it; a real model's (960–4096 hidden, 32,000+ logits) are not. The builder's
+// WebGPU forms sum a row alike whatever the pass's shape.
+maybe('WebGPU reductions at real widths: a row alone is the bits it gets among others', () => {
+  type Form = (g: GraphBuilder, x: string, width: number) => string;
+  const weight = (g: GraphBuilder, w: number, shift = 0) => g.constant('float32', [w], Array.from({ length: w }, (_, i) => 0.5 + (i % 7) / 7 - shift));
+  /** Of `rows` random rows of `width`, how many give other bits through `form` alone than
+   * in one tensor with the rest. */
+  async function rowsThatDiffer(form: Form, width: number, rows = 24): Promise<number> {
+    const g = new GraphBuilder('webgpu');
+    const x = g.input('x', 'float32', ['N', width]);
+    g.output('y', form(g, x, width), 'float32', ['N', 'out']);
+    const session = await ort.InferenceSession.create(g.encode('rows'), { executionProviders: ['webgpu'] });
+    try {
+      const r = rng(width);
+      const data = Float32Array.from({ length: rows * width }, () => (r() - 0.5) * (1 + 10 * r()));
+      const all = (await session.run({ x: new ort.Tensor('float32', data, [rows, width]) })).y!;
+      const out = all.dims[1]!;
+      let differ = 0;
+      for (let i = 0; i < rows; i++) {
+        const alone = (await session.run({ x: new ort.Tensor('float32', data.subarray(i * width, (i + 1) * width), [1, width]) })).y!.data as Float32Array;
+        const among = (all.data as Float32Array).subarray(i * out, (i + 1) * out);
+        if (alone.some((v, j) => v !== among[j])) differ++;
+      }
+      return differ;
+    } finally {
+      await session.release();
+    }
+  }
+  const meanSquare: Form = (g, x, w) => g.rowMean(g.node('Pow', [x, g.scalar(2)]), w);
+  const layerNorm: Form = (g, x, w) => g.layerNorm(x, weight(g, w), weight(g, w, 0.6), w, 1e-5);
+  const logSoftmax: Form = (g, x, w) => g.logSoftmax(x, w);
+
+  it('catches what it is for: the provider\'s ReduceMean, LayerNormalization and ReduceLogSumExp do not', async () => {
+    const reduceMean: Form = (g, x) => g.node('ReduceMean', [g.node('Pow', [x, g.scalar(2)]), g.ints([-1])], { attrs: { keepdims: 1 } });
+    const fused: Form = (g, x, w) => g.node('LayerNormalization', [x, weight(g, w), weight(g, w, 0.6)], { attrs: { axis: -1, epsilon: float(1e-5) } });
+    const lse: Form = (g, x) => g.node('Sub', [x, g.node('ReduceLogSumExp', [x, g.ints([1])], { attrs: { keepdims: 1 } })]);
+    expect(await rowsThatDiffer(reduceMean, 960)).toBeGreaterThan(0);
+    expect(await rowsThatDiffer(fused, 1024)).toBeGreaterThan(0);
+    expect(await rowsThatDiffer(lse, 49152)).toBeGreaterThan(0);
+  });
+
+  it.each([960, 1024, 3072, 4096])('norms over %i features (RMSNorm\'s mean square, LayerNorm)', async (width) => {
+    expect(await rowsThatDiffer(meanSquare, width)).toBe(0);
+    expect(await rowsThatDiffer(layerNorm, width)).toBe(0);
+  });
+
+  it.each([32000, 49152])('log-softmax over %i logits', async (width) => {
+    expect(await rowsThatDiffer(logSoftmax, width, 12)).toBe(0);
+  });
+
+  // The same through the engine: one-token continuations (lm-eval's multiple choice with
+  // one-token answers) scored alone and 32 at once, at a hidden size of 1024: the token's
+  // log-prob and the top 8 of its position. With the provider's ReduceMean, LayerNormalization
+  // and ReduceLogSumExp all three families failed here (values off by an ulp or two).
+  // The CPU provider's graph, unchanged, passes it too.
+  it.each(['llama', 'gpt2', 'qwen3'].flatMap((f) => [[f, 'webgpu'], [f, 'cpu']]))('%s at hidden 1024 on %s: one-token continuations, batched = alone', async (family, device) => {
+    const base = FAMILY_FIXTURES[family]!;
+    const fx = makeFixture({ ...base, hidden: 1024, heads: 16, kvHeads: base.kvHeads === base.heads ? 16 : 4, headDim: 64, intermediate: 256, layers: 1 });
+    const engine = await Engine.load(fx.dir, { device, threads: 1 });
+    try {
+      const r = rng(3);
+      const requests = Array.from({ length: 32 }, (_, i) => {
+        const seq = randomTokens(r, 4 + (i % 9), engine.config.vocabSize);
+        return { context: seq.slice(0, -1), continuations: [seq.slice(-1)], topK: 8 };
+      });
+      const scoring = directScoring(new Scorer(engine, { prefixSharing: false }));
+      // The token's log-prob and its position's 8 most likely: 9 values a request.
+      const values = (a: Awaited<ReturnType<typeof scoring.loglikelihood>>[number]) => [a[0]!.tokenLogprobs[0], ...a[0]!.topK![0]!.logprobs];
+      const batched = (await scoring.loglikelihood(requests)).map(values);
+      const alone = [];
+      for (const request of requests) alone.push(values((await scoring.loglikelihood([request]))[0]!));
+      expect(alone).toEqual(batched);
+    } finally {
+      await engine.release();
+    }
   });
 });
 

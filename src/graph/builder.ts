@@ -257,13 +257,24 @@ export class GraphBuilder {
     return this.node('Mul', [y, this.constant(options.dtype ?? 'float32', [], [options.alpha])], { name: `${name}_scaled` });
   }
 
-  /** log-softmax over `axis`, float32:
+  /** log-softmax over the rows of `x` [N, width], float32:
    *   cpu, cuda: LogSoftmax
-   *   webgpu:    x ─► Sub(x, ReduceLogSumExp(x, keepdims)) */
-  logSoftmax(x: string, axis: number, name = 'log_softmax'): string {
-    if (this.target !== 'webgpu') return this.node('LogSoftmax', [x], { name, attrs: { axis } });
-    const lse = this.node('ReduceLogSumExp', [x, this.ints([axis])], { name: `${name}_lse`, attrs: { keepdims: 1 } });
-    return this.node('Sub', [x, lse], { name });
+   *   webgpu:    x ─ReduceMax─► m;  x − m ─Exp─MatMul(column of ones)─Log─+ m─► lse;  x − lse
+   *              The provider's ReduceLogSumExp (like its ReduceMean, rowMean) sums a
+   *              tensor of one row in another order: over 32,000 to 49,152 logits, 2–4 of
+   *              12 rows alone differed from themselves among others (lavapipe), so a
+   *              token scored alone, or sampled by one stream, was not the bits of the
+   *              same token in a batch. A maximum is exact in any order; MatMul rows sum
+   *              alike whatever their number. */
+  logSoftmax(x: string, width: number, name = 'log_softmax'): string {
+    if (this.target !== 'webgpu') return this.node('LogSoftmax', [x], { name, attrs: { axis: 1 } });
+    return this.scope(name, () => {
+      const max = this.node('ReduceMax', [x, this.ints([1])], { name: 'max', attrs: { keepdims: 1 } });
+      const exp = this.node('Exp', [this.node('Sub', [x, max], { name: 'shifted' })], { name: 'exp' });
+      const sum = this.node('MatMul', [exp, this.constant('float32', [width, 1], new Array<number>(width).fill(1))], { name: 'sum' });
+      const lse = this.node('Add', [this.node('Log', [sum], { name: 'log_sum' }), max], { name: 'lse' });
+      return this.node('Sub', [x, lse], { name: 'logprobs' });
+    });
   }
 
   /** One-hot float32 over a new last axis of `depth` ([1] int64) for non-negative indices:
@@ -307,15 +318,31 @@ export class GraphBuilder {
 
   /** The mean over the last axis (of size `width`), kept as an axis of 1:
    *   cpu, cuda: ReduceMean
-   *   webgpu:    MatMul with a column of 1/width: the provider's ReduceMean (and ReduceSum)
-   *              over the per-head axis of the query summed a row in an order that depended
-   *              on its pass's shape — a Qwen3 sequence scored in a batch differed from
-   *              itself alone in 58–70 of 195 log-probs on lavapipe, with graph
-   *              optimisations on or off; MatMul rows do not (their shape is padded to
-   *              fours). The hidden-size norms, fused by onnxruntime, keep ReduceMean. */
+   *   webgpu:    MatMul with a column of 1/width. The provider's reductions sum a row in an
+   *              order that depends on the pass's shape: ReduceMean (and ReduceSum) over a
+   *              Qwen3 query head made a sequence scored in a batch differ from itself
+   *              alone in 58–70 of 195 log-probs on lavapipe; over a hidden size of 960 to
+   *              4096, a tensor of one row (the final norm of a pass that scores one token)
+   *              takes a 256-wide workgroup instead of 64 and 8–15 of 40 rows' means moved
+   *              by an ulp (scratch runs on lavapipe, 2026-11-27). MatMul rows do not. */
   rowMean(x: string, width: number, name = 'mean'): string {
     if (this.target !== 'webgpu') return this.node('ReduceMean', [x, this.ints([-1])], { name, attrs: { keepdims: 1 } });
     return this.node('MatMul', [x, this.constant('float32', [width, 1], new Array<number>(width).fill(1 / width))], { name });
+  }
+
+  /** LayerNorm over the last axis (of size `width`), in float32:
+   *   cpu, cuda: LayerNormalization
+   *   webgpu:    x ─Sub(rowMean)─► centred ─Mul(self)─rowMean─Add(eps)─Sqrt─► Div ─Mul(weight)─Add(bias)─►
+   *              The provider's LayerNormalization takes another kernel for a tensor of one
+   *              row when the width is a multiple of 512 (GPT-2 medium's 1024): a token
+   *              scored alone differed from itself in a batch (lavapipe). */
+  layerNorm(x: string, weight: string, bias: string, width: number, epsilon: number): string {
+    if (this.target !== 'webgpu') return this.node('LayerNormalization', [x, weight, bias], { attrs: { axis: -1, epsilon: float(epsilon) } });
+    const centred = this.node('Sub', [x, this.rowMean(x, width, 'mean')], { name: 'centred' });
+    const variance = this.rowMean(this.node('Mul', [centred, centred], { name: 'square' }), width, 'variance');
+    const std = this.node('Sqrt', [this.node('Add', [variance, this.scalar(epsilon)], { name: 'plus_eps' })], { name: 'std' });
+    const normed = this.node('Div', [centred, std], { name: 'normalized' });
+    return this.node('Add', [this.node('Mul', [normed, weight], { name: 'scaled' }), bias], { name: 'shifted' });
   }
 
   /** Each token's expert outputs summed, its experts in ascending order (as transformers'

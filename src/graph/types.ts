@@ -33,6 +33,8 @@ const SAME_AS_INPUT: Record<string, number> = {
       'Max',
       'Sigmoid',
       'Tanh',
+      'Exp',
+      'Log',
       'Gelu',
       'MatMul',
       'FusedMatMul',

@@ -143,7 +143,7 @@ class DecoderBuilder extends ModelOps {
     const targetIds = g.input('target_ids', 'int64', ['scored']);
     const topK = g.input('top_k', 'int64', [1]);
     const nextRows = g.input('next_rows', 'int64', ['next']);
-    const k = g.scope('model', () => logprobKernel(g, this.head(x, scoreRows), targetIds, topK, nextRows));
+    const k = g.scope('model', () => logprobKernel(g, this.head(x, scoreRows), c.vocabSize, targetIds, topK, nextRows));
     g.output('logprobs', k.logprobs, 'float32', ['scored']);
     g.output('greedy', k.greedy, 'bool', ['scored']);
     g.output('topk_logprobs', k.topkLogprobs, 'float32', ['scored', 'k']);
@@ -281,8 +281,8 @@ class DecoderBuilder extends ModelOps {
     q = g.node('Reshape', [q, g.ints([0, 0, kv, group, D])], { name: 'q_heads' });
     k = g.node('Reshape', [k, g.ints([0, 0, kv, D])], { name: 'k_heads' });
     v = g.node('Reshape', [v, g.ints([0, 0, kv, D])], { name: 'v_heads' });
-    if (qNorm?.over === 'head') q = g.scope('q_norm', () => this.norm(q, prefix + qNorm.name, D, 'head'));
-    if (kNorm?.over === 'head') k = g.scope('k_norm', () => this.norm(k, prefix + kNorm.name, D, 'head'));
+    if (qNorm?.over === 'head') q = g.scope('q_norm', () => this.norm(q, prefix + qNorm.name, D));
+    if (kNorm?.over === 'head') k = g.scope('k_norm', () => this.norm(k, prefix + kNorm.name, D));
     q = g.node('Transpose', [q], { name: 'q_layout', attrs: { perm: [0, 2, 3, 1, 4] } });
     k = g.node('Transpose', [k], { name: 'k_layout', attrs: { perm: [0, 2, 1, 3] } });
     v = g.node('Transpose', [v], { name: 'v_layout', attrs: { perm: [0, 2, 1, 3] } });

@@ -2,7 +2,7 @@
 // weight layout, norms by role (RMSNorm, Gemma's 1 + w, LayerNorm), activations, soft caps,
 // casts between the compute dtype and float32, and the checkpoint's weights (each made
 // once). The decoder (decoder.ts) extends this and reads as the model alone.
-import { GraphBuilder, float, type GraphTarget } from '../graph/builder.js';
+import { GraphBuilder, type GraphTarget } from '../graph/builder.js';
 import { kvDType, type ComputeDType, type DTypeName } from '../common/dtypes.js';
 import type { ModelConfig } from './families.js';
 import type { WeightSource } from './decoder.js';
@@ -44,26 +44,22 @@ export class ModelOps {
     );
   }
 
-  // Over the last axis, of size `dim`, in float32 (`head`: per attention head, whose mean
-  // the builder takes in the device's stable form, rowMean):
-  //   RMSNorm in the shape ORT fuses into SimplifiedLayerNormalization:
-  //     x ─► Pow(2) ─► ReduceMean ─► Add(eps) ─► Sqrt ─► Div(x, ·) ─► Mul(weight)
-  //   LayerNorm (GPT-2): one LayerNormalization op with weight and bias.
-  protected norm(x: string, name: string, dim: number, over: 'features' | 'head' = 'features'): string {
+  // Over the last axis, of size `dim`, in float32; the mean is the builder's rowMean, whose
+  // WebGPU form sums a row the same whatever the pass's shape:
+  //   RMSNorm in the shape ORT fuses into SimplifiedLayerNormalization (CPU, CUDA):
+  //     x ─► Pow(2) ─► mean ─► Add(eps) ─► Sqrt ─► Div(x, ·) ─► Mul(weight)
+  //   LayerNorm (GPT-2): the builder's layerNorm, with weight and bias.
+  protected norm(x: string, name: string, dim: number): string {
     const { g, c } = this;
     const weight = this.weight(`${name}.weight`, [dim], 'float32');
     const x32 = this.toFloat32(x);
     switch (this.spec.norm) {
-      case 'layer': {
-        const bias = this.weight(`${name}.bias`, [dim], 'float32');
-        const y = g.node('LayerNormalization', [x32, weight, bias], { attrs: { axis: -1, epsilon: float(c.normEps) } });
-        return this.fromFloat32(y);
-      }
+      case 'layer':
+        return this.fromFloat32(g.layerNorm(x32, weight, this.weight(`${name}.bias`, [dim], 'float32'), dim, c.normEps));
       case 'rms':
       case 'rmsOffset': {
         const sq = g.node('Pow', [x32, g.scalar(2)], { name: 'square' });
-        const mean =
-          over === 'head' ? g.rowMean(sq, dim, 'mean_square') : g.node('ReduceMean', [sq, g.ints([-1])], { name: 'mean_square', attrs: { keepdims: 1 } });
+        const mean = g.rowMean(sq, dim, 'mean_square');
         const rms = g.node('Sqrt', [g.node('Add', [mean, g.scalar(c.normEps)], { name: 'plus_eps' })], { name: 'rms' });
         const normed = g.node('Div', [x32, rms], { name: 'normalized' });
         // Gemma scales by (1 + w), in float32 before the cast back (transformers' #29402).
