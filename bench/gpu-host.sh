@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU host (after ../shared/gpu/pack.sh, through .device/on-device.sh): ctxprobe's GPU
-# workloads (bench/gpu.js), then PyTorch's on the same checkpoint when python3 has torch
+# workloads (bench/gpu.js), the provider's fused kernels against the graph's forms
+# (bench/gpu-kernels.js), then PyTorch's on the same checkpoint when python3 has torch
 # and transformers. JSON lines on stdout, also in $OUT/gpu-bench.jsonl when OUT is set.
 #   bash .device/on-device.sh bash bench/gpu-host.sh [bench/gpu.js flags]
 # STAGES=score-generate,profile,... runs only those stages (default: all); PROBE_LONG sets
@@ -25,6 +26,7 @@ stage() { # seconds name command...
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu: /'
   stage 170 score-generate node bench/gpu.js --dir "$dir" "$@" --only score,generate
   stage 90 profile node bench/gpu.js --dir "$dir" "$@" --only profile
+  stage 90 kernels node bench/gpu-kernels.js
   stage 90 probe-short node bench/gpu.js --dir "$dir" "$@" --only probe --probe-lengths 4096,8192
   if ! wanted pytorch; then
     :

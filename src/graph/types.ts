@@ -59,6 +59,7 @@ const SAME_AS_INPUT: Record<string, number> = {
       'Identity',
       'Range',
       'LayerNormalization',
+      'RotaryEmbedding',
       'ReduceLogSumExp',
     ].map((op) => [op, 0]),
   ),
