@@ -16,7 +16,7 @@ import { Generation, generationModel, runGenerations, type SamplingParams } from
 import { resolveDevice } from '../src/engine/device.js';
 import { placements } from '../src/engine/placements.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
-import { GraphBuilder, float } from '../src/graph/builder.js';
+import { GraphBuilder } from '../src/graph/builder.js';
 import { readModelConfig } from '../src/model/config.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { probeTap } from '../kernels/probe-tap.js';
@@ -103,13 +103,14 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
 // (the final norm and log-softmax of a pass that scores one token) takes a 256-wide one
 // instead of 64 and sums in another order. The fixtures' widths (32, 300 logits) are too
 // small to show it; a real model's (960–4096 hidden, 32,000+ logits) are not. The builder's
-// WebGPU forms sum a row alike whatever the pass's shape.
+// WebGPU forms sum a row alike whatever the pass's shape: for a layer's norms (4 rows or
+// more) the provider's fused kernels, for the final norm and log-softmax MatMul sums.
 maybe('WebGPU reductions at real widths: a row alone is the bits it gets among others', () => {
   type Form = (g: GraphBuilder, x: string, width: number) => string;
   const weight = (g: GraphBuilder, w: number, shift = 0) => g.constant('float32', [w], Array.from({ length: w }, (_, i) => 0.5 + (i % 7) / 7 - shift));
-  /** Of `rows` random rows of `width`, how many give other bits through `form` alone than
-   * in one tensor with the rest. */
-  async function rowsThatDiffer(form: Form, width: number, rows = 24): Promise<number> {
+  /** Of `rows` random rows of `width`, how many give other bits through `form` in tensors
+   * of `few` rows (1: alone) than in one tensor of all of them. */
+  async function rowsThatDiffer(form: Form, width: number, rows = 24, few = 1): Promise<number> {
     const g = new GraphBuilder('webgpu');
     const x = g.input('x', 'float32', ['N', width]);
     g.output('y', form(g, x, width), 'float32', ['N', 'out']);
@@ -120,32 +121,37 @@ maybe('WebGPU reductions at real widths: a row alone is the bits it gets among o
       const all = (await session.run({ x: new ort.Tensor('float32', data, [rows, width]) })).y!;
       const out = all.dims[1]!;
       let differ = 0;
-      for (let i = 0; i < rows; i++) {
-        const alone = (await session.run({ x: new ort.Tensor('float32', data.subarray(i * width, (i + 1) * width), [1, width]) })).y!.data as Float32Array;
-        const among = (all.data as Float32Array).subarray(i * out, (i + 1) * out);
-        if (alone.some((v, j) => v !== among[j])) differ++;
+      for (let first = 0; first < rows; first += few) {
+        const part = data.subarray(first * width, (first + few) * width);
+        const some = (await session.run({ x: new ort.Tensor('float32', part, [few, width]) })).y!.data as Float32Array;
+        for (let i = 0; i < few; i++) {
+          const among = (all.data as Float32Array).subarray((first + i) * out, (first + i + 1) * out);
+          if (some.subarray(i * out, (i + 1) * out).some((v, j) => v !== among[j])) differ++;
+        }
       }
       return differ;
     } finally {
       await session.release();
     }
   }
-  const meanSquare: Form = (g, x, w) => g.rowMean(g.node('Pow', [x, g.scalar(2)]), w);
-  const layerNorm: Form = (g, x, w) => g.layerNorm(x, weight(g, w), weight(g, w, 0.6), w, 1e-5);
+  const rmsNorm = (rows: 'several' | 'any'): Form => (g, x, w) => g.rmsNorm(x, () => weight(g, w), w, 1e-5, rows);
+  const layerNorm = (rows: 'several' | 'any'): Form => (g, x, w) => g.layerNorm(x, weight(g, w), weight(g, w, 0.6), w, 1e-5, rows);
   const logSoftmax: Form = (g, x, w) => g.logSoftmax(x, w);
 
-  it('catches what it is for: the provider\'s ReduceMean, LayerNormalization and ReduceLogSumExp do not', async () => {
+  it('catches what it is for: alone, the provider\'s ReduceMean, fused norms and ReduceLogSumExp move a row', async () => {
     const reduceMean: Form = (g, x) => g.node('ReduceMean', [g.node('Pow', [x, g.scalar(2)]), g.ints([-1])], { attrs: { keepdims: 1 } });
-    const fused: Form = (g, x, w) => g.node('LayerNormalization', [x, weight(g, w), weight(g, w, 0.6)], { attrs: { axis: -1, epsilon: float(1e-5) } });
     const lse: Form = (g, x) => g.node('Sub', [x, g.node('ReduceLogSumExp', [x, g.ints([1])], { attrs: { keepdims: 1 } })]);
     expect(await rowsThatDiffer(reduceMean, 960)).toBeGreaterThan(0);
-    expect(await rowsThatDiffer(fused, 1024)).toBeGreaterThan(0);
+    expect(await rowsThatDiffer(layerNorm('several'), 1024)).toBeGreaterThan(0);
+    expect(await rowsThatDiffer(rmsNorm('several'), 3072)).toBeGreaterThan(0);
     expect(await rowsThatDiffer(lse, 49152)).toBeGreaterThan(0);
   });
 
-  it.each([960, 1024, 3072, 4096])('norms over %i features (RMSNorm\'s mean square, LayerNorm)', async (width) => {
-    expect(await rowsThatDiffer(meanSquare, width)).toBe(0);
-    expect(await rowsThatDiffer(layerNorm, width)).toBe(0);
+  it.each([960, 1024, 3072, 4096])('norms over %i features: the final norm\'s forms alone, a layer\'s in 4 rows', async (width) => {
+    expect(await rowsThatDiffer(rmsNorm('any'), width)).toBe(0);
+    expect(await rowsThatDiffer(layerNorm('any'), width)).toBe(0);
+    expect(await rowsThatDiffer(rmsNorm('several'), width, 24, 4)).toBe(0);
+    expect(await rowsThatDiffer(layerNorm('several'), width, 24, 4)).toBe(0);
   });
 
   it.each([32000, 49152])('log-softmax over %i logits', async (width) => {

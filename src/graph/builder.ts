@@ -330,14 +330,38 @@ export class GraphBuilder {
     return this.node('MatMul', [x, this.constant('float32', [width, 1], new Array<number>(width).fill(1 / width))], { name });
   }
 
+  /** Which rows a norm may see: `several` (a layer's, B·T ≥ 4 on WebGPU: the engine rounds
+   * every pass's query slots up to four) or `any` (the final norm, over the scored
+   * positions: one when a pass scores one token). */
+  // The provider's fused norms sum each row alike whatever the number of rows, from two up
+  // (checked on lavapipe at 128–5120 features, rows of 2, 4, 5, 40 against 1,024); a
+  // tensor of one row takes another kernel when its width is a multiple of 512, and its
+  // bits move (LayerNormalization at 1024; SimplifiedLayerNormalization at 3072).
+
+  /** RMSNorm over the last axis (of size `width`), in float32, scaled by `scale()`:
+   *   cpu, cuda, and webgpu rows `any`: x ─► Pow(2) ─► rowMean ─► Add(eps) ─► Sqrt ─► Div(x, ·) ─► Mul(scale)
+   *     (onnxruntime fuses it into SimplifiedLayerNormalization on the CPU)
+   *   webgpu rows `several`: SimplifiedLayerNormalization(x, scale): one node for six, and
+   *     on lavapipe half the time at the 360M shape (bench/gpu-kernels.ts) */
+  rmsNorm(x: string, scale: () => string, width: number, epsilon: number, rows: 'several' | 'any'): string {
+    if (this.target === 'webgpu' && rows === 'several') {
+      return this.node('SimplifiedLayerNormalization', [x, scale()], { name: 'rms_norm', attrs: { axis: -1, epsilon: float(epsilon) } });
+    }
+    const sq = this.node('Pow', [x, this.scalar(2)], { name: 'square' });
+    const rms = this.node('Sqrt', [this.node('Add', [this.rowMean(sq, width, 'mean_square'), this.scalar(epsilon)], { name: 'plus_eps' })], { name: 'rms' });
+    const normed = this.node('Div', [x, rms], { name: 'normalized' });
+    return this.node('Mul', [normed, scale()], { name: 'scaled' });
+  }
+
   /** LayerNorm over the last axis (of size `width`), in float32:
-   *   cpu, cuda: LayerNormalization
-   *   webgpu:    x ─Sub(rowMean)─► centred ─Mul(self)─rowMean─Add(eps)─Sqrt─► Div ─Mul(weight)─Add(bias)─►
-   *              The provider's LayerNormalization takes another kernel for a tensor of one
-   *              row when the width is a multiple of 512 (GPT-2 medium's 1024): a token
-   *              scored alone differed from itself in a batch (lavapipe). */
-  layerNorm(x: string, weight: string, bias: string, width: number, epsilon: number): string {
-    if (this.target !== 'webgpu') return this.node('LayerNormalization', [x, weight, bias], { attrs: { axis: -1, epsilon: float(epsilon) } });
+   *   cpu, cuda, and webgpu rows `several`: LayerNormalization
+   *   webgpu rows `any`: x ─Sub(rowMean)─► centred ─Mul(self)─rowMean─Add(eps)─Sqrt─► Div ─Mul(weight)─Add(bias)─►
+   *     (GPT-2 medium's final norm, 1024 wide: a token scored alone differed from itself
+   *     in a batch with LayerNormalization, on lavapipe) */
+  layerNorm(x: string, weight: string, bias: string, width: number, epsilon: number, rows: 'several' | 'any'): string {
+    if (this.target !== 'webgpu' || rows === 'several') {
+      return this.node('LayerNormalization', [x, weight, bias], { attrs: { axis: -1, epsilon: float(epsilon) } });
+    }
     const centred = this.node('Sub', [x, this.rowMean(x, width, 'mean')], { name: 'centred' });
     const variance = this.rowMean(this.node('Mul', [centred, centred], { name: 'square' }), width, 'variance');
     const std = this.node('Sqrt', [this.node('Add', [variance, this.scalar(epsilon)], { name: 'plus_eps' })], { name: 'std' });

@@ -59,6 +59,7 @@ const SAME_AS_INPUT: Record<string, number> = {
       'Identity',
       'Range',
       'LayerNormalization',
+      'SimplifiedLayerNormalization',
       'RotaryEmbedding',
       'ReduceLogSumExp',
     ].map((op) => [op, 0]),

@@ -470,7 +470,7 @@ class DecoderBuilder extends ModelOps {
     const { g, c } = this;
     const flat = g.node('Reshape', [x, g.ints([-1, c.hiddenSize])], { name: 'flatten_positions' });
     const scored = g.node('Gather', [flat, scoreRows], { name: 'scored_positions', attrs: { axis: 0 } });
-    const normed = g.scope('norm', () => this.norm(scored, this.spec.finalNorm, c.hiddenSize));
+    const normed = g.scope('norm', () => this.norm(scored, this.spec.finalNorm, c.hiddenSize, 'any'));
     const head = this.weight(c.tiedEmbeddings ? this.spec.embed : this.spec.lmHead, [c.vocabSize, c.hiddenSize]);
     const logits = this.toFloat32(
       g.scope('lm_head', () => g.matMulT(normed, head)),

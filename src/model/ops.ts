@@ -44,27 +44,21 @@ export class ModelOps {
     );
   }
 
-  // Over the last axis, of size `dim`, in float32; the mean is the builder's rowMean, whose
-  // WebGPU form sums a row the same whatever the pass's shape:
-  //   RMSNorm in the shape ORT fuses into SimplifiedLayerNormalization (CPU, CUDA):
-  //     x ─► Pow(2) ─► mean ─► Add(eps) ─► Sqrt ─► Div(x, ·) ─► Mul(weight)
-  //   LayerNorm (GPT-2): the builder's layerNorm, with weight and bias.
-  protected norm(x: string, name: string, dim: number): string {
+  // Over the last axis, of size `dim`, in float32, by the builder's rmsNorm / layerNorm
+  // (their WebGPU forms give a row the same bits whatever the pass's shape); `rows`: a
+  // layer's norm sees several rows, the final norm any number (builder.ts).
+  protected norm(x: string, name: string, dim: number, rows: 'several' | 'any' = 'several'): string {
     const { g, c } = this;
     const weight = this.weight(`${name}.weight`, [dim], 'float32');
     const x32 = this.toFloat32(x);
     switch (this.spec.norm) {
       case 'layer':
-        return this.fromFloat32(g.layerNorm(x32, weight, this.weight(`${name}.bias`, [dim], 'float32'), dim, c.normEps));
+        return this.fromFloat32(g.layerNorm(x32, weight, this.weight(`${name}.bias`, [dim], 'float32'), dim, c.normEps, rows));
       case 'rms':
       case 'rmsOffset': {
-        const sq = g.node('Pow', [x32, g.scalar(2)], { name: 'square' });
-        const mean = g.rowMean(sq, dim, 'mean_square');
-        const rms = g.node('Sqrt', [g.node('Add', [mean, g.scalar(c.normEps)], { name: 'plus_eps' })], { name: 'rms' });
-        const normed = g.node('Div', [x32, rms], { name: 'normalized' });
         // Gemma scales by (1 + w), in float32 before the cast back (transformers' #29402).
-        const scale = this.spec.norm === 'rmsOffset' ? g.node('Add', [weight, g.scalar(1)], { name: 'one_plus_weight' }) : weight;
-        return this.fromFloat32(g.node('Mul', [normed, scale], { name: 'scaled' }));
+        const scale = () => (this.spec.norm === 'rmsOffset' ? g.node('Add', [weight, g.scalar(1)], { name: 'one_plus_weight' }) : weight);
+        return this.fromFloat32(g.rmsNorm(x32, scale, dim, c.normEps, rows));
       }
       default:
         return unreachable(this.spec.norm);
