@@ -18,7 +18,9 @@ import ort from 'onnxruntime-node';
 import { GraphBuilder, float, type GraphTarget } from '../src/graph/builder.js';
 import { rng } from '../src/common/random.js';
 
+// Not strict: bench/gpu-host.sh passes it bench/gpu.js's flags too (--shape is shared).
 const { values: args } = parseArgs({
+  strict: false,
   options: {
     device: { type: 'string', default: 'webgpu' },
     shape: { type: 'string', default: '360m' },
@@ -26,9 +28,9 @@ const { values: args } = parseArgs({
     chain: { type: 'string', default: '8' },
   },
 });
-const target = args.device as GraphTarget;
+const target = String(args.device) as GraphTarget;
 const SHAPES = { '360m': { hidden: 960, heads: 15, kv: 5, D: 64 }, tiny: { hidden: 64, heads: 4, kv: 2, D: 16 } };
-const { hidden, heads: H, kv: KV, D } = SHAPES[args.shape as keyof typeof SHAPES];
+const { hidden, heads: H, kv: KV, D } = SHAPES[String(args.shape) as keyof typeof SHAPES];
 const G = H / KV;
 const MAX_POSITIONS = 4096;
 const CHAIN = Number(args.chain);
