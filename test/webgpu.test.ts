@@ -16,7 +16,7 @@ import { Generation, generationModel, runGenerations, type SamplingParams } from
 import { resolveDevice } from '../src/engine/device.js';
 import { placements } from '../src/engine/placements.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
-import { GraphBuilder } from '../src/graph/builder.js';
+import { GraphBuilder, type NormRows } from '../src/graph/builder.js';
 import { readModelConfig } from '../src/model/config.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { probeTap } from '../kernels/probe-tap.js';
@@ -134,8 +134,8 @@ maybe('WebGPU reductions at real widths: a row alone is the bits it gets among o
       await session.release();
     }
   }
-  const rmsNorm = (rows: 'several' | 'any'): Form => (g, x, w) => g.rmsNorm(x, () => weight(g, w), w, 1e-5, rows);
-  const layerNorm = (rows: 'several' | 'any'): Form => (g, x, w) => g.layerNorm(x, weight(g, w), weight(g, w, 0.6), w, 1e-5, rows);
+  const rmsNorm = (rows: NormRows): Form => (g, x, w) => g.rmsNorm(x, () => weight(g, w), w, 1e-5, rows);
+  const layerNorm = (rows: NormRows): Form => (g, x, w) => g.layerNorm(x, weight(g, w), weight(g, w, 0.6), w, 1e-5, rows);
   const logSoftmax: Form = (g, x, w) => g.logSoftmax(x, w);
 
   it('catches what it is for: alone, the provider\'s ReduceMean, fused norms and ReduceLogSumExp move a row', async () => {

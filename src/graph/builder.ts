@@ -46,6 +46,15 @@ export interface NodeOptions {
   outputs?: number;
 }
 
+/** Which rows a norm may see: `several` (a layer's: B·T ≥ 4 on WebGPU, where the engine
+ * rounds every pass's query slots up to four) or `any` (the final norm, over the scored
+ * positions: one when a pass scores one token). The WebGPU provider's fused norms give a
+ * row the same bits whatever the number of rows from two up (lavapipe, 128–5120 features,
+ * rows of 2, 4, 5 and 40 against 1,024); a tensor of one row takes another kernel when its
+ * width is a multiple of 512, and its bits move (LayerNormalization at 1024,
+ * SimplifiedLayerNormalization at 3072). */
+export type NormRows = 'several' | 'any';
+
 export class GraphBuilder {
   private nodes: InstanceType<typeof onnx.NodeProto>[] = [];
   private readonly initializers: InstanceType<typeof onnx.TensorProto>[] = [];
@@ -330,20 +339,12 @@ export class GraphBuilder {
     return this.node('MatMul', [x, this.constant('float32', [width, 1], new Array<number>(width).fill(1 / width))], { name });
   }
 
-  /** Which rows a norm may see: `several` (a layer's, B·T ≥ 4 on WebGPU: the engine rounds
-   * every pass's query slots up to four) or `any` (the final norm, over the scored
-   * positions: one when a pass scores one token). */
-  // The provider's fused norms sum each row alike whatever the number of rows, from two up
-  // (checked on lavapipe at 128–5120 features, rows of 2, 4, 5, 40 against 1,024); a
-  // tensor of one row takes another kernel when its width is a multiple of 512, and its
-  // bits move (LayerNormalization at 1024; SimplifiedLayerNormalization at 3072).
-
   /** RMSNorm over the last axis (of size `width`), in float32, scaled by `scale()`:
    *   cpu, cuda, and webgpu rows `any`: x ─► Pow(2) ─► rowMean ─► Add(eps) ─► Sqrt ─► Div(x, ·) ─► Mul(scale)
    *     (onnxruntime fuses it into SimplifiedLayerNormalization on the CPU)
    *   webgpu rows `several`: SimplifiedLayerNormalization(x, scale): one node for six, and
    *     on lavapipe half the time at the 360M shape (bench/gpu-kernels.ts) */
-  rmsNorm(x: string, scale: () => string, width: number, epsilon: number, rows: 'several' | 'any'): string {
+  rmsNorm(x: string, scale: () => string, width: number, epsilon: number, rows: NormRows): string {
     if (this.target === 'webgpu' && rows === 'several') {
       return this.node('SimplifiedLayerNormalization', [x, scale()], { name: 'rms_norm', attrs: { axis: -1, epsilon: float(epsilon) } });
     }
@@ -358,7 +359,7 @@ export class GraphBuilder {
    *   webgpu rows `any`: x ─Sub(rowMean)─► centred ─Mul(self)─rowMean─Add(eps)─Sqrt─► Div ─Mul(weight)─Add(bias)─►
    *     (GPT-2 medium's final norm, 1024 wide: a token scored alone differed from itself
    *     in a batch with LayerNormalization, on lavapipe) */
-  layerNorm(x: string, weight: string, bias: string, width: number, epsilon: number, rows: 'several' | 'any'): string {
+  layerNorm(x: string, weight: string, bias: string, width: number, epsilon: number, rows: NormRows): string {
     if (this.target !== 'webgpu' || rows === 'several') {
       return this.node('LayerNormalization', [x, weight, bias], { attrs: { axis: -1, epsilon: float(epsilon) } });
     }

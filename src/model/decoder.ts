@@ -90,8 +90,8 @@ export function buildDecoderGraph(
 
 /** How q and k are rotated: by explicit ops over cos/sin rows gathered once a pass (CPU,
  * CUDA), or, on WebGPU, by the provider's RotaryEmbedding kernel over the same tables:
- * one node instead of six per tensor, its output the same bits on lavapipe
- * (bench/gpu-kernels.ts: max |Δ| 0 over 8,192 rows, 2.5x faster there). */
+ * one node instead of six per tensor, the same bits on lavapipe, and 6.9 against 24.1 ms
+ * for 512 tokens of the 360M shape there (bench/gpu-kernels.ts). */
 type Rope =
   | { kind: 'tables'; cos: string; sin: string; rotaryDim: number } // [B,1,T,R] each
   | { kind: 'fused'; positions: string; cosCache: string; sinCache: string; rotaryDim: number }; // rows [B,T] of the caches [rows, R/2]

@@ -2,7 +2,7 @@
 // weight layout, norms by role (RMSNorm, Gemma's 1 + w, LayerNorm), activations, soft caps,
 // casts between the compute dtype and float32, and the checkpoint's weights (each made
 // once). The decoder (decoder.ts) extends this and reads as the model alone.
-import { GraphBuilder, type GraphTarget } from '../graph/builder.js';
+import { GraphBuilder, type GraphTarget, type NormRows } from '../graph/builder.js';
 import { kvDType, type ComputeDType, type DTypeName } from '../common/dtypes.js';
 import type { ModelConfig } from './families.js';
 import type { WeightSource } from './decoder.js';
@@ -46,8 +46,8 @@ export class ModelOps {
 
   // Over the last axis, of size `dim`, in float32, by the builder's rmsNorm / layerNorm
   // (their WebGPU forms give a row the same bits whatever the pass's shape); `rows`: a
-  // layer's norm sees several rows, the final norm any number (builder.ts).
-  protected norm(x: string, name: string, dim: number, rows: 'several' | 'any' = 'several'): string {
+  // layer's norm sees several rows, the final norm any number (NormRows).
+  protected norm(x: string, name: string, dim: number, rows: NormRows = 'several'): string {
     const { g, c } = this;
     const weight = this.weight(`${name}.weight`, [dim], 'float32');
     const x32 = this.toFloat32(x);
