@@ -24,7 +24,7 @@ stage() { # seconds name command...
 }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu: /'
-  stage 170 score-generate node bench/gpu.js --dir "$dir" "$@" --only score,generate
+  stage 170 score-generate node bench/gpu.js --dir "$dir" "$@" --only score,generate,contracts
   stage 90 profile node bench/gpu.js --dir "$dir" "$@" --only profile
   stage 90 kernels node bench/gpu-kernels.js "$@"
   stage 90 probe-short node bench/gpu.js --dir "$dir" "$@" --only probe --probe-lengths 4096,8192

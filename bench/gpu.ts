@@ -1,7 +1,8 @@
 // The GPU workloads of ../shared/gpu/README.md's table, for any device, one JSON line each
 // (prints figures, asserts nothing): scoring 1×512, 16×512 and 32×1024 (the notes' 8×1024
 // four at once) in tokens/s; probes of 4k, 8k, 16k and 32k tokens in 12 rounds (seconds); generation of
-// 1 and 16 streams (tokens/s) with the bytes that cross session.run per decode step. On a
+// 1 and 16 streams (tokens/s) with the bytes that cross session.run per decode step; and
+// the bit contracts on this device (counts of values that differ, 0 the contract). On a
 // synthetic checkpoint of the 360M shape of those notes (hidden 960, 32 layers, 15/5 heads,
 // vocabulary 49152), which transformers loads as it is: bench/gpu_peer.py runs the same
 // workloads in PyTorch on it (bench/gpu-host.sh runs both on a GPU host).
@@ -9,7 +10,7 @@
 // log-prob error against float32 on the same tokens, beside its speed.
 //
 //   node bench/gpu.js [--device webgpu|cpu|cuda] [--dtype float32|float16] [--shape 360m|tiny]
-//                     [--only score,probe,generate,profile] [--probe-lengths 4096,8192] [--dir DIR]
+//                     [--only score,probe,generate,contracts,profile] [--probe-lengths 4096,8192] [--dir DIR]
 // `profile` (not in the default set) loads the model again with onnxruntime's profiler on,
 // runs a 512-token score and a 1-stream decode, and prints where a pass's time goes: each
 // op type's time per run, from the profile's node events (on WebGPU a node's time is what
@@ -36,7 +37,7 @@ const { values: args } = parseArgs({
     device: { type: 'string', default: process.env.BENCH_DEVICE ?? 'webgpu' },
     dtype: { type: 'string' },
     shape: { type: 'string', default: '360m' },
-    only: { type: 'string', default: 'score,probe,generate' },
+    only: { type: 'string', default: 'score,probe,generate,contracts' },
     'probe-lengths': { type: 'string', default: '4096,8192,16384,32768' },
     dir: { type: 'string' },
     threads: { type: 'string', default: '0' },
@@ -222,6 +223,45 @@ if (only.has('generate')) {
       bytesPerStep: { inputs: per('inputs'), pastKv: per('pastKv'), outputs: per('outputs'), presentKv: per('presentKv') },
     });
   }
+}
+// ---- contracts on this device: the tests check them on lavapipe; a GPU's driver may pick
+// other kernels. Counts of values that differ (0 is the contract), not times.
+if (only.has('contracts')) {
+  // Batched = alone: one-token continuations (the final norm and log-softmax of a pass
+  // that scores one token see one row), the token's log-prob and its position's top 8.
+  const scoring = directScoring(new Scorer(engine, { prefixSharing: false, prefixCacheBytes: 0 }));
+  const requests = Array.from({ length: 16 }, (_, i) => {
+    const seq = randomIds(7000 + i, 16 + 5 * i, vocab);
+    return { context: seq.slice(0, -1), continuations: [seq.slice(-1)], topK: 8 };
+  });
+  const values = (a: Awaited<ReturnType<typeof scoring.loglikelihood>>[number]) => [a[0]!.tokenLogprobs[0]!, ...a[0]!.topK![0]!.logprobs];
+  const batched = (await scoring.loglikelihood(requests)).map(values);
+  let batchedDiffer = 0;
+  for (const [i, request] of requests.entries()) {
+    const alone = values((await scoring.loglikelihood([request]))[0]!);
+    batchedDiffer += alone.filter((v, j) => v !== batched[i]![j]).length;
+  }
+  // A generated token's log-prob is the bits Score gives it; 4 streams together = each alone.
+  const prompts = Array.from({ length: 4 }, (_, i) => randomIds(8000 + i, 20 + 9 * i, vocab));
+  const together = await generate(engine, new Scorer(engine), prompts, 8);
+  let scoreDiffer = 0;
+  let aloneDiffer = 0;
+  let tokens = 0;
+  for (const [i, [choice]] of together.entries()) {
+    const seq = prompts[i]!.concat(choice!.tokens);
+    for (const [k, token] of choice!.tokens.entries()) {
+      const [score] = await scoring.loglikelihood([{ context: seq.slice(0, prompts[i]!.length + k), continuations: [[token]] }]);
+      if (score![0]!.tokenLogprobs[0] !== choice!.logprobs[k]) scoreDiffer++;
+      tokens++;
+    }
+    const [alone] = (await generate(engine, new Scorer(engine), [prompts[i]!], 8))[0]!;
+    aloneDiffer += alone!.logprobs.filter((v, k) => v !== choice!.logprobs[k]).length + (alone!.tokens.join() === choice!.tokens.join() ? 0 : 1);
+  }
+  line('contracts', {
+    batchedEqualsAlone: { differ: batchedDiffer, of: batched.flat().length },
+    generatedEqualsScore: { differ: scoreDiffer, of: tokens },
+    togetherEqualsAlone: { differ: aloneDiffer, of: tokens },
+  });
 }
 // ---- profile: onnxruntime's own account of a scoring pass and a decode step -------------
 if (only.has('profile')) {
