@@ -7,8 +7,8 @@
 //              of 5 runs after a warm-up)
 //   maxAbs     largest |Δ| of one op's output against the graph's form
 //   differ     how many rows get other bits when the pass's shape changes (the contracts:
-//              a row alone = the row among others; a decode step's rows = the same rows
-//              of a full pass), out of `of`
+//              a row alone = the row among others, test/row-bits.ts; a decode step's rows
+//              = the same rows of a full pass), out of `of`
 // Nothing is asserted; a form is worth taking only with differ 0 (the bit contracts) and
 // a lower ms on a GPU host. lavapipe's times are a CPU's, not a GPU's.
 //   node bench/gpu-kernels.js [--device webgpu|cpu] [--shape 360m|tiny] [--batch 16] [--chain 8]
@@ -17,6 +17,7 @@ import { parseArgs } from 'node:util';
 import ort from 'onnxruntime-node';
 import { GraphBuilder, float, type GraphTarget } from '../src/graph/builder.js';
 import { rng } from '../src/common/random.js';
+import { rowsThatDiffer } from '../test/row-bits.js';
 
 // Not strict: bench/gpu-host.sh passes it bench/gpu.js's flags too (--shape is shared).
 const { values: args } = parseArgs({
@@ -42,6 +43,12 @@ type Op = (g: GraphBuilder, x: string, inputs: Inputs) => string;
 interface Inputs {
   get(name: string, dtype: 'float32' | 'int64' | 'int32', dims: (number | string)[]): string;
 }
+/** For a form that declares no inputs beside `x` (the norms). */
+const noInputs: Inputs = {
+  get: (name) => {
+    throw new Error(`no input ${name} here`);
+  },
+};
 
 async function session(op: Op, xDims: (number | string)[], length: number) {
   const g = new GraphBuilder(target);
@@ -183,18 +190,6 @@ function attentionFeeds(r: () => number, B: number, P: number, T: number, kv?: {
   };
 }
 
-/** `of` rows of `width` given alone and in one tensor: how many get other bits alone. */
-async function rowsAlone(op: Op, data: Float32Array, width: number, of: number): Promise<number> {
-  const dims = ['B', 'T', width];
-  const all = await once(op, dims, { x: tensor(data, [1, of, width]) });
-  let differ = 0;
-  for (let i = 0; i < of; i++) {
-    const alone = await once(op, dims, { x: tensor(data.slice(i * width, (i + 1) * width), [1, 1, width]) });
-    if (alone.some((v, j) => v !== all[i * width + j])) differ++;
-  }
-  return differ;
-}
-
 console.error(`# ${target}: hidden ${hidden}, ${H}/${KV} heads of ${D}; chains of ${CHAIN}`);
 const r = rng(7);
 
@@ -204,7 +199,7 @@ for (const rows of [BATCH * 512, 4]) {
   const feeds = { x: tensor(random(r, rows * hidden, 3), [1, rows, hidden]) };
   const reference = await once(NORMS.graph!, [1, 'T', hidden], feeds);
   for (const [form, op] of Object.entries(NORMS)) {
-    const differ = rows === 4 ? await rowsAlone(op, random(rng(5), 24 * hidden, 3), hidden, 24) : undefined;
+    const differ = rows === 4 ? await rowsThatDiffer((g, x) => op(g, x, noInputs), hidden, 24, 1, target) : undefined;
     const maxAbsDelta = maxAbs(await once(op, [1, 'T', hidden], feeds), reference);
     print({ kernel: 'norm', form, rows, ms: await msPerOp(op, [1, 'T', hidden], feeds), maxAbs: maxAbsDelta, ...(differ === undefined ? {} : { differ, of: 24 }) });
   }

@@ -7,7 +7,6 @@
 //
 // Skips, saying so, where no Vulkan driver is installed (.ci/run installs lavapipe).
 import fs from 'node:fs';
-import ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, type ForwardRequest } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
@@ -25,6 +24,7 @@ import { maxOf } from '../src/common/sequences.js';
 import { loadModel } from '../src/serving/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
+import { rowsThatDiffer, type RowForm } from './row-bits.js';
 import { postJson, scrape } from './helpers.js';
 import { directScoring } from '../src/requests/scoring.js';
 
@@ -106,34 +106,8 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
 // WebGPU forms sum a row alike whatever the pass's shape: for a layer's norms (4 rows or
 // more) the provider's fused kernels, for the final norm and log-softmax MatMul sums.
 maybe('WebGPU reductions at real widths: a row alone is the bits it gets among others', () => {
-  type Form = (g: GraphBuilder, x: string, width: number) => string;
+  type Form = RowForm;
   const weight = (g: GraphBuilder, w: number, shift = 0) => g.constant('float32', [w], Array.from({ length: w }, (_, i) => 0.5 + (i % 7) / 7 - shift));
-  /** Of `rows` random rows of `width`, how many give other bits through `form` in tensors
-   * of `few` rows (1: alone) than in one tensor of all of them. */
-  async function rowsThatDiffer(form: Form, width: number, rows = 24, few = 1): Promise<number> {
-    const g = new GraphBuilder('webgpu');
-    const x = g.input('x', 'float32', ['N', width]);
-    g.output('y', form(g, x, width), 'float32', ['N', 'out']);
-    const session = await ort.InferenceSession.create(g.encode('rows'), { executionProviders: ['webgpu'] });
-    try {
-      const r = rng(width);
-      const data = Float32Array.from({ length: rows * width }, () => (r() - 0.5) * (1 + 10 * r()));
-      const all = (await session.run({ x: new ort.Tensor('float32', data, [rows, width]) })).y!;
-      const out = all.dims[1]!;
-      let differ = 0;
-      for (let first = 0; first < rows; first += few) {
-        const part = data.subarray(first * width, (first + few) * width);
-        const some = (await session.run({ x: new ort.Tensor('float32', part, [few, width]) })).y!.data as Float32Array;
-        for (let i = 0; i < few; i++) {
-          const among = (all.data as Float32Array).subarray((first + i) * out, (first + i + 1) * out);
-          if (some.subarray(i * out, (i + 1) * out).some((v, j) => v !== among[j])) differ++;
-        }
-      }
-      return differ;
-    } finally {
-      await session.release();
-    }
-  }
   const rmsNorm = (rows: NormRows): Form => (g, x, w) => g.rmsNorm(x, () => weight(g, w), w, 1e-5, rows);
   const layerNorm = (rows: NormRows): Form => (g, x, w) => g.layerNorm(x, weight(g, w), weight(g, w, 0.6), w, 1e-5, rows);
   const logSoftmax: Form = (g, x, w) => g.logSoftmax(x, w);

@@ -242,8 +242,7 @@ class DecoderBuilder extends ModelOps {
       index = g.node('Add', [positionIds, offset], { name: 'table_rows' });
     }
     if (g.target === 'webgpu') {
-      const cache = (t: string) => this.fromFloat32(t);
-      return { kind: 'fused', positions: index, cosCache: cache(cosT), sinCache: cache(sinT), rotaryDim: rope.rotaryDim };
+      return { kind: 'fused', positions: index, cosCache: this.fromFloat32(cosT), sinCache: this.fromFloat32(sinT), rotaryDim: rope.rotaryDim };
     }
     const table = (t: string, what: string) => {
       const half = g.node('Gather', [t, index], { name: `${what}_half`, attrs: { axis: 0 } });
