@@ -164,6 +164,7 @@ export interface EngineInfo {
 
 /** The one onnxruntime session of a model (see `Engine.load`). */
 const SESSION = 'model';
+const PROBE_SESSION = 'probe';
 
 export class Engine {
   private constructor(
@@ -173,6 +174,8 @@ export class Engine {
     private readonly host: SessionHost,
     readonly device: ResolvedDevice,
     readonly info: EngineInfo,
+    /** On WebGPU: the probe graph, for a session of its own made on the first probe. */
+    private readonly probeGraph?: { build: () => Uint8Array; options: Record<string, unknown> },
   ) {}
 
   static async load(dir: string, options: DeviceOptions = {}): Promise<Engine> {
@@ -180,10 +183,15 @@ export class Engine {
     const ckpt = new SafetensorsCheckpoint(dir);
     const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? checkpointDtype(config.torchDtype, ckpt) });
     const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId });
-    // One graph and one session for scoring and probing, so the weights are prepacked
-    // once: the probe graph, whose probe nodes cost a pass that only scores next to
-    // nothing (one gathered row; the heatmap reductions behind an If).
-    const graph = buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind);
+    // On the CPU one graph and one session score and probe, so the weights are prepacked
+    // once: the probe nodes cost a pass that only scores next to nothing (one gathered
+    // row). On WebGPU a pass costs what the host spends dispatching its nodes (about 18 µs
+    // a node on the H100, 2026-11-27: a decode step of the 360M shape, 3,332 nodes, 62 ms,
+    // its device work 52 ms of it), and the probe tap is 54 of a layer's 97: scoring and
+    // generation run a graph without it, and probes a second session, made on the first
+    // probe (its own copy of the weights on the device from then on).
+    const separateProbe = device.kind === 'webgpu';
+    const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind);
     const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
     const started = performance.now();
     // No silent CPU fallback: where each node runs, from onnxruntime itself (placements.ts).
@@ -216,8 +224,27 @@ export class Engine {
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
     };
-    return new Engine(dir, config, tokenizer, host, device, info);
+    const probeSession = separateProbe
+      ? () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind).model
+      : undefined;
+    return new Engine(dir, config, tokenizer, host, device, info, probeSession ? { build: probeSession, options: runOptions } : undefined);
   }
+
+  /** The session a pass runs in: the model's, or on WebGPU for a probing pass the probe
+   * graph's, made on first use. */
+  private sessionFor(probing: boolean): Promise<string> {
+    if (!probing || !this.probeGraph) return Promise.resolve(SESSION);
+    const { build, options } = this.probeGraph;
+    this.probeCreated ??= this.host.create(PROBE_SESSION, build(), options).then(
+      () => PROBE_SESSION,
+      (e: Error) => {
+        this.probeCreated = undefined; // the next probe tries again
+        gpuFailure(this.device, e);
+      },
+    );
+    return this.probeCreated;
+  }
+  private probeCreated?: Promise<string>;
 
   private readonly passListeners: ((pass: PassRecord) => void)[] = [];
 
@@ -380,7 +407,9 @@ export class Engine {
       key_positions: int64(keyPositions, [B, P + T]),
       past_lengths: int64(BigInt64Array.from(pastLengths, BigInt), [B]),
       ...this.scoreFeeds(req.scored, T, req.topK, req.next),
-      ...(probing ? probeFeeds(req, P, T) : idleProbeFeeds(B, P + T)),
+      // A graph with the probe tap reads its inputs on every pass (an idle row when none
+      // probes); the WebGPU scoring graph has none.
+      ...(probing ? probeFeeds(req, P, T) : this.probeGraph ? {} : idleProbeFeeds(B, P + T)),
     };
     if (c.rope?.long) {
       feeds.sequence_lengths = int64(
@@ -406,13 +435,14 @@ export class Engine {
     // here after; the inputs counted 0 bytes until this was measured before it).
     const size = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
     const inputBytes = size(Object.values(feeds));
+    const session = await this.sessionFor(probing);
     const started = performance.now();
     const {
       outputs: out,
       present,
       moved,
     } = await this.host.run({
-      session: SESSION,
+      session,
       feeds,
       fetches,
       past: past?.handle,
