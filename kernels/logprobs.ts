@@ -17,24 +17,54 @@ export interface LogprobOutputs {
   nextLogprobs: string;
 }
 
-//   logits [N,V] ──log-softmax (builder)──► logp [N,V] ─┬─GatherElements(target)──► logprobs [N]
+export function logprobKernel(g: GraphBuilder, logits: string, vocab: number, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
+  return g.scope('logprobs', () => {
+    const form = g.target === 'webgpu' ? fromLogits : fromLogSoftmax;
+    return form(g, logits, vocab, targetIds, topK, nextRows);
+  });
+}
+
+//   logits [N,V] ──LogSoftmax──► logp [N,V] ─┬─GatherElements(target)──► logprobs [N]
 //                                            ├─ReduceMax──► best [N] ──GreaterOrEqual(logprobs)──► greedy [N]
 //                                            ├─TopK(k)──► topk_logprobs [N,k], topk_ids [N,k]
 //                                            └─Gather(next_rows)──► next_logprobs [M,V]
-export function logprobKernel(g: GraphBuilder, logits: string, vocab: number, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
-  return g.scope('logprobs', () => {
-    const logp = g.logSoftmax(logits, vocab);
-    const target = g.node('Unsqueeze', [targetIds, g.ints([1])], { name: 'target' });
-    const targetLogp = g.node('GatherElements', [logp, target], { name: 'target_logprob', attrs: { axis: 1 } });
-    const logprobs = g.node('Squeeze', [targetLogp, g.ints([1])], { name: 'logprobs' });
-    // Greedy as the harness means it (argmax == target); on an exact tie for the maximum
-    // every maximal token counts as greedy, where torch's argmax would pick the first.
-    const best = g.node('ReduceMax', [logp, g.ints([1])], { name: 'best', attrs: { keepdims: 0 } });
-    const greedy = g.node('GreaterOrEqual', [logprobs, best], { name: 'greedy' });
-    const [topkLogprobs, topkIds] = g.nodeN('TopK', 'topk', [logp, topK], { outputs: 2, attrs: { axis: 1, largest: 1, sorted: 1 } });
-    // The same LogSoftmax row a score gathers from: a sampled token's log-prob is the bits
-    // Score gives it.
-    const nextLogprobs = g.node('Gather', [logp, nextRows], { name: 'next_logprobs', attrs: { axis: 0 } });
-    return { logprobs, greedy, topkLogprobs: topkLogprobs!, topkIds: topkIds!, nextLogprobs };
-  });
+function fromLogSoftmax(g: GraphBuilder, logits: string, vocab: number, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
+  const logp = g.logSoftmax(logits, vocab);
+  const target = g.node('Unsqueeze', [targetIds, g.ints([1])], { name: 'target' });
+  const targetLogp = g.node('GatherElements', [logp, target], { name: 'target_logprob', attrs: { axis: 1 } });
+  const logprobs = g.node('Squeeze', [targetLogp, g.ints([1])], { name: 'logprobs' });
+  // Greedy as the harness means it (argmax == target); on an exact tie for the maximum
+  // every maximal token counts as greedy, where torch's argmax would pick the first.
+  const best = g.node('ReduceMax', [logp, g.ints([1])], { name: 'best', attrs: { keepdims: 0 } });
+  const greedy = g.node('GreaterOrEqual', [logprobs, best], { name: 'greedy' });
+  const [topkLogprobs, topkIds] = g.nodeN('TopK', 'topk', [logp, topK], { outputs: 2, attrs: { axis: 1, largest: 1, sorted: 1 } });
+  // The same LogSoftmax row a score gathers from: a sampled token's log-prob is the bits
+  // Score gives it.
+  const nextLogprobs = g.node('Gather', [logp, nextRows], { name: 'next_logprobs', attrs: { axis: 0 } });
+  return { logprobs, greedy, topkLogprobs: topkLogprobs!, topkIds: topkIds!, nextLogprobs };
+}
+
+// On WebGPU the log-softmax is never a tensor: each value the outputs hold is its logit
+// minus the row's lse, gathered first and subtracted after — the bits x − lse has in
+// the whole [N,V] tensor. A tensor of the logits' size is a buffer the provider makes for
+// the pass (over its cache's largest size, 160 MiB, from about 850 scored rows at 49,152
+// tokens), and the maximum of x − lse is the maximum of x minus lse, rounding being
+// monotonic; so TopK and ReduceMax read the logits, and only lse's own Sub and Exp stay
+// vocabulary-wide.
+//   logits [N,V] ─logSumExp─► max [N,1], lse [N,1]
+//   logits ─GatherElements(target)─ − lse ──► logprobs [N];   max − lse ─► best [N] ─GreaterOrEqual(logprobs)─► greedy
+//   logits ─TopK(k)─ values − lse ──► topk_logprobs, topk_ids;   logits, lse ─Gather(next_rows)─ − ─► next_logprobs [M,V]
+function fromLogits(g: GraphBuilder, logits: string, vocab: number, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
+  const { max, lse } = g.logSumExp(logits, vocab);
+  const target = g.node('Unsqueeze', [targetIds, g.ints([1])], { name: 'target' });
+  const targetLogit = g.node('GatherElements', [logits, target], { name: 'target_logit', attrs: { axis: 1 } });
+  const logprobs = g.node('Squeeze', [g.node('Sub', [targetLogit, lse], { name: 'target_logprob' }), g.ints([1])], { name: 'logprobs' });
+  const best = g.node('Squeeze', [g.node('Sub', [max, lse], { name: 'best_logprob' }), g.ints([1])], { name: 'best' });
+  const greedy = g.node('GreaterOrEqual', [logprobs, best], { name: 'greedy' });
+  const [topkLogits, topkIds] = g.nodeN('TopK', 'topk', [logits, topK], { outputs: 2, attrs: { axis: 1, largest: 1, sorted: 1 } });
+  const topkLogprobs = g.node('Sub', [topkLogits!, lse], { name: 'topk_logprobs' });
+  const nextLogits = g.node('Gather', [logits, nextRows], { name: 'next_logits', attrs: { axis: 0 } });
+  const nextLse = g.node('Gather', [lse, nextRows], { name: 'next_lse', attrs: { axis: 0 } });
+  const nextLogprobs = g.node('Sub', [nextLogits, nextLse], { name: 'next_logprobs' });
+  return { logprobs, greedy, topkLogprobs, topkIds: topkIds!, nextLogprobs };
 }

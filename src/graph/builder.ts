@@ -268,21 +268,25 @@ export class GraphBuilder {
 
   /** log-softmax over the rows of `x` [N, width], float32:
    *   cpu, cuda: LogSoftmax
-   *   webgpu:    x ─ReduceMax─► m;  x − m ─Exp─MatMul(column of ones)─Log─+ m─► lse;  x − lse
-   *              The provider's ReduceLogSumExp (like its ReduceMean, rowMean) sums a
-   *              tensor of one row in another order: over 32,000 to 49,152 logits, 2–4 of
-   *              12 rows alone differed from themselves among others (lavapipe), so a
-   *              token scored alone, or sampled by one stream, was not the bits of the
-   *              same token in a batch. A maximum is exact in any order; MatMul rows sum
-   *              alike whatever their number. */
+   *   webgpu:    x − logSumExp(x) */
   logSoftmax(x: string, width: number, name = 'log_softmax'): string {
     if (this.target !== 'webgpu') return this.node('LogSoftmax', [x], { name, attrs: { axis: 1 } });
+    return this.scope(name, () => this.node('Sub', [x, this.logSumExp(x, width).lse], { name: 'logprobs' }));
+  }
+
+  /** log Σ exp over the rows of `x` [N, width], float32, as [N, 1], with the rows' maxima:
+   *   x ─ReduceMax─► max;  x − max ─Exp─MatMul(column of ones)─Log─+ max─► lse
+   * The WebGPU provider's ReduceLogSumExp (like its ReduceMean, rowMean) sums a tensor of
+   * one row in another order: over 32,000 to 49,152 logits, 2–4 of 12 rows alone differed
+   * from themselves among others (lavapipe), so a token scored alone, or sampled by one
+   * stream, was not the bits of the same token in a batch. A maximum is exact in any
+   * order; MatMul rows sum alike whatever their number. */
+  logSumExp(x: string, width: number, name = 'log_sum_exp'): { max: string; lse: string } {
     return this.scope(name, () => {
       const max = this.node('ReduceMax', [x, this.ints([1])], { name: 'max', attrs: { keepdims: 1 } });
       const exp = this.node('Exp', [this.node('Sub', [x, max], { name: 'shifted' })], { name: 'exp' });
       const sum = this.node('MatMul', [exp, this.constant('float32', [width, 1], new Array<number>(width).fill(1))], { name: 'sum' });
-      const lse = this.node('Add', [this.node('Log', [sum], { name: 'log_sum' }), max], { name: 'lse' });
-      return this.node('Sub', [x, lse], { name: 'logprobs' });
+      return { max, lse: this.node('Add', [this.node('Log', [sum], { name: 'log_sum' }), max], { name: 'lse' }) };
     });
   }
 
