@@ -12,7 +12,7 @@
 //   node bench/gpu.js [--device webgpu|cpu|cuda] [--dtype float32|float16] [--shape 360m|tiny]
 //                     [--only score,probe,generate,contracts,profile] [--probe-lengths 4096,8192] [--dir DIR]
 // `profile` (not in the default set) loads the model again with onnxruntime's profiler on,
-// runs a 512-token score and a 1-stream decode, and prints where a pass's time goes: each
+// runs a pass scoring 8 × 512 tokens and a 1-stream decode, and prints where a pass's time goes: each
 // op type's time per run, from the profile's node events (on WebGPU a node's time is what
 // the host spends on it: dispatch, and any wait for the device). KEEP_PROFILE=1 keeps the
 // profile files (their folder is printed) for a closer look.
@@ -29,6 +29,7 @@ import { Prober } from '../src/requests/probe.js';
 import { Generation, generationModel, runGenerations, type SamplingParams } from '../src/requests/generate.js';
 import { writeSyntheticCheckpoint, type SyntheticSpec } from '../src/model/synthetic.js';
 import type { ComputeDType } from '../src/common/dtypes.js';
+import type { DeviceOptions } from '../src/engine/device.js';
 import { randomIds } from './model.js';
 import { directScoring } from '../src/requests/scoring.js';
 
@@ -41,6 +42,12 @@ const { values: args } = parseArgs({
     'probe-lengths': { type: 'string', default: '4096,8192,16384,32768' },
     dir: { type: 'string' },
     threads: { type: 'string', default: '0' },
+    // Trials of what a pass's size costs on a device: scoring's padded tokens per pass, and
+    // bytes of one layer's attention scores (the Scorer's maxBatchTokens, maxAttentionBytes).
+    'batch-tokens': { type: 'string' },
+    'attention-mib': { type: 'string' },
+    // onnxruntime's WebGPU storage buffer cache (DeviceOptions.bufferCache).
+    'buffer-cache': { type: 'string' },
   },
 });
 
@@ -83,9 +90,14 @@ if (!fs.existsSync(path.join(dir, 'model.safetensors'))) writeSyntheticCheckpoin
 const only = new Set(args.only!.split(','));
 const dtype = args.dtype as ComputeDType | undefined;
 const threads = Number(args.threads);
-const engine = await Engine.load(dir, { device: args.device, ...(dtype ? { dtype } : {}), threads });
+const bufferCache = args['buffer-cache'] as DeviceOptions['bufferCache'];
+const engine = await Engine.load(dir, { device: args.device, ...(dtype ? { dtype } : {}), threads, ...(bufferCache ? { bufferCache } : {}) });
+const passSize = {
+  ...(args['batch-tokens'] ? { maxBatchTokens: Number(args['batch-tokens']) } : {}),
+  ...(args['attention-mib'] ? { maxAttentionBytes: Number(args['attention-mib']) * 2 ** 20 } : {}),
+};
 const vocab = engine.config.vocabSize;
-const base = { device: engine.info.device, dtype: engine.info.dtype, shape: args.shape };
+const base = { device: engine.info.device, dtype: engine.info.dtype, shape: args.shape, ...passSize, ...(bufferCache ? { bufferCache } : {}) };
 const line = (workload: string, figures: Record<string, unknown>) => console.log(JSON.stringify({ workload, ...base, ...figures }));
 line('load', {
   adapter: engine.info.adapter,
@@ -95,7 +107,12 @@ line('load', {
 });
 
 const passes: PassRecord[] = [];
-engine.onPass((p) => passes.push(p));
+/** When each pass ended (ms): the gaps between passes are the host's time. */
+const endedAt = new WeakMap<PassRecord, number>();
+engine.onPass((p) => {
+  passes.push(p);
+  endedAt.set(p, performance.now());
+});
 /** The passes since `passes` was last emptied, per run of `runs`: how many, and the seconds
  * spent in session runs (the rest of a run's time is the host's). */
 const inPasses = (runs = 1) => ({
@@ -117,7 +134,7 @@ async function timed(fn: () => Promise<unknown>, runs = 3, warm = true): Promise
 
 // ---- scoring: every token of each sequence (rolling log-likelihood), no prefix cache -----
 if (only.has('score')) {
-  const scorer = new Scorer(engine, { prefixCacheBytes: 0 });
+  const scorer = new Scorer(engine, { prefixCacheBytes: 0, ...passSize });
   const texts = (n: number, len: number, seed: number) => Array.from({ length: n }, (_, i) => ({ text: randomIds(seed + i, len, vocab) }));
   // The notes' "8×1024, 4 at once" is 32 sequences of 1024 in one scheduler's passes.
   for (const [name, n, len] of [
@@ -211,8 +228,14 @@ if (only.has('generate')) {
     await run();
     const { seconds, tokens } = await run();
     // Decode steps: the passes after each prompt's own (one token a row).
-    const steps = passes.filter((p) => p.tokens <= p.rows * 4);
+    const decode = passes.flatMap((p, i) => (p.tokens <= p.rows * 4 ? [i] : []));
+    const steps = decode.map((i) => passes[i]!);
     const per = (k: keyof PassRecord['bytes']) => Math.round(steps.reduce((n, p) => n + p.bytes[k], 0) / Math.max(1, steps.length));
+    // Where a step's time goes: its session run, and the rest between one pass's end and the
+    // next (the scheduler, the sampler, laying out the past), in ms, step by step: a cost
+    // that comes every few steps (a new shape) shows as a period.
+    const ms = (s: number) => +(s * 1000).toFixed(1);
+    const stepMs = decode.slice(1).map((i) => ({ run: ms(passes[i]!.seconds), between: ms((endedAt.get(passes[i]!)! - endedAt.get(passes[i - 1]!)!) / 1000 - passes[i]!.seconds) }));
     line(`generate_${streams}`, {
       streams,
       tokens,
@@ -221,6 +244,12 @@ if (only.has('generate')) {
       decodeSteps: steps.length,
       ...inPasses(),
       bytesPerStep: { inputs: per('inputs'), pastKv: per('pastKv'), outputs: per('outputs'), presentKv: per('presentKv') },
+      stepMs: {
+        runMedian: median(stepMs.map((s) => s.run)),
+        betweenMedian: median(stepMs.map((s) => s.between)),
+        run: stepMs.slice(0, 32).map((s) => s.run),
+        between: stepMs.slice(0, 32).map((s) => s.between),
+      },
     });
   }
 }
@@ -269,7 +298,9 @@ if (only.has('profile')) {
   const profiled = await Engine.load(dir, { device: args.device, ...(dtype ? { dtype } : {}), threads, profilePrefix: prefix });
   const scorer = new Scorer(profiled, { prefixCacheBytes: 0 });
   const scoreRuns = 4; // a warm-up, then three
-  for (let i = 0; i < scoreRuns; i++) await directScoring(scorer).rolling([{ text: randomIds(7, 512, vocab) }]);
+  // 8 × 512 tokens: one pass of score_16x512's two.
+  const texts = Array.from({ length: 8 }, (_, i) => ({ text: randomIds(7 + i, 512, vocab) }));
+  for (let i = 0; i < scoreRuns; i++) await directScoring(scorer).rolling(texts);
   await generate(profiled, scorer, [randomIds(11, 128, vocab)], 32);
   await profiled.release();
   const files = fs.readdirSync(path.dirname(prefix)).map((f) => path.join(path.dirname(prefix), f));
@@ -283,7 +314,7 @@ if (only.has('profile')) {
   const runs = runsOf(events);
   const layoutRuns = profiles.filter((p) => !isModel(p)).flatMap(runsOf);
   const nodes = events.filter((e) => e.cat === 'Node' && e.name.endsWith('_kernel_time'));
-  const account = (name: string, window: Event[]) => {
+  const account = (name: string, window: Event[], device: Record<string, unknown>) => {
     const byOp = new Map<string, { ms: number; count: number; provider: string }>();
     for (const n of nodes) {
       if (!window.some((r) => n.ts >= r.ts && n.ts <= r.ts + r.dur)) continue;
@@ -299,11 +330,37 @@ if (only.has('profile')) {
       msPerRun: +(window.reduce((n, r) => n + r.dur, 0) / 1000 / window.length).toFixed(2),
       nodesPerRun: Math.round([...byOp.values()].reduce((n, a) => n + a.count, 0)),
       topOpsMsPerRun: Object.fromEntries(top.map(([k, a]) => [k, { ms: +a.ms.toFixed(2), count: +a.count.toFixed(1) }])),
+      ...device,
     });
   };
-  account('profile_score_512', runs.slice(1, scoreRuns));
+  // The device's own times (on WebGPU, timestamp queries: 'Api' events, one a program run,
+  // written after the run's nodes). They come in run order, each run's starting at the
+  // token embedding, which is every pass's first program.
+  const programs = events.filter((e) => e.cat === 'Api');
+  const perRun: Event[][] = [];
+  for (const e of programs) {
+    if (e.name.startsWith('/model/embed_tokens') || perRun.length === 0) perRun.push([]);
+    perRun.at(-1)!.push(e);
+  }
+  const onDevice = (first: number, end: number) => {
+    const window = perRun.slice(first, end < 0 ? perRun.length + end : end);
+    const byOp = new Map<string, { ms: number; count: number }>();
+    for (const e of window.flat()) {
+      const key = e.name.split('&')[1] ?? e.name;
+      const a = byOp.get(key) ?? { ms: 0, count: 0 };
+      a.ms += e.dur / 1000 / window.length;
+      a.count += 1 / window.length;
+      byOp.set(key, a);
+    }
+    const top = [...byOp.entries()].sort((x, y) => y[1].ms - x[1].ms).slice(0, 15);
+    return {
+      deviceMsPerRun: +[...byOp.values()].reduce((n, a) => n + a.ms, 0).toFixed(2),
+      topDeviceOpsMsPerRun: Object.fromEntries(top.map(([k, a]) => [k, { ms: +a.ms.toFixed(2), count: +a.count.toFixed(1) }])),
+    };
+  };
+  account('profile_score_8x512', runs.slice(1, scoreRuns), perRun.length === runs.length ? onDevice(1, scoreRuns) : {});
   // The generation's runs: its prompt, then one a token; the last 24 are decode steps.
-  account('profile_decode_step', runs.slice(-24));
+  account('profile_decode_step', runs.slice(-24), perRun.length === runs.length ? onDevice(runs.length - 24, runs.length) : {});
   // KV layouts (a past gathered from kept pieces, a new token's cache segment): separate
   // session runs, between and inside the passes.
   line('profile_layouts', {

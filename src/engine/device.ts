@@ -21,6 +21,10 @@ export interface DeviceOptions {
    * this path, one per session, when the engine is released: where a pass's time goes on
    * a device (bench/gpu.ts --only profile). */
   profilePrefix?: string;
+  /** onnxruntime's WebGPU storage buffer cache (its storageBufferCacheMode; default
+   * `bucket`: sizes up to 160 MiB rounded to buckets and kept for reuse, larger buffers
+   * made and freed each time); bench/gpu.ts --buffer-cache tries the others. */
+  bufferCache?: 'bucket' | 'simple' | 'lazyRelease' | 'disabled';
 }
 
 export type DeviceKind = 'cpu' | 'cuda' | 'webgpu';
@@ -75,7 +79,9 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
     if (!ort.listSupportedBackends().some((b) => b.name === 'webgpu' && b.bundled)) {
       throw new DeviceError(`device webgpu: this build of onnxruntime-node has no WebGPU provider (${process.platform}-${process.arch})`);
     }
-    sessionOptions.executionProviders = [{ name: 'webgpu' }];
+    sessionOptions.executionProviders = [
+      { name: 'webgpu', ...(options.bufferCache ? { storageBufferCacheMode: options.bufferCache } : {}) } as ort.InferenceSession.WebGpuExecutionProviderOption,
+    ];
     // Its warning that some nodes run on the CPU says nothing of which: the load reports the
     // placements itself (placements.ts).
     sessionOptions.logSeverityLevel = 3;
