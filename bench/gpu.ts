@@ -48,6 +48,8 @@ const { values: args } = parseArgs({
     'attention-mib': { type: 'string' },
     // onnxruntime's WebGPU storage buffer cache (DeviceOptions.bufferCache).
     'buffer-cache': { type: 'string' },
+    // onnxruntime's WebGPU validationMode (DeviceOptions.gpuValidation).
+    validation: { type: 'string' },
   },
 });
 
@@ -91,13 +93,15 @@ const only = new Set(args.only!.split(','));
 const dtype = args.dtype as ComputeDType | undefined;
 const threads = Number(args.threads);
 const bufferCache = args['buffer-cache'] as DeviceOptions['bufferCache'];
-const engine = await Engine.load(dir, { device: args.device, ...(dtype ? { dtype } : {}), threads, ...(bufferCache ? { bufferCache } : {}) });
+const gpuValidation = args.validation as DeviceOptions['gpuValidation'];
+const providerOptions = { ...(bufferCache ? { bufferCache } : {}), ...(gpuValidation ? { gpuValidation } : {}) };
+const engine = await Engine.load(dir, { device: args.device, ...(dtype ? { dtype } : {}), threads, ...providerOptions });
 const passSize = {
   ...(args['batch-tokens'] ? { maxBatchTokens: Number(args['batch-tokens']) } : {}),
   ...(args['attention-mib'] ? { maxAttentionBytes: Number(args['attention-mib']) * 2 ** 20 } : {}),
 };
 const vocab = engine.config.vocabSize;
-const base = { device: engine.info.device, dtype: engine.info.dtype, shape: args.shape, ...passSize, ...(bufferCache ? { bufferCache } : {}) };
+const base = { device: engine.info.device, dtype: engine.info.dtype, shape: args.shape, ...passSize, ...providerOptions };
 const line = (workload: string, figures: Record<string, unknown>) => console.log(JSON.stringify({ workload, ...base, ...figures }));
 line('load', {
   adapter: engine.info.adapter,

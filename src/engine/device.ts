@@ -25,6 +25,9 @@ export interface DeviceOptions {
    * `bucket`: sizes up to 160 MiB rounded to buckets and kept for reuse, larger buffers
    * made and freed each time); bench/gpu.ts --buffer-cache tries the others. */
   bufferCache?: 'bucket' | 'simple' | 'lazyRelease' | 'disabled';
+  /** onnxruntime's WebGPU validationMode (default `basic`); bench/gpu.ts --validation
+   * measures what the checks cost a pass of many small dispatches. */
+  gpuValidation?: 'disabled' | 'wgpuOnly' | 'basic' | 'full';
 }
 
 export type DeviceKind = 'cpu' | 'cuda' | 'webgpu';
@@ -80,7 +83,11 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
       throw new DeviceError(`device webgpu: this build of onnxruntime-node has no WebGPU provider (${process.platform}-${process.arch})`);
     }
     sessionOptions.executionProviders = [
-      { name: 'webgpu', ...(options.bufferCache ? { storageBufferCacheMode: options.bufferCache } : {}) } as ort.InferenceSession.WebGpuExecutionProviderOption,
+      {
+        name: 'webgpu',
+        ...(options.bufferCache ? { storageBufferCacheMode: options.bufferCache } : {}),
+        ...(options.gpuValidation ? { validationMode: options.gpuValidation } : {}),
+      },
     ];
     // Its warning that some nodes run on the CPU says nothing of which: the load reports the
     // placements itself (placements.ts).
