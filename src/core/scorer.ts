@@ -12,7 +12,7 @@ import { scoreWithCache } from './cached-round.js';
 import type { Unit } from './units.js';
 
 export interface ScorerOptions {
-  /** Padded tokens per forward pass (rows × longest row); default 512 on CPU, 8192 on CUDA. */
+  /** Padded tokens per forward pass (rows × longest row); default 512 on CPU and WebGPU, 8192 on CUDA. */
   maxBatchTokens?: number;
   /** Model context length used for truncation and windows; default: the model's. */
   maxLength?: number;
@@ -20,7 +20,7 @@ export interface ScorerOptions {
   prefixSharing?: boolean;
   /** Largest top-k a request may ask for. */
   maxTopK?: number;
-  /** Bytes of one layer's attention scores a pass may build (default 192 MiB): longer
+  /** Bytes of one layer's attention scores a pass may build (default 192 MiB, 128 on WebGPU): longer
    * rows run in query blocks that shrink as their keys grow. */
   maxAttentionBytes?: number;
   /** KV bytes of past a pass of rows longer than one token may lay out, each distinct past
@@ -67,13 +67,22 @@ export class Scorer {
     // took multiple choice from 1.38–1.84 s / 675 MiB to 1.34–1.38 s / 596 MiB and
     // 4 × 1024-token rolling from 2.56–2.71 s / 553–559 MiB to 2.87–2.98 s / 522–531 MiB
     // (llama.cpp: 548). GPUs want large passes.
-    this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cpu' ? 512 : 8192);
+    // WebGPU: 512, as on the CPU, for another reason. onnxruntime's WebGPU provider keeps
+    // freed buffers for reuse in size buckets up to 160 MiB (a few of each) and makes and
+    // frees anything larger every pass; a pass of thousands of tokens has many such tensors
+    // (logits of 49,152 tokens a row, attention scores). On the H100 (360M shape,
+    // 2026-11-27), 16 × 512 scored at 5.6k tokens/s in passes of 8192 tokens and 8.3k in
+    // passes of 512; 32 × 1024, 2.3k and 8.0k. (With the provider's 'simple' cache, which
+    // keeps every buffer size it ever freed, the large passes ran at 14.6k and 13.8k: fast,
+    // but device memory that grows with every new shape a server sees.)
+    this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cuda' ? 8192 : 512);
     this.prefixSharing = options.prefixSharing ?? true;
     this.maxTopK = options.maxTopK ?? 100;
     // Measured with bench/long.ts (32k-token rolling scoring, 8 heads, glibc mmap threshold
     // 1 MiB): peak above the model 2096 MiB / 220 s at 256 MiB, 1965 MiB / 233 s at 192,
     // 1834 MiB / 299 s at 128 (smaller blocks copy the growing KV more often).
-    this.maxAttentionBytes = options.maxAttentionBytes ?? 192 * 2 ** 20;
+    // On WebGPU 128 MiB, to stay within the provider's cached buffer sizes (above).
+    this.maxAttentionBytes = options.maxAttentionBytes ?? (engine.device.kind === 'webgpu' ? 128 : 192) * 2 ** 20;
     // Measured with bench/peer.ts's multiple choice (4 × 6 continuations of 400-token
     // contexts, mmap threshold 1 MiB), peak RSS / time, a context's continuations sharing
     // its laid-out past (the graph gathers it per row): 32 MiB 488–491 MiB / 1.57–1.75 s,

@@ -32,7 +32,7 @@ export interface ModelEntry {
   maxRawAttentionBytes?: number;
   /** Continuations per Score item (default 256). */
   maxContinuations?: number;
-  /** Bytes of one layer's attention a scoring pass may build (default 192 MiB). */
+  /** Bytes of one layer's attention a scoring pass may build (default 192 MiB, 128 MiB on WebGPU). */
   maxAttentionBytes?: number;
   /** onnxruntime's CPU memory arena (default off: memory goes back after large requests). */
   cpuMemArena?: boolean;
