@@ -8,7 +8,7 @@
 // Skips, saying so, where no Vulkan driver is installed (.ci/run installs lavapipe).
 import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Engine, type ForwardRequest } from '../src/engine/engine.js';
+import { Engine, type ForwardRequest, type PastKV } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { Batcher } from '../src/core/batcher.js';
 import { Generation, generationModel, runGenerations, type SamplingParams } from '../src/requests/generate.js';
@@ -259,6 +259,56 @@ maybe('the contracts on the device', () => {
     engine = await Engine.load(makeFixture(FAMILY_FIXTURES.llama!).dir, { device: 'webgpu', threads: 1 });
   });
   afterAll(() => engine?.release());
+
+  it('a probing pass (its own session on WebGPU) gives a token the bits a scoring pass gives it, and either continues the KV the other kept', async () => {
+    const vocab = engine.config.vocabSize;
+    const r = rng(5);
+    const tokens = randomTokens(r, 13, vocab);
+    const next = randomTokens(r, 5, vocab);
+    const scoredAll = (n: number, ids: number[]) => Array.from({ length: n - 1 }, (_, i) => ({ row: 0, index: i, target: ids[i + 1]! }));
+    const first = (probe: boolean): ForwardRequest => ({
+      rows: [
+        {
+          tokens,
+          startPosition: 0,
+          pastRow: 0,
+          ...(probe ? { probe: { keyBins: tokens.map((_, i) => (i < 6 ? 0 : 1)), chunks: 2, queryWeights: tokens.map(() => 1) } } : {}),
+        },
+      ],
+      scored: scoredAll(tokens.length, tokens),
+      topK: 3,
+      keepPresent: true,
+    });
+    const scored = await engine.forward(first(false));
+    const probed = await engine.forward(first(true));
+    expect(probed.probe).toBeDefined();
+    expect(probed.logprobs).toEqual(scored.logprobs);
+    expect(probed.topkLogprobs).toEqual(scored.topkLogprobs);
+    expect(probed.topkIds).toEqual(scored.topkIds);
+    // The next tokens after either pass's kept KV, in the scoring session.
+    const after = async (present: PastKV) =>
+      engine.forward({
+        rows: [{ tokens: next, startPosition: tokens.length, pastRow: 0 }],
+        past: present,
+        scored: scoredAll(next.length, next),
+        topK: 0,
+        keepPresent: false,
+      });
+    const fromScored = await after(scored.present!);
+    const fromProbed = await after(probed.present!);
+    expect(fromProbed.logprobs).toEqual(fromScored.logprobs);
+    // And a probing pass after the scoring pass's KV: the same bits again.
+    const probedAfter = await engine.forward({
+      rows: [{ tokens: next, startPosition: tokens.length, pastRow: 0, probe: { keyBins: [...tokens, ...next].map(() => 0), chunks: 1, queryWeights: next.map(() => 1) } }],
+      past: scored.present!,
+      scored: scoredAll(next.length, next),
+      topK: 0,
+      keepPresent: false,
+    });
+    expect(probedAfter.logprobs).toEqual(fromScored.logprobs);
+    engine.dropPast(scored.present!);
+    engine.dropPast(probed.present!);
+  });
 
   it("a generated token's log-prob is the bits Score gives it on the device; batched = alone; cached = uncached", async () => {
     const vocab = engine.config.vocabSize;
