@@ -26,6 +26,7 @@ import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
 import { rowsThatDiffer, type RowForm } from './row-bits.js';
 import { postJson, scrape } from './helpers.js';
+import { serveCli } from './cli-serve.js';
 import { directScoring } from '../src/requests/scoring.js';
 
 const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
@@ -370,6 +371,38 @@ maybe('a mixture of experts on the device, 4 experts a token of 8', () => {
     const reference = logprobs(await directScoring(new Scorer(cpu, { prefixSharing: false })).loglikelihood(requests));
     const worst = maxOf(first.flatMap((row, i) => row.map((v, t) => Math.abs(v - reference[i]![t]!))));
     expect(worst).toBeLessThan(1e-5);
+  });
+});
+
+maybe('--gpu-buffer-cache, as an operator sets it', () => {
+  it('simple (by the flag) takes 8192-token passes and scores as bucket does (by the environment, in 512-token passes); on the CPU it is refused, naming the flag', async () => {
+    const dir = makeFixture(FAMILY_FIXTURES.llama!).dir;
+    const served = [
+      await serveCli(dir, ['--device', 'webgpu', '--gpu-buffer-cache', 'simple']),
+      await serveCli(dir, ['--device', 'webgpu'], { CTXPROBE_GPU_BUFFER_CACHE: 'bucket' }),
+    ];
+    try {
+      const loaded = served.map((s) => s.lines.find((l) => l.event === 'model_loaded')!);
+      expect(loaded.map((l) => [l.gpuBufferCache, l.maxBatchTokens])).toEqual([
+        ['simple', 8192],
+        ['bucket', 512],
+      ]);
+      const [a, b] = await Promise.all(
+        served.map(async (s, i) => {
+          const body = { model: loaded[i]!.model, prompt: 'The tower was built in the year', max_tokens: 0, echo: true, logprobs: 1 };
+          return (await postJson(`http://127.0.0.1:${s.httpPort}`, '/v1/completions', body)).body;
+        }),
+      );
+      expect(a.choices[0].logprobs.token_logprobs.length).toBeGreaterThan(3);
+      expect(a.choices[0].logprobs.token_logprobs).toEqual(b.choices[0].logprobs.token_logprobs);
+    } finally {
+      for (const s of served) expect(await s.stop()).toBe(0);
+    }
+    const refused = await serveCli(dir, ['--device', 'cpu', '--gpu-buffer-cache', 'simple']).then(
+      (s) => (s.stop(), new Error('it served')),
+      (e) => e,
+    );
+    expect(refused.message).toMatch(/gpuBufferCache \(--gpu-buffer-cache\) is a setting of device webgpu, not cpu/);
   });
 });
 

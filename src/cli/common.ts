@@ -54,6 +54,7 @@ export const log = (line: Record<string, unknown>) =>
 export interface ModelFlags {
   model?: string;
   cpuMemArena?: 'on' | 'off';
+  gpuBufferCache?: 'bucket' | 'simple';
   device?: string;
   dtype?: ComputeDType;
   threads?: number;
@@ -83,6 +84,14 @@ export function withModelFlags(cmd: Command): Command {
         .env('CTXPROBE_CPU_MEM_ARENA'),
     )
     .addOption(
+      new Option(
+        '--gpu-buffer-cache <mode>',
+        "WebGPU's buffer cache: bucket (default), or simple (faster when shapes repeat; keeps every buffer size it has used)",
+      )
+        .choices(['bucket', 'simple'])
+        .env('CTXPROBE_GPU_BUFFER_CACHE'),
+    )
+    .addOption(
       new Option('--max-length <n>', "context length (default: the model's)").argParser(int('max-length')).env('CTXPROBE_MAX_LENGTH'),
     )
     .addOption(
@@ -104,6 +113,7 @@ export function entriesFrom(flags: ModelFlags & { models?: string; name?: string
     ...(flags.dtype !== undefined && { dtype: flags.dtype }),
     ...(flags.threads !== undefined && { threads: flags.threads }),
     ...(flags.cpuMemArena !== undefined && { cpuMemArena: flags.cpuMemArena === 'on' }),
+    ...(flags.gpuBufferCache !== undefined && { gpuBufferCache: flags.gpuBufferCache }),
     ...(flags.maxLength !== undefined && { maxLength: flags.maxLength }),
     ...(flags.maxBatchTokens !== undefined && { maxBatchTokens: flags.maxBatchTokens }),
     ...(flags.prefixCacheBytes !== undefined && { prefixCacheBytes: flags.prefixCacheBytes }),

@@ -221,6 +221,8 @@ export function addServeCommands(program: Command): void {
           path: entry.path,
           seconds: +m.loadSeconds.toFixed(3),
           ...m.engine.info,
+          ...(m.engine.device.bufferCache !== undefined && { gpuBufferCache: m.engine.device.bufferCache }),
+          maxBatchTokens: m.scorer.maxBatchTokens,
           prefixCacheBytes: m.scorer.cache?.budget ?? 0,
         });
         if (entry.synthetic)

@@ -12,7 +12,8 @@ import { scoreWithCache } from './cached-round.js';
 import type { Unit } from './units.js';
 
 export interface ScorerOptions {
-  /** Padded tokens per forward pass (rows × longest row); default 512 on CPU and WebGPU, 8192 on CUDA. */
+  /** Padded tokens per forward pass (rows × longest row); default 512 on CPU and WebGPU,
+   * 8192 on CUDA and on WebGPU with the `simple` buffer cache. */
   maxBatchTokens?: number;
   /** Model context length used for truncation and windows; default: the model's. */
   maxLength?: number;
@@ -75,7 +76,8 @@ export class Scorer {
     // passes of 512; 32 × 1024, 2.3k and 8.0k. (With the provider's 'simple' cache, which
     // keeps every buffer size it ever freed, the large passes ran at 14.6k and 13.8k: fast,
     // but device memory that grows with every new shape a server sees.)
-    this.maxBatchTokens = options.maxBatchTokens ?? (engine.device.kind === 'cuda' ? 8192 : 512);
+    const largePasses = engine.device.kind === 'cuda' || engine.device.bufferCache === 'simple';
+    this.maxBatchTokens = options.maxBatchTokens ?? (largePasses ? 8192 : 512);
     this.prefixSharing = options.prefixSharing ?? true;
     this.maxTopK = options.maxTopK ?? 100;
     // Measured with bench/long.ts (32k-token rolling scoring, 8 heads, glibc mmap threshold

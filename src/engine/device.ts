@@ -21,16 +21,20 @@ export interface DeviceOptions {
    * this path, one per session, when the engine is released: where a pass's time goes on
    * a device (bench/gpu.ts --only profile). */
   profilePrefix?: string;
-  /** onnxruntime's WebGPU storage buffer cache (its storageBufferCacheMode; default
-   * `bucket`: sizes up to 160 MiB rounded to buckets and kept for reuse, larger buffers
-   * made and freed each time); bench/gpu.ts --buffer-cache tries the others. */
-  bufferCache?: 'bucket' | 'simple' | 'lazyRelease' | 'disabled';
+  /** WebGPU only: onnxruntime's storage buffer cache (its storageBufferCacheMode).
+   * `bucket` (default): freed buffers up to 160 MiB kept for reuse in size buckets, larger
+   * ones made and freed every pass. `simple`: every freed buffer kept by its exact size,
+   * never given back: fast when shapes repeat (a fixed evaluation set), device memory that
+   * grows with each new shape otherwise. bench/gpu.ts --buffer-cache also tries the
+   * provider's `lazyRelease` and `disabled`. */
+  bufferCache?: GpuBufferCache;
   /** onnxruntime's WebGPU validationMode (default `basic`); bench/gpu.ts --validation
    * measures what the checks cost a pass of many small dispatches. */
   gpuValidation?: 'disabled' | 'wgpuOnly' | 'basic' | 'full';
 }
 
 export type DeviceKind = 'cpu' | 'cuda' | 'webgpu';
+export type GpuBufferCache = 'bucket' | 'simple' | 'lazyRelease' | 'disabled';
 
 export interface ResolvedDevice {
   kind: DeviceKind;
@@ -39,6 +43,8 @@ export interface ResolvedDevice {
   /** Why this dtype (reported in ListModels and the load log). */
   dtypeReason: string;
   sessionOptions: ort.InferenceSession.SessionOptions;
+  /** WebGPU: the provider's buffer cache. */
+  bufferCache?: GpuBufferCache;
 }
 
 // Off: measured by bench/memory.ts (56M-parameter model, 4 × 2048-token probe, then a
@@ -65,6 +71,8 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
       `dtype bfloat16 needs device cuda: the ${kind === 'cpu' ? 'CPU execution provider has no bfloat16 MatMul' : 'WebGPU provider has no bfloat16 type'}`,
     );
   }
+  if (kind !== 'webgpu' && options.bufferCache !== undefined)
+    throw new DeviceError(`gpuBufferCache (--gpu-buffer-cache) is a setting of device webgpu, not ${kind}`);
   const threads = options.threads ?? 0;
   if (!Number.isInteger(threads) || threads < 0) throw new DeviceError(`threads must be a whole number ≥ 0 (got ${threads})`);
   const sessionOptions: ort.InferenceSession.SessionOptions = {
@@ -95,7 +103,7 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   } else {
     sessionOptions.executionProviders = ['cpu'];
   }
-  return { kind, deviceId, dtype, dtypeReason, sessionOptions };
+  return { kind, deviceId, dtype, dtypeReason, sessionOptions, ...(kind === 'webgpu' ? { bufferCache: options.bufferCache ?? 'bucket' } : {}) };
 }
 
 /** The compute dtype and why: the one asked for; on the CPU float32 (its provider has no

@@ -36,6 +36,8 @@ export interface ModelEntry {
   maxAttentionBytes?: number;
   /** onnxruntime's CPU memory arena (default off: memory goes back after large requests). */
   cpuMemArena?: boolean;
+  /** WebGPU's buffer cache (DeviceOptions.bufferCache): `bucket` (default) or `simple`. */
+  gpuBufferCache?: 'bucket' | 'simple';
   /** KV bytes the prefix cache keeps across requests (default 1 GiB; 0: within a round only). */
   prefixCacheBytes?: number;
   synthetic?: SyntheticSpec;
@@ -98,6 +100,7 @@ const ENTRY_SCHEMA = {
     maxContinuations: positive,
     maxAttentionBytes: positive,
     cpuMemArena: { type: 'boolean' },
+    gpuBufferCache: { enum: ['bucket', 'simple'] },
     prefixCacheBytes: { type: 'integer', minimum: 0 },
     synthetic: SYNTHETIC_SCHEMA,
   },
@@ -195,6 +198,7 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     dtype: entry.dtype,
     threads: entry.threads,
     cpuMemArena: entry.cpuMemArena,
+    ...(entry.gpuBufferCache !== undefined && { bufferCache: entry.gpuBufferCache }),
   });
   const scorer = new Scorer(engine, {
     maxLength: entry.maxLength,
