@@ -284,6 +284,14 @@ class DecoderBuilder extends ModelOps {
     const { q: qNorm, k: kNorm } = this.spec.norms;
     if (qNorm?.over === 'projection') q = g.scope('q_norm', () => this.norm(q, prefix + qNorm.name, c.numHeads * D));
     if (kNorm?.over === 'projection') k = g.scope('k_norm', () => this.norm(k, prefix + kNorm.name, kv * D));
+    // The provider's RotaryEmbedding takes [B, T, heads·D] as it comes from the projection:
+    // rotated there, q needs no 4-D view of its own (two nodes a layer fewer). Per-head
+    // norms come first, on the heads.
+    const rotateProjections = rope?.kind === 'fused' && qNorm?.over !== 'head' && kNorm?.over !== 'head';
+    if (rope && rotateProjections) {
+      q = g.scope('q_rope', () => this.applyRope(q, rope, 3, c.numHeads));
+      k = g.scope('k_rope', () => this.applyRope(k, rope, 3, kv));
+    }
     q = g.node('Reshape', [q, g.ints([0, 0, kv, group, D])], { name: 'q_heads' });
     k = g.node('Reshape', [k, g.ints([0, 0, kv, D])], { name: 'k_heads' });
     v = g.node('Reshape', [v, g.ints([0, 0, kv, D])], { name: 'v_heads' });
@@ -292,7 +300,7 @@ class DecoderBuilder extends ModelOps {
     q = g.node('Transpose', [q], { name: 'q_layout', attrs: { perm: [0, 2, 3, 1, 4] } });
     k = g.node('Transpose', [k], { name: 'k_layout', attrs: { perm: [0, 2, 1, 3] } });
     v = g.node('Transpose', [v], { name: 'v_layout', attrs: { perm: [0, 2, 1, 3] } });
-    if (rope) {
+    if (rope && !rotateProjections) {
       const qRope: Rope =
         rope.kind === 'tables'
           ? {
@@ -350,8 +358,9 @@ class DecoderBuilder extends ModelOps {
   //   tables: x ─┬─ Mul(cos) ──────────────────────────────────┐
   //              └─ Split(halves) ─► Concat(-x2, x1) ─ Mul(sin) ─ Add ─► rotated
   //     Partial rotary (Phi-3): x ─Split─► [first R dims, the rest] ─► rotate the first ─Concat(rest)─►
-  //   fused:  x ─Reshape [B,heads,T,D]─► RotaryEmbedding(positions, caches, R) ─Reshape─► (the rest of D passes through)
-  private applyRope(x: string, t: Rope, rank: 4 | 5): string {
+  //   fused:  x [B,T,heads·D] (rank 3, `heads` given) or x ─Reshape [B,heads,T,D]─►
+  //           RotaryEmbedding(positions, caches, R) ─Reshape─► (the rest of D passes through)
+  private applyRope(x: string, t: Rope, rank: 3 | 4 | 5, heads3?: number): string {
     const { g, c } = this;
     switch (t.kind) {
       case 'fused': {
@@ -359,7 +368,7 @@ class DecoderBuilder extends ModelOps {
         const rotated = g.node('RotaryEmbedding', [heads, t.positions, t.cosCache, t.sinCache], {
           name: 'rotated',
           domain: 'com.microsoft',
-          attrs: { interleaved: 0, num_heads: rank === 5 ? c.numHeads : c.numKvHeads, rotary_embedding_dim: t.rotaryDim },
+          attrs: { interleaved: 0, num_heads: rank === 3 ? heads3! : rank === 5 ? c.numHeads : c.numKvHeads, rotary_embedding_dim: t.rotaryDim },
         });
         return rank === 5 ? g.node('Reshape', [rotated, g.ints([0, c.numKvHeads, c.numHeads / c.numKvHeads, -1, c.headDim])], { name: 'groups' }) : rotated;
       }
