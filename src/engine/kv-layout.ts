@@ -2,8 +2,8 @@
 // into a new past itself (session.ts, layOut); a WebGPU tensor's memory cannot be read
 // from JavaScript (onnxruntime-node 1.30: `getData()` on one aborts the process,
 // ../shared/gpu/WEBGPU-NODE.md §1), so there the copy is a graph: this one, run on the
-// device, with the pieces' sources as inputs and a column index saying where each output
-// slot comes from. Only the index crosses to the device (4 bytes a row's slot, not the KV).
+// device, with the pieces' sources as inputs and, per output slot, where it comes from.
+// Only that crosses to the device (8 bytes a row's slot, not the KV).
 //
 // One graph per count of distinct sources, rounded up to a power of two (unused inputs get
 // a one-slot zero tensor the index never names), for every layer's keys and values at once.
@@ -29,33 +29,38 @@ export function layoutBuckets(): number[] {
   return out;
 }
 
-// Per tensor i, sources src.i.j [Bⱼ, H, Sⱼ, D]:
-//   src.i.j ─Transpose(1,0,2,3)─► [H, Bⱼ, Sⱼ, D] ─Reshape─► [H, Bⱼ·Sⱼ, D] ─┐
-//   zero column [H, 1, D] ────────────────────────────────────────────────┴─Concat(1)─► pool [H, R+1, D]
-//   pool ─Gather(index [B·L], axis 1)─► [H, B·L, D] ─Reshape(shape = [H, B, L, D])─► ─Transpose─► out.i [B, H, L, D]
+// Per tensor i, sources src.i.j [Bⱼ, H, Sⱼ, D], each read as rows of D (no copy):
+//   src.i.j ─Reshape─► [Bⱼ·H·Sⱼ, D] ─┐
+//   zero row [1, D] ─────────────────┴─Concat(0)─► pool [R+1, D] ─Gather(flat index)─► [B·H·L, D] ─Reshape([B,H,L,D])─► out.i
+// The flat index, once for every tensor: the pool row of (b, h, t) is base + h·stride, with
+// base and stride per (b, t) from the host (a source's first row for head 0, and its slots
+// per head; the zero row and 0 for padding):
+//   heads [1,H,1] ─Mul(stride [B,1,L])─Add(base [B,1,L])─Reshape(-1)─► flat index [B·H·L]
+// Two copies a tensor (the pool and the gather), where a layout by heads first (Transpose
+// each source, Gather on the slot axis, Transpose back) made four and twice the nodes.
 export function buildKvLayoutGraph(shape: KvLayoutShape, sources: number): Uint8Array {
   const g = new GraphBuilder('webgpu');
   const { kvHeads: H, headDim: D } = shape;
   const type = kvDType(shape.dtype);
-  const index = g.input('index', 'int32', ['slots']);
+  const base = g.input('base', 'int32', ['rows', 1, 'length']);
+  const stride = g.input('stride', 'int32', ['rows', 1, 'length']);
   const outShape = g.input('shape', 'int64', [4]);
-  const zero = g.namedConstantOfType('/layout/constants/zero_column', type, [H, 1, D], new Float32Array(H * D));
+  const zero = g.namedConstantOfType('/layout/constants/zero_row', type, [1, D], new Float32Array(D));
+  const heads = g.namedConstant('/layout/constants/heads', 'int32', [1, H, 1], Array.from({ length: H }, (_, h) => h));
+  const index = g.scope('layout/index', () =>
+    g.node('Reshape', [g.node('Add', [g.node('Mul', [heads, stride], { name: 'head_offsets' }), base], { name: 'rows' }), g.ints([-1])], {
+      name: 'flat',
+    }),
+  );
   for (let i = 0; i < shape.tensors; i++) {
     g.scope(`layout/tensor.${i}`, () => {
-      const columns = Array.from({ length: sources }, (_, j) => {
+      const rows = Array.from({ length: sources }, (_, j) => {
         const src = g.input(`src.${i}.${j}`, type, [`rows_${j}`, H, `slots_${j}`, D]);
-        const heads = g.node('Transpose', [src], { name: `heads_first_${j}`, attrs: { perm: [1, 0, 2, 3] } });
-        return g.node('Reshape', [heads, g.ints([H, -1, D])], { name: `columns_${j}` });
+        return g.node('Reshape', [src, g.ints([-1, D])], { name: `rows_${j}` });
       });
-      const pool = g.node('Concat', [...columns, zero], { name: 'pool', attrs: { axis: 1 } });
-      const gathered = g.node('Gather', [pool, index], { name: 'gathered', attrs: { axis: 1 } });
-      const grid = g.node('Reshape', [gathered, outShape], { name: 'grid' });
-      g.output(`out.${i}`, g.node('Transpose', [grid], { name: 'rows_first', attrs: { perm: [1, 0, 2, 3] } }), type, [
-        'rows',
-        H,
-        'length',
-        D,
-      ]);
+      const pool = g.node('Concat', [...rows, zero], { name: 'pool', attrs: { axis: 0 } });
+      const gathered = g.node('Gather', [pool, index], { name: 'gathered', attrs: { axis: 0 } });
+      g.output(`out.${i}`, g.node('Reshape', [gathered, outShape], { name: 'grid' }), type, ['rows', H, 'length', D]);
     });
   }
   return g.encode('ctxprobe/kv_layout');

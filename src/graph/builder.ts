@@ -195,7 +195,7 @@ export class GraphBuilder {
   }
 
   /** A constant table too large to name by value (rotary tables): an absolute name, unscoped. */
-  namedConstant(name: string, dtype: 'float32' | 'int64', dims: number[], values: ArrayLike<number>): string {
+  namedConstant(name: string, dtype: 'float32' | 'int64' | 'int32', dims: number[], values: ArrayLike<number>): string {
     return this.initializer(name, dtype, dims, values);
   }
 
@@ -204,14 +204,16 @@ export class GraphBuilder {
     return this.initializer(name, dtype, dims, values);
   }
 
-  private initializer(name: string, dtype: 'float32' | 'float16' | 'int64', dims: number[], values: ArrayLike<number>): string {
+  private initializer(name: string, dtype: 'float32' | 'float16' | 'int64' | 'int32', dims: number[], values: ArrayLike<number>): string {
     if (this.constants.has(name)) return name;
     const raw =
       dtype === 'float32'
         ? new Uint8Array((values instanceof Float32Array ? values : Float32Array.from(values)).buffer.slice(0))
         : dtype === 'float16'
           ? new Uint8Array(Uint16Array.from(Array.from(values), (v) => f32ToF16(v)).buffer)
-          : new Uint8Array(BigInt64Array.from(Array.from(values), (v) => BigInt(v)).buffer);
+          : dtype === 'int32'
+            ? new Uint8Array(Int32Array.from(Array.from(values)).buffer)
+            : new Uint8Array(BigInt64Array.from(Array.from(values), (v) => BigInt(v)).buffer);
     this.initializers.push(onnx.TensorProto.create({ name, dataType: ONNX_DTYPE[dtype], dims, rawData: raw }));
     this.constants.add(name);
     return name;

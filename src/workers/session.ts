@@ -325,26 +325,36 @@ async function runLayoutOnce(sources: KvTensor[][], plan: SourceStretch[][], len
   while (bucket < n) bucket *= 2;
   const session = await layoutSession(bucket);
   const feeds: Record<string, ort.Tensor> = {};
-  const columns: number[] = [];
+  // Each source read as rows of D: source j's first pool row, then (row, head, slot) on.
+  const firstRow: number[] = [];
   let total = 0;
   for (let j = 0; j < bucket; j++) {
     const real = j < n;
     for (let i = 0; i < sources.length; i++) feeds[`src.${i}.${j}`] = real ? sources[i]![j]! : zeroSlot();
-    columns.push(total);
-    total += real ? sources[0]![j]!.dims[0]! * sources[0]![j]!.dims[2]! : 1;
+    firstRow.push(total);
+    const [rows, heads, slots] = real ? (sources[0]![j]!.dims as number[]) : [1, dk.kvHeads, 1];
+    total += rows! * heads! * slots!;
   }
-  const index = new Int32Array(B * length).fill(total); // the zero column after the pool
+  // Per output slot (b, t): its pool row for head 0 and the rows between heads; padding
+  // reads the zero row after the pool, whatever the head.
+  const base = new Int32Array(B * length).fill(total);
+  const stride = new Int32Array(B * length);
   plan.forEach((row, b) => {
     let at = b * length;
     for (const s of row) {
-      const base = columns[s.j]! + s.row * sources[0]![s.j]!.dims[2]! + s.offset;
-      for (let t = 0; t < s.count; t++) index[at + t] = base + t;
+      const [, heads, slots] = sources[0]![s.j]!.dims as number[];
+      const first = firstRow[s.j]! + s.row * heads! * slots! + s.offset;
+      for (let t = 0; t < s.count; t++) {
+        base[at + t] = first + t;
+        stride[at + t] = slots!;
+      }
       at += s.count;
     }
   });
-  feeds.index = new ort.Tensor('int32', index, [index.length]);
-  feeds.shape = new ort.Tensor('int64', BigInt64Array.from([dk.kvHeads, B, length, dk.headDim], BigInt), [4]);
-  layoutIndexBytes += index.byteLength;
+  feeds.base = new ort.Tensor('int32', base, [B, 1, length]);
+  feeds.stride = new ort.Tensor('int32', stride, [B, 1, length]);
+  feeds.shape = new ort.Tensor('int64', BigInt64Array.from([B, dk.kvHeads, length, dk.headDim], BigInt), [4]);
+  layoutIndexBytes += base.byteLength + stride.byteLength;
   const out = await session.run(feeds);
   return sources.map((_, i) => out[`out.${i}`] as KvTensor);
 }
@@ -443,7 +453,6 @@ const hostBytes = (ts: ort.Tensor[]) => ts.reduce((n, t) => n + (t.location === 
 async function run(r: RunRequest): Promise<RunResult> {
   const session = sessions.get(r.session);
   if (!session) throw new Error(`no session ${r.session}`);
-  layoutIndexBytes = 0;
   const feeds: Record<string, ort.Tensor> = {};
   for (const [k, v] of Object.entries(r.feeds)) feeds[k] = tensor(v);
   const { past, recent, rows } = await pastFeeds(r);
@@ -472,7 +481,10 @@ async function run(r: RunRequest): Promise<RunResult> {
     // output every run, and frees the device ones nobody asked for.
     if (deviceKv)
       for (const name of session.outputNames) if (!fetches.includes(name) && out[name]?.location === 'gpu-buffer') out[name]!.dispose();
+    // The layouts' slot maps since the last pass: this pass's past (laid out by a gather
+    // before it, or here) and the prefix cache's segments of the pass before.
     const moved = { pastKv: deviceKv ? hostBytes([...past, ...recent]) : 0, presentKv: 0, layoutIndex: layoutIndexBytes };
+    layoutIndexBytes = 0;
     if (!r.keepPresent) return { outputs, moved };
     const fresh: KvTensor[] = [];
     for (let i = 0; i < r.numLayers; i++) fresh.push(out[`new.${i}.key`] as KvTensor, out[`new.${i}.value`] as KvTensor);
