@@ -162,7 +162,7 @@ export interface EngineInfo {
   floatNodesOnCpu?: string[];
 }
 
-/** The one onnxruntime session of a model (see `Engine.load`). */
+/** The model's onnxruntime session, and on WebGPU the probe graph's (see `Engine.load`). */
 const SESSION = 'model';
 const PROBE_SESSION = 'probe';
 
@@ -224,10 +224,10 @@ export class Engine {
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
     };
-    const probeSession = separateProbe
-      ? () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind).model
+    const probeGraph = separateProbe
+      ? { build: () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind).model, options: runOptions }
       : undefined;
-    return new Engine(dir, config, tokenizer, host, device, info, probeSession ? { build: probeSession, options: runOptions } : undefined);
+    return new Engine(dir, config, tokenizer, host, device, info, probeGraph);
   }
 
   /** The session a pass runs in: the model's, or on WebGPU for a probing pass the probe
