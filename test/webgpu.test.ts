@@ -14,6 +14,7 @@ import { Batcher } from '../src/core/batcher.js';
 import { Generation, generationModel, runGenerations, type SamplingParams } from '../src/requests/generate.js';
 import { resolveDevice } from '../src/engine/device.js';
 import { placements } from '../src/engine/placements.js';
+import { buildKvLayoutGraph } from '../src/engine/kv-layout.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
 import { GraphBuilder, type NormRows } from '../src/graph/builder.js';
 import { readModelConfig } from '../src/model/config.js';
@@ -106,6 +107,17 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
 // small to show it; a real model's (960–4096 hidden, 32,000+ logits) are not. The builder's
 // WebGPU forms sum a row alike whatever the pass's shape: for a layer's norms (4 rows or
 // more) the provider's fused kernels, for the final norm and log-softmax MatMul sums.
+maybe('WebGPU placements of the KV layout graph', () => {
+  it('every node of a layout (the flat index included: int32 Mul and Add) runs on the provider, and nothing waits for the device', async () => {
+    const model = buildKvLayoutGraph({ tensors: 4, kvHeads: 2, headDim: 16, dtype: 'float32' }, 4);
+    const placed = await placements(model, resolveDevice({ device: 'webgpu', threads: 1 }).sessionOptions, { waits: true });
+    expect(placed.byProvider.get('CPUExecutionProvider') ?? []).toEqual([]);
+    expect(placed.waits).toEqual([]);
+    const ops = new Set(placed.byProvider.get('WebGpuExecutionProvider')!.map((n) => n.op));
+    for (const op of ['Mul', 'Add', 'Concat', 'Gather']) expect(ops).toContain(op);
+  });
+});
+
 maybe('WebGPU reductions at real widths: a row alone is the bits it gets among others', () => {
   type Form = RowForm;
   const weight = (g: GraphBuilder, w: number, shift = 0) => g.constant('float32', [w], Array.from({ length: w }, (_, i) => 0.5 + (i % 7) / 7 - shift));

@@ -71,9 +71,9 @@ export async function placements(model: Uint8Array, options: ort.InferenceSessio
         else reject(new Error(`the placement check's session failed (${signal ?? `exit ${code}`}): ${lastError(text)}`));
       });
     });
-    const byProvider = parsePlacements(stderr);
-    if (byProvider.size === 0) throw new Error('the placement check found no "Node placements" in onnxruntime\'s verbose log');
     const decoded = onnxProto.onnx.ModelProto.decode(model);
+    const byProvider = parsePlacements(stderr, decoded.graph!);
+    if (byProvider.size === 0) throw new Error('the placement check found no "Node placements" in onnxruntime\'s verbose log');
     const floats = floatNodes(decoded.graph!);
     const cpu = byProvider.get('CPUExecutionProvider') ?? [];
     const cpuOps: Record<string, number> = {};
@@ -91,9 +91,13 @@ export async function placements(model: Uint8Array, options: ort.InferenceSessio
 }
 
 /** onnxruntime's verbose "Node placements" block: ` Node(s) placed on [EP]. Number of nodes: N`
- * followed by `  Op (name)` lines. */
-export function parsePlacements(log: string): Map<string, PlacedNode[]> {
+ * followed by `  Op (name)` lines; or, when every node went to one provider, the one line
+ * ` All nodes placed on [EP]. Number of nodes: N` (then the nodes are `graph`'s: a KV layout
+ * graph on WebGPU is all the provider's). */
+export function parsePlacements(log: string, graph?: Graph): Map<string, PlacedNode[]> {
   const out = new Map<string, PlacedNode[]>();
+  const all = /All nodes placed on \[(\w+)\]/.exec(log);
+  if (all) return out.set(all[1]!, (graph?.node ?? []).map((n) => ({ op: n.opType!, name: n.name! })));
   let current: PlacedNode[] | undefined;
   for (const line of log.split('\n')) {
     const header = /Node\(s\) placed on \[(\w+)\]/.exec(line);
