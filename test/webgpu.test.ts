@@ -323,6 +323,39 @@ maybe('the contracts on the device', () => {
     engine.dropPast(probed.present!);
   });
 
+  it('a decode step reads the step before it as it lies, with no layout of its past, one stream or several, and keeps the contracts', async () => {
+    const vocab = engine.config.vocabSize;
+    const r = rng(23);
+    // One stream of a 16-token prompt (the prompt's KV one whole piece), then three of
+    // different lengths (their pasts ragged).
+    for (const prompts of [[randomTokens(r, 16, vocab)], [randomTokens(r, 16, vocab), randomTokens(r, 9, vocab), randomTokens(r, 13, vocab)]]) {
+      const scorer = new Scorer(engine, { prefixCacheBytes: 2 ** 24 });
+      const batcher = new Batcher('m', scorer);
+      const before = await engine.laidOutKvBytes();
+      const steps = 12;
+      const together = await runGenerations(
+        prompts.map((p) => new Generation(generationModel(engine, scorer), p, { ...GREEDY, maxTokens: steps })),
+        (u, c) => batcher.submit(u, { continuing: c }).result,
+      );
+      const copied = (await engine.laidOutKvBytes()) - before;
+      // Laying out each step's past copies every row's whole past each step: step k of a
+      // row of p prompt tokens, p + k slots. Continuing the last step's keys as they lie, one
+      // stream lays out only its first step's new token, and ragged rows lay out again only
+      // when their slots grow past the last step's (one step in four).
+      const everyStep = prompts.reduce((n, p) => n + Array.from({ length: steps - 1 }, (_, k) => p.length + k + 1).reduce((a, b) => a + b, 0), 0);
+      expect(copied).toBeLessThan((everyStep * engine.kvBytesPerToken) / (prompts.length === 1 ? 50 : 2));
+      for (const [i, [choice]] of together.entries()) {
+        const seq = prompts[i]!.concat(choice!.tokens);
+        for (const [k, token] of choice!.tokens.entries()) {
+          const [score] = await directScoring(new Scorer(engine, { prefixSharing: false, prefixCacheBytes: 0 })).loglikelihood([
+            { context: seq.slice(0, prompts[i]!.length + k), continuations: [[token]] },
+          ]);
+          expect(choice!.logprobs[k]).toBe(score![0]!.tokenLogprobs[0]);
+        }
+      }
+    }
+  });
+
   it("a generated token's log-prob is the bits Score gives it on the device; batched = alone; cached = uncached", async () => {
     const vocab = engine.config.vocabSize;
     const r = rng(11);

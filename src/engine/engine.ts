@@ -411,6 +411,9 @@ export class Engine {
       // probes); the WebGPU scoring graph has none.
       ...(probing ? probeFeeds(req, P, T) : this.probeGraph ? {} : idleProbeFeeds(B, P + T)),
     };
+    // On WebGPU a kept pass of decode steps (four query slots or fewer) also returns its keys
+    // and values whole: the next step's past as it lies, with no layout run (session.ts).
+    if (this.device.kind === 'webgpu') feeds.full_slots = int64(BigInt64Array.from([BigInt(req.keepPresent && T <= 4 ? P + T : 0)]), [1]);
     if (c.rope?.long) {
       feeds.sequence_lengths = int64(
         BigInt64Array.from(req.rows, (r) => BigInt(r.sequenceLength ?? r.startPosition + r.tokens.length)),
@@ -530,7 +533,7 @@ function sessionOptions(weightsDir: string, device: ResolvedDevice, layers: numb
     extra: { session: { model_external_initializers_file_folder_path: weightsDir } },
   };
   if (device.kind === 'webgpu') {
-    const kv = Array.from({ length: layers }, (_, i) => [`new.${i}.key`, `new.${i}.value`]).flat();
+    const kv = Array.from({ length: layers }, (_, i) => [`new.${i}.key`, `new.${i}.value`, `full.${i}.key`, `full.${i}.value`]).flat();
     options.preferredOutputLocation = Object.fromEntries(kv.map((name) => [name, 'gpu-buffer']));
   }
   return options;

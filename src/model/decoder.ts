@@ -119,6 +119,9 @@ class DecoderBuilder extends ModelOps {
     g.input('shape_salt', 'bool', ['salt']);
     const pastLengths = g.input('past_lengths', 'int64', ['batch']);
     const pastRows = g.input('past_rows', 'int64', ['batch']);
+    // WebGPU: how many key slots of each layer's keys and values to return whole (`full.L.*`,
+    // the next decode step's past as it lies); 0 returns none.
+    const fullSlots = g.target === 'webgpu' ? g.input('full_slots', 'int64', [1]) : undefined;
 
     let x = g.scope('model', () => this.embed(inputIds, positionIds));
     const mask = g.scope('model/attn_mask', () => this.attentionMask(positionIds, keyPositions));
@@ -137,6 +140,13 @@ class DecoderBuilder extends ModelOps {
       x = this.tap ? g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, layer.hidden)) : layer.hidden;
       g.output(`new.${i}.key`, layer.newKey, kvType, ['batch', c.numKvHeads, 'seq', c.headDim]);
       g.output(`new.${i}.value`, layer.newValue, kvType, ['batch', c.numKvHeads, 'seq', c.headDim]);
+      if (fullSlots) {
+        g.scope(`model/layers.${i}/attn`, () => {
+          const whole = (t: string, name: string) => this.kvOut(g.node('Slice', [t, g.ints([0]), fullSlots, g.ints([2])], { name }));
+          g.output(`full.${i}.key`, whole(layer.keys, 'full_keys'), kvType, ['batch', c.numKvHeads, 'full', c.headDim]);
+          g.output(`full.${i}.value`, whole(layer.values, 'full_values'), kvType, ['batch', c.numKvHeads, 'full', c.headDim]);
+        });
+      }
     }
     // A tap's statistics come beside the log-probs: one pass answers both.
     if (this.tap) g.scope('model', () => this.tap!.end());
@@ -266,7 +276,7 @@ class DecoderBuilder extends ModelOps {
     const afterAttn = g.node('Add', [x, maybeNorm('attnOut', attn.out)], { name: 'attn_residual' });
     const mlp = g.scope('mlp', () => this.mlp(prefix, maybeNorm('mlpIn', afterAttn), i));
     const hidden = g.node('Add', [afterAttn, maybeNorm('mlpOut', mlp)], { name: 'mlp_residual' });
-    return { hidden, newKey: this.kvOut(attn.newKey), newValue: this.kvOut(attn.newValue) };
+    return { hidden, newKey: this.kvOut(attn.newKey), newValue: this.kvOut(attn.newValue), keys: attn.keys, values: attn.values };
   }
 
   // Grouped-query attention without repeating K/V: queries are laid out
@@ -327,7 +337,7 @@ class DecoderBuilder extends ModelOps {
     ctx = g.node('Transpose', [ctx], { name: 'context_layout', attrs: { perm: [0, 3, 1, 2, 4] } });
     ctx = g.node('Reshape', [ctx, g.ints([0, 0, c.numHeads * D])], { name: 'merge_heads' });
     const out = this.linear(prefix + this.spec.o, ctx, c.numHeads * D, c.hiddenSize, c.bias.o, 'o_proj');
-    return { out, newKey: k, newValue: v };
+    return { out, newKey: k, newValue: v, keys: allKeys, values: allValues };
   }
 
   //   separate: h ─► q_proj, k_proj, v_proj

@@ -85,7 +85,8 @@ type KvTensor = ort.Tensor & { data: Float32Array | Uint16Array };
  * past again: the graph returns only the new tokens' KV. */
 type Parts = KvTensor[][];
 type KvEntry =
-  | { kind: 'laidOut'; parts: Parts }
+  // `pieces`: on the device, the kept pieces a gather laid it out from, row by row.
+  | { kind: 'laidOut'; parts: Parts; pieces?: KvPieceRef[][] }
   | { kind: 'extended'; parts: Parts; pastSlots: number; pastRows: number[]; pastLengths: number[]; fresh: KvTensor[] }
   // On the device, a few slots of one kept tensor per layer and kind, kept as they lie
   // (`parts` is those tensors): one row of `length` slots, its first `count` from slots
@@ -93,6 +94,16 @@ type KvEntry =
   | { kind: 'view'; parts: Parts; row: number; offset: number; count: number; length: number };
 
 const sessions = new Map<string, ort.InferenceSession>();
+/** On the device, the keys and values whole of the last kept pass of decode steps
+ * (`full.L.*`, every layer's key then value; row b its past then its new tokens), with the
+ * pieces its rows' pasts were gathered from and its new KV: the next step's past, when that
+ * step's rows are these rows' pieces and each its new tokens (`gather`). One at a time. */
+let latestFull: { tensors: KvTensor[]; pieces: KvPieceRef[][]; fresh: KvTensor; slots: number } | undefined;
+function setLatestFull(next: typeof latestFull): void {
+  if (latestFull) unhold(latestFull.tensors);
+  latestFull = next;
+  if (next) hold(next.tensors);
+}
 const pasts = new Map<number, KvEntry>();
 let nextHandle = 1;
 /** KV bytes copied into layouts since the thread started. */
@@ -471,6 +482,7 @@ async function run(r: RunRequest): Promise<RunResult> {
     feeds.shape_salt = shapeSalt(feeds);
     const fetches = [...r.fetches];
     if (r.keepPresent) for (let i = 0; i < r.numLayers; i++) fetches.push(`new.${i}.key`, `new.${i}.value`);
+    if (r.keepPresent && deviceKv) for (let i = 0; i < r.numLayers; i++) fetches.push(`full.${i}.key`, `full.${i}.value`);
     const out = await session.run(feeds, deviceKv ? session.outputNames : fetches);
     const outputs: Record<string, HostTensor> = {};
     for (const name of r.fetches) outputs[name] = plain(out[name]!);
@@ -489,6 +501,7 @@ async function run(r: RunRequest): Promise<RunResult> {
     const fresh: KvTensor[] = [];
     for (let i = 0; i < r.numLayers; i++) fresh.push(out[`new.${i}.key`] as KvTensor, out[`new.${i}.value`] as KvTensor);
     moved.presentKv = deviceKv ? hostBytes(fresh) : 0;
+    if (deviceKv) keepFull(r, out, fresh, rows);
     const parts = [past, recent].filter((p) => slotsOf(p[0]!) > 0);
     const present = keep(
       parts.length === 0
@@ -499,6 +512,45 @@ async function run(r: RunRequest): Promise<RunResult> {
   } finally {
     unhold(fed);
   }
+}
+
+/** A kept pass's keys and values whole (`full.L.*`, returned by passes of decode steps) as
+ * the next step's past, when its rows' pasts were gathered from kept pieces, row b from row
+ * b; else they are freed. */
+function keepFull(r: RunRequest, out: Record<string, ort.Tensor>, fresh: KvTensor[], rows: number[]): void {
+  const full: KvTensor[] = [];
+  for (let i = 0; i < r.numLayers; i++) full.push(out[`full.${i}.key`] as KvTensor, out[`full.${i}.value`] as KvTensor);
+  const fed = r.past === undefined ? undefined : pasts.get(r.past);
+  const pieces = fed?.kind === 'laidOut' ? fed.pieces : undefined;
+  if (slotsOf(full[0]!) > 0 && pieces && pieces.length === rows.length && rows.every((row, b) => row === b)) {
+    setLatestFull({ tensors: full, pieces, fresh: fresh[0]!, slots: slotsOf(full[0]!) });
+  } else {
+    for (const t of full) if (t.location === 'gpu-buffer') t.dispose();
+  }
+}
+
+/** The last decode pass's keys and values whole, if `rows` are its rows continued: row b
+ * the pieces row b's past came from, then row b's new tokens (a view of the pass's new KV),
+ * and `length` slots fit in them. */
+function fullFor(rows: KvPieceRef[][], length: number): KvTensor[] | undefined {
+  const f = latestFull;
+  if (!f || rows.length !== f.pieces.length || f.slots < length) return undefined;
+  const same = (a: KvPieceRef, b: KvPieceRef) => a.handle === b.handle && a.row === b.row && a.offset === b.offset && a.count === b.count;
+  const continued = rows.every((pieces, b) => {
+    const last = pieces.at(-1);
+    const kv = last && pasts.get(last.handle);
+    const before = f.pieces[b]!;
+    return (
+      kv?.kind === 'view' &&
+      kv.parts[0]![0] === f.fresh &&
+      kv.row === b &&
+      kv.offset === 0 &&
+      last!.offset === 0 &&
+      pieces.length === before.length + 1 &&
+      before.every((p, k) => same(p, pieces[k]!))
+    );
+  });
+  return continued ? f.tensors : undefined;
 }
 
 /** Row `row` of a one-part laid-out entry as a tensor of its own: on the host a view of its
@@ -523,6 +575,8 @@ async function rowView(kv: KvEntry & { kind: 'laidOut' }, row: number): Promise<
 // after it (the tokens generated since): a decode step with a 1900-token past copied 61 MiB
 // outside the graph before it ran (measured: the gather 8–25 ms of a 40 ms step).
 async function gather(rows: KvPieceRef[][], length: number): Promise<{ handle: number }> {
+  const whole = deviceKv ? fullFor(rows, length) : undefined;
+  if (whole) return { handle: keep({ kind: 'laidOut', parts: [whole], pieces: rows }) };
   const [first, ...rest] = rows[0]!;
   const kv = first && kept(first.handle);
   const view = deviceKv && rows.length === 1 && rest.length === 0 && first ? viewOf(first) : undefined;
@@ -530,8 +584,8 @@ async function gather(rows: KvPieceRef[][], length: number): Promise<{ handle: n
   if (view) entry = { ...view, length };
   else if (rows.length === 1 && kv?.kind === 'laidOut' && kv.parts.length === 1 && first!.offset === 0 && first!.count === width(kv)) {
     const base = await rowView(kv, first!.row);
-    entry = { kind: 'laidOut', parts: rest.length > 0 ? [base, await layOut([rest], length - first!.count, kv)] : [base] };
-  } else entry = { kind: 'laidOut', parts: [await layOut(rows, length, kept(rows.flat()[0]!.handle))] };
+    entry = { kind: 'laidOut', parts: rest.length > 0 ? [base, await layOut([rest], length - first!.count, kv)] : [base], ...(deviceKv ? { pieces: rows } : {}) };
+  } else entry = { kind: 'laidOut', parts: [await layOut(rows, length, kept(rows.flat()[0]!.handle))], ...(deviceKv ? { pieces: rows } : {}) };
   return { handle: keep(entry) };
 }
 
@@ -579,6 +633,7 @@ async function handle(msg: SessionMessage): Promise<unknown> {
     case 'keptTensors':
       return { count: holders.size };
     case 'release':
+      latestFull = undefined;
       for (const t of holders.keys()) if (t.location === 'gpu-buffer') t.dispose();
       holders.clear();
       pasts.clear();
