@@ -7,6 +7,7 @@
 //
 // Skips, saying so, where no Vulkan driver is installed (.ci/run installs lavapipe).
 import fs from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, type ForwardRequest, type PastKV } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
@@ -24,7 +25,7 @@ import { rng } from '../src/common/random.js';
 import { maxOf } from '../src/common/sequences.js';
 import { loadModel } from '../src/serving/repository.js';
 import { CtxprobeServer } from '../src/server.js';
-import { FAMILY_FIXTURES, makeFixture, type Fixture } from './fixtures.js';
+import { FAMILY_FIXTURES, makeFixture, tempDir, type Fixture } from './fixtures.js';
 import { rowsThatDiffer, type RowForm } from './row-bits.js';
 import { postJson, scrape } from './helpers.js';
 import { serveCli } from './cli-serve.js';
@@ -448,6 +449,27 @@ maybe('--gpu-buffer-cache, as an operator sets it', () => {
       (e) => e,
     );
     expect(refused.message).toMatch(/gpuBufferCache \(--gpu-buffer-cache\) is a setting of device webgpu, not cpu/);
+  });
+  it('gpuBufferCache in a model file of the repository (--models) takes effect; a value it does not know, or the key on a CPU model, is refused naming it', async () => {
+    const dir = tempDir('gpu-cache-repo');
+    const model = makeFixture(FAMILY_FIXTURES.llama!).dir;
+    fs.writeFileSync(path.join(dir, 'gpu.json'), JSON.stringify({ name: 'gpu', path: model, device: 'webgpu', gpuBufferCache: 'simple' }));
+    const s = await serveCli('', ['--models', dir]);
+    try {
+      const loaded = s.lines.find((l) => l.event === 'model_loaded')!;
+      expect([loaded.model, loaded.gpuBufferCache, loaded.maxBatchTokens]).toEqual(['gpu', 'simple', 8192]);
+    } finally {
+      expect(await s.stop()).toBe(0);
+    }
+    const refusal = async (entry: object) => {
+      fs.writeFileSync(path.join(dir, 'gpu.json'), JSON.stringify({ name: 'gpu', path: model, ...entry }));
+      return serveCli('', ['--models', dir]).then(
+        (served) => (served.stop(), new Error('it served')),
+        (e: Error) => e,
+      );
+    };
+    expect((await refusal({ device: 'webgpu', gpuBufferCache: 'huge' })).message).toMatch(/gpu\.json: gpuBufferCache must be equal to one of the allowed values/);
+    expect((await refusal({ device: 'cpu', gpuBufferCache: 'simple' })).message).toMatch(/gpuBufferCache \(--gpu-buffer-cache\) is a setting of device webgpu, not cpu/);
   });
 });
 
