@@ -320,22 +320,30 @@ if (only.has('profile')) {
   const runs = runsOf(events);
   const layoutRuns = profiles.filter((p) => !isModel(p)).flatMap(runsOf);
   const nodes = events.filter((e) => e.cat === 'Node' && e.name.endsWith('_kernel_time'));
-  const account = (name: string, window: Event[], device: Record<string, unknown>) => {
-    const byOp = new Map<string, { ms: number; count: number; provider: string }>();
-    for (const n of nodes) {
-      if (!window.some((r) => n.ts >= r.ts && n.ts <= r.ts + r.dur)) continue;
-      const key = `${n.args?.op_name}@${n.args?.provider === 'CPUExecutionProvider' ? 'cpu' : 'gpu'}`;
-      const a = byOp.get(key) ?? { ms: 0, count: 0, provider: '' };
-      a.ms += n.dur / 1000 / window.length;
-      a.count += 1 / window.length;
-      byOp.set(key, a);
+  /** Events of `runs` runs by `keyOf`, per run: milliseconds and count, the top 15 and the sums. */
+  const byOp = (events: Event[], runs: number, keyOf: (e: Event) => string) => {
+    const ops = new Map<string, { ms: number; count: number }>();
+    for (const e of events) {
+      const a = ops.get(keyOf(e)) ?? { ms: 0, count: 0 };
+      a.ms += e.dur / 1000 / runs;
+      a.count += 1 / runs;
+      ops.set(keyOf(e), a);
     }
-    const top = [...byOp.entries()].sort((x, y) => y[1].ms - x[1].ms).slice(0, 15);
+    const top = [...ops.entries()].sort((x, y) => y[1].ms - x[1].ms).slice(0, 15);
+    return {
+      ms: [...ops.values()].reduce((n, a) => n + a.ms, 0),
+      count: [...ops.values()].reduce((n, a) => n + a.count, 0),
+      top: Object.fromEntries(top.map(([k, a]) => [k, { ms: +a.ms.toFixed(2), count: +a.count.toFixed(1) }])),
+    };
+  };
+  const account = (name: string, window: Event[], device: Record<string, unknown>) => {
+    const inWindow = nodes.filter((n) => window.some((r) => n.ts >= r.ts && n.ts <= r.ts + r.dur));
+    const host = byOp(inWindow, window.length, (n) => `${n.args?.op_name}@${n.args?.provider === 'CPUExecutionProvider' ? 'cpu' : 'gpu'}`);
     line(name, {
       runs: window.length,
       msPerRun: +(window.reduce((n, r) => n + r.dur, 0) / 1000 / window.length).toFixed(2),
-      nodesPerRun: Math.round([...byOp.values()].reduce((n, a) => n + a.count, 0)),
-      topOpsMsPerRun: Object.fromEntries(top.map(([k, a]) => [k, { ms: +a.ms.toFixed(2), count: +a.count.toFixed(1) }])),
+      nodesPerRun: Math.round(host.count),
+      topOpsMsPerRun: host.top,
       ...device,
     });
   };
@@ -349,20 +357,9 @@ if (only.has('profile')) {
     perRun.at(-1)!.push(e);
   }
   const onDevice = (first: number, end: number) => {
-    const window = perRun.slice(first, end < 0 ? perRun.length + end : end);
-    const byOp = new Map<string, { ms: number; count: number }>();
-    for (const e of window.flat()) {
-      const key = e.name.split('&')[1] ?? e.name;
-      const a = byOp.get(key) ?? { ms: 0, count: 0 };
-      a.ms += e.dur / 1000 / window.length;
-      a.count += 1 / window.length;
-      byOp.set(key, a);
-    }
-    const top = [...byOp.entries()].sort((x, y) => y[1].ms - x[1].ms).slice(0, 15);
-    return {
-      deviceMsPerRun: +[...byOp.values()].reduce((n, a) => n + a.ms, 0).toFixed(2),
-      topDeviceOpsMsPerRun: Object.fromEntries(top.map(([k, a]) => [k, { ms: +a.ms.toFixed(2), count: +a.count.toFixed(1) }])),
-    };
+    const window = perRun.slice(first, end);
+    const device = byOp(window.flat(), window.length, (e) => e.name.split('&')[1] ?? e.name);
+    return { deviceMsPerRun: +device.ms.toFixed(2), topDeviceOpsMsPerRun: device.top };
   };
   account('profile_score_8x512', runs.slice(1, scoreRuns), perRun.length === runs.length ? onDevice(1, scoreRuns) : {});
   // The generation's runs: its prompt, then one a token; the last 24 are decode steps.

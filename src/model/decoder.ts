@@ -299,8 +299,8 @@ class DecoderBuilder extends ModelOps {
     // norms come first, on the heads.
     const rotateProjections = rope?.kind === 'fused' && qNorm?.over !== 'head' && kNorm?.over !== 'head';
     if (rope && rotateProjections) {
-      q = g.scope('q_rope', () => this.applyRope(q, rope, 3, c.numHeads));
-      k = g.scope('k_rope', () => this.applyRope(k, rope, 3, kv));
+      q = g.scope('q_rope', () => this.applyRope(q, rope, { rank: 3, heads: c.numHeads }));
+      k = g.scope('k_rope', () => this.applyRope(k, rope, { rank: 3, heads: kv }));
     }
     q = g.node('Reshape', [q, g.ints([0, 0, kv, group, D])], { name: 'q_heads' });
     k = g.node('Reshape', [k, g.ints([0, 0, kv, D])], { name: 'k_heads' });
@@ -319,8 +319,8 @@ class DecoderBuilder extends ModelOps {
               sin: g.node('Unsqueeze', [rope.sin, g.ints([1])], { name: 'sin_5d' }),
             }
           : rope;
-      q = g.scope('q_rope', () => this.applyRope(q, qRope, 5));
-      k = g.scope('k_rope', () => this.applyRope(k, rope, 4));
+      q = g.scope('q_rope', () => this.applyRope(q, qRope, { rank: 5 }));
+      k = g.scope('k_rope', () => this.applyRope(k, rope, { rank: 4 }));
     }
     // Each row's past, then its new slots, then padding (past.ts: how, and why).
     const dims = [{ dtype: this.dt, dims: ['batch', c.numKvHeads, 'total', D] }];
@@ -364,21 +364,23 @@ class DecoderBuilder extends ModelOps {
     }
   }
 
-  // x is q [B,kv,G,T,D] (rank 5, its tables made 5-D by the caller) or k [B,kv,T,D] (rank 4).
+  // x is q [B,kv,G,T,D] (rank 5, its tables made 5-D by the caller), k [B,kv,T,D] (rank 4), or
+  // on WebGPU either as its projection [B,T,heads·D] (rank 3).
   //   tables: x ─┬─ Mul(cos) ──────────────────────────────────┐
   //              └─ Split(halves) ─► Concat(-x2, x1) ─ Mul(sin) ─ Add ─► rotated
   //     Partial rotary (Phi-3): x ─Split─► [first R dims, the rest] ─► rotate the first ─Concat(rest)─►
-  //   fused:  x [B,T,heads·D] (rank 3, `heads` given) or x ─Reshape [B,heads,T,D]─►
+  //   fused:  x [B,T,heads·D] (rank 3) or x ─Reshape [B,heads,T,D]─►
   //           RotaryEmbedding(positions, caches, R) ─Reshape─► (the rest of D passes through)
-  private applyRope(x: string, t: Rope, rank: 3 | 4 | 5, heads3?: number): string {
+  private applyRope(x: string, t: Rope, layout: { rank: 3; heads: number } | { rank: 4 | 5 }): string {
     const { g, c } = this;
     switch (t.kind) {
       case 'fused': {
+        const { rank } = layout;
         const heads = rank === 5 ? g.node('Reshape', [x, g.ints([0, c.numHeads, -1, c.headDim])], { name: 'heads' }) : x;
         const rotated = g.node('RotaryEmbedding', [heads, t.positions, t.cosCache, t.sinCache], {
           name: 'rotated',
           domain: 'com.microsoft',
-          attrs: { interleaved: 0, num_heads: rank === 3 ? heads3! : rank === 5 ? c.numHeads : c.numKvHeads, rotary_embedding_dim: t.rotaryDim },
+          attrs: { interleaved: 0, num_heads: layout.rank === 3 ? layout.heads : rank === 5 ? c.numHeads : c.numKvHeads, rotary_embedding_dim: t.rotaryDim },
         });
         return rank === 5 ? g.node('Reshape', [rotated, g.ints([0, c.numKvHeads, c.numHeads / c.numKvHeads, -1, c.headDim])], { name: 'groups' }) : rotated;
       }
