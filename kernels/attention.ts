@@ -37,11 +37,11 @@ export type HeatRows =
     };
 
 //   want_heatmap ─Where(T, 1)─Range─► rows;  want_heatmap ─Cast─► keep
-// (T read off the position ids, a feed: the shape of a device tensor is a wait for it.)
-function heatRows(g: GraphBuilder, wantHeatmap: string, positionIds: string): HeatRows {
+// (T is the graph's size.seq, a host input: the shape of a device tensor is a wait for it.)
+function heatRows(g: GraphBuilder, wantHeatmap: string): HeatRows {
   if (g.target !== 'webgpu') return { kind: 'if' };
   return g.scope('heat_rows', () => {
-    const T = g.node('Squeeze', [g.node('Shape', [positionIds], { name: 'rows_dim', attrs: { start: 1, end: 2 } }), g.ints([0])], { name: 'rows' });
+    const T = g.node('Squeeze', [g.size('seq'), g.ints([0])], { name: 'rows' });
     const count = g.node('Where', [g.node('Squeeze', [wantHeatmap, g.ints([0])], { name: 'want' }), T, g.int(1)], { name: 'count' });
     return {
       kind: 'rows',
@@ -89,7 +89,6 @@ export function probeInputs(
   rawHeads: string,
   rawQueries: string,
   wantHeatmap: string,
-  positionIds: string,
 ): ProbeInputs {
   return g.scope('probe_inputs', () => {
     const bins = g.node('Squeeze', [numBins, g.ints([0])], { name: 'bins_scalar' });
@@ -117,7 +116,7 @@ export function probeInputs(
       rawHeads,
       rawQueries,
       wantHeatmap,
-      heatRows: heatRows(g, wantHeatmap, positionIds),
+      heatRows: heatRows(g, wantHeatmap),
     };
   });
 }

@@ -30,7 +30,7 @@ export function probeTap(): DecoderTap {
       const rawHeads = g.input('raw_heads', 'int64', ['raw_heads']);
       const rawQueries = g.input('raw_queries', 'int64', ['raw_queries']);
       const wantHeatmap = g.input('want_heatmap', 'bool', [1]);
-      inputs = probeInputs(g, keyBin, queryRows, queryWeight, numBins, rawHeads, rawQueries, wantHeatmap, model.positionIds);
+      inputs = probeInputs(g, keyBin, queryRows, queryWeight, numBins, rawHeads, rawQueries, wantHeatmap);
     },
 
     attentionProbs(_layer, probs) {

@@ -50,9 +50,9 @@ const continuations = (r: () => number, n: number, first: number, step: number, 
   });
 
 /** The graph as `Engine.load` builds it for `device`, and the options it creates it with. */
-function graphFor(fx: Fixture, target: 'cpu' | 'webgpu', dtype: 'float32' | 'float16' = 'float32') {
+function graphFor(fx: Fixture, target: 'cpu' | 'webgpu', dtype: 'float32' | 'float16' = 'float32', tap = true) {
   const config = readModelConfig(fx.dir);
-  const graph = buildDecoderGraph(config, new SafetensorsCheckpoint(fx.dir), dtype, probeTap(), target);
+  const graph = buildDecoderGraph(config, new SafetensorsCheckpoint(fx.dir), dtype, tap ? probeTap() : undefined, target);
   const device = resolveDevice({ device: 'webgpu', threads: 1 });
   return {
     model: graph.model,
@@ -99,6 +99,22 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
     expect((placed.byProvider.get('WebGpuExecutionProvider') ?? []).length).toBeGreaterThan(100);
     // The MatMuls are the device's.
     expect(placed.byProvider.get('WebGpuExecutionProvider')!.some((n) => n.op === 'MatMul')).toBe(true);
+  });
+
+  // Each host value a device kernel reads is a staging buffer made and copied on every run,
+  // the costliest node of a decode step on the host (index-feeds.ts). The scoring graph's
+  // index feeds (ids, positions, slots, rows) go up as one; its past comes as device tensors.
+  it.each(Object.keys(FAMILY_FIXTURES))('%s: the scoring graph takes one upload a pass, its index feeds, and no other host value reaches a device kernel', async (family) => {
+    const fx = makeFixture(FAMILY_FIXTURES[family]!);
+    const { model, options } = graphFor(fx, 'webgpu', 'float32', false);
+    const placed = await placements(model, options, { waits: true });
+    // A mixture of experts reads its routing back (above) and sends each expert's rows up.
+    const moe = readModelConfig(fx.dir).moe !== undefined;
+    const routing = (u: { name: string }) => moe && /\/mlp\/(experts\.\d+\/|expert_\d+_rows)/.test(u.name);
+    expect(placed.uploads!.filter((u) => !/^(past|recent)\.\d+\./.test(u.name) && !routing(u))).toEqual([{ op: 'input', name: 'index_feeds' }]);
+    if (moe) expect(placed.uploads!.filter(routing).length).toBeGreaterThan(0);
+    // What stays on the CPU otherwise is the shapes made of the size.* inputs.
+    else expect(placed.cpuOps).toEqual({ Concat: expect.any(Number) });
   });
 });
 

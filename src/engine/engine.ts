@@ -6,7 +6,7 @@ import { SessionHost, type HostTensor } from './session-host.js';
 import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
 import { readModelConfig } from '../model/config.js';
 import type { ModelConfig } from '../model/families.js';
-import { buildDecoderGraph } from '../model/decoder.js';
+import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, type DeviceOptions, type ResolvedDevice } from './device.js';
@@ -175,7 +175,7 @@ export class Engine {
     readonly device: ResolvedDevice,
     readonly info: EngineInfo,
     /** On WebGPU: the probe graph, for a session of its own made on the first probe. */
-    private readonly probeGraph?: { build: () => Uint8Array; options: Record<string, unknown> },
+    private readonly probeGraph?: { build: () => DecoderGraph; options: Record<string, unknown> },
   ) {}
 
   static async load(dir: string, options: DeviceOptions = {}): Promise<Engine> {
@@ -199,7 +199,10 @@ export class Engine {
       device.kind === 'webgpu' ? await placements(graph.model, runOptions).catch((e: Error) => gpuFailure(device, e)) : undefined;
     const host = new SessionHost();
     try {
-      await host.create(SESSION, graph.model, runOptions, device.kind === 'webgpu' ? deviceKv(config, device) : undefined);
+      await host.create(SESSION, graph.model, runOptions, {
+        ...(device.kind === 'webgpu' ? { deviceKv: deviceKv(config, device) } : {}),
+        indexFeeds: graph.indexFeeds,
+      });
     } catch (e) {
       await host.close();
       if (device.kind === 'webgpu') gpuFailure(device, e as Error);
@@ -225,7 +228,7 @@ export class Engine {
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
     };
     const probeGraph = separateProbe
-      ? { build: () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind).model, options: runOptions }
+      ? { build: () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind), options: runOptions }
       : undefined;
     return new Engine(dir, config, tokenizer, host, device, info, probeGraph);
   }
@@ -234,8 +237,9 @@ export class Engine {
    * graph's, made on first use. */
   private sessionFor(probing: boolean): Promise<string> {
     if (!probing || !this.probeGraph) return Promise.resolve(SESSION);
-    const { build, options } = this.probeGraph;
-    this.probeCreated ??= this.host.create(PROBE_SESSION, build(), options).then(
+    if (this.probeCreated) return this.probeCreated;
+    const graph = this.probeGraph.build();
+    this.probeCreated = this.host.create(PROBE_SESSION, graph.model, this.probeGraph.options, { indexFeeds: graph.indexFeeds }).then(
       () => PROBE_SESSION,
       (e: Error) => {
         this.probeCreated = undefined; // the next probe tries again
@@ -405,7 +409,10 @@ export class Engine {
       input_ids: int64(inputIds, [B, T]),
       position_ids: int64(positionIds, [B, T]),
       key_positions: int64(keyPositions, [B, P + T]),
-      past_lengths: int64(BigInt64Array.from(pastLengths, BigInt), [B]),
+      // WebGPU: each new token's key slot itself (past_lengths[b] + t), [B, T].
+      ...(this.device.kind === 'webgpu'
+        ? { new_slots: int64(BigInt64Array.from({ length: B * T }, (_, i) => BigInt(pastLengths[Math.floor(i / T)]! + (i % T))), [B, T]) }
+        : { past_lengths: int64(BigInt64Array.from(pastLengths, BigInt), [B]) }),
       ...this.scoreFeeds(req.scored, T, req.topK, req.next),
       // A graph with the probe tap reads its inputs on every pass (an idle row when none
       // probes); the WebGPU scoring graph has none.
@@ -467,7 +474,7 @@ export class Engine {
         bytes:
           this.device.kind === 'webgpu'
             ? {
-                inputs: inputBytes + moved.layoutIndex,
+                inputs: moved.inputs + moved.layoutIndex,
                 pastKv: moved.pastKv,
                 outputs: size(Object.values(out)),
                 presentKv: moved.presentKv,

@@ -31,8 +31,30 @@ export interface Placements {
    * onnxruntime inserted (`MemcpyToHost`, named by what it copies) and each If (its branch
    * runs as a subgraph, which waits as well). */
   waits?: PlacedNode[];
+  /** With `waits`: what a run copies from the host to the device, each its own staging
+   * buffer (onnxruntime's WebGPU provider; the costliest node of a decode step on the host,
+   * index-feeds.ts): the graph inputs a provider's node reads in device memory (copied as
+   * the run starts), and each `MemcpyFromHost` inserted (named by what it copies). */
+  uploads?: PlacedNode[];
   seconds: number;
 }
+
+/** Inputs the WebGPU provider's kernels read on the host (its kernel definitions' CPU
+ * memory inputs: shapes, axes, sizes, counts): a host tensor there is not copied. */
+const HOST_MEMORY_INPUTS: Record<string, number[]> = {
+  Reshape: [1],
+  Expand: [1],
+  Unsqueeze: [1],
+  Squeeze: [1],
+  Slice: [1, 2, 3, 4],
+  Split: [1],
+  Tile: [1],
+  TopK: [1],
+  Range: [0, 1, 2],
+  ReduceMax: [1],
+  ReduceSum: [1],
+  ReduceMean: [1],
+};
 
 const CHILD = `
 const [ortPath, modelPath, optionsPath, optimizedPath] = process.argv.slice(1);
@@ -82,7 +104,7 @@ export async function placements(model: Uint8Array, options: ort.InferenceSessio
       byProvider,
       floatOnCpu: cpu.filter((n) => floats.has(n.name)),
       cpuOps,
-      ...(waits && { waits: deviceWaits(onnxProto.onnx.ModelProto.decode(fs.readFileSync(optimizedPath)).graph!) }),
+      ...(waits && optimized(decoded.graph!, onnxProto.onnx.ModelProto.decode(fs.readFileSync(optimizedPath)).graph!, byProvider)),
       seconds: (performance.now() - started) / 1000,
     };
   } finally {
@@ -122,6 +144,22 @@ function floatNodes(graph: Graph, outer?: Map<string, string>, into = new Set<st
     for (const a of node.attribute ?? []) if (a.g) floatNodes(a.g, types, into);
   }
   return into;
+}
+
+/** What the optimized graph waits for and uploads (`Placements.waits`, `uploads`). */
+function optimized(graph: Graph, optimizedGraph: Graph, byProvider: Map<string, PlacedNode[]>): Pick<Placements, 'waits' | 'uploads'> {
+  const onCpu = new Set((byProvider.get('CPUExecutionProvider') ?? []).map((n) => n.name));
+  const inputs = new Set((graph.input ?? []).map((i) => i.name!));
+  const uploads: PlacedNode[] = [];
+  for (const node of graph.node ?? []) {
+    if (onCpu.has(node.name!)) continue;
+    const host = HOST_MEMORY_INPUTS[node.opType!] ?? [];
+    (node.input ?? []).forEach((name, slot) => {
+      if (inputs.has(name) && !host.includes(slot) && !uploads.some((u) => u.name === name)) uploads.push({ op: 'input', name });
+    });
+  }
+  for (const node of optimizedGraph.node ?? []) if (node.opType === 'MemcpyFromHost') uploads.push({ op: node.opType, name: node.input![0]! });
+  return { waits: deviceWaits(optimizedGraph), uploads };
 }
 
 /** The copies to the host and the Ifs of an optimized graph, branches included. */

@@ -10,6 +10,7 @@
 import type { Worker } from 'node:worker_threads';
 import { UnavailableError } from '../common/errors.js';
 import { startWorker } from '../workers/start.js';
+import type { IndexFeedPlan } from '../graph/index-feeds.js';
 import type { DeviceKv, KvPieceRef, RunRequest, RunResult, SessionMessage, SessionReply } from '../workers/session.js';
 
 // onnxruntime 1.30 starts Microsoft's telemetry client when it creates its environment (the
@@ -74,9 +75,9 @@ export class SessionHost {
     name: string,
     model: Uint8Array,
     options: Extract<SessionMessage, { op: 'create' }>['options'],
-    deviceKv?: DeviceKv,
+    more: { deviceKv?: DeviceKv; indexFeeds?: IndexFeedPlan } = {},
   ): Promise<void> {
-    return this.call({ op: 'create', name, model, options, ...(deviceKv ? { deviceKv } : {}) });
+    return this.call({ op: 'create', name, model, options, ...more });
   }
 
   run(run: RunRequest): Promise<RunResult> {

@@ -11,6 +11,7 @@
 // same value is one initializer wherever it is used.
 import onnxProto from 'onnx-proto';
 import { ONNX_DTYPE, ONNX_DTYPE_LABEL, f32ToF16, type DTypeName } from '../common/dtypes.js';
+import { INDEX_FEEDS, INDEX_FEED_SIZES, sizeInput, type IndexFeed, type IndexFeedPlan } from './index-feeds.js';
 
 const { onnx } = onnxProto;
 
@@ -65,6 +66,9 @@ export class GraphBuilder {
   private readonly constants = new Set<string>();
   /** Values renamed to the graph output they became (`output`): later uses follow. */
   private readonly renamed = new Map<string, string>();
+  /** WebGPU: the integer feeds that travel in `index_feeds`, and the dims read as `size.*`. */
+  private readonly indexFeeds: IndexFeed[] = [];
+  private readonly sizes: string[] = [];
 
   constructor(readonly target: GraphTarget = 'cpu') {}
 
@@ -160,6 +164,73 @@ export class GraphBuilder {
     return name;
   }
 
+  /** The element type of index values (ids, positions, rows) in this graph: int64, or on
+   * WebGPU int32, which its kernels compute in (index-feeds.ts). */
+  get indexType(): 'int32' | 'int64' {
+    return this.target === 'webgpu' ? 'int32' : 'int64';
+  }
+
+  /** An integer feed of a pass, in `indexType`: an int64 input, or on WebGPU a piece of the
+   * one int32 input `index_feeds` (its nodes are made at `encode`). */
+  indexInput(name: string, dims: (number | string)[]): string {
+    if (this.target !== 'webgpu') return this.input(name, 'int64', dims);
+    this.indexFeeds.push({ name, dims });
+    return `/model/index_feeds/${name}`;
+  }
+
+  /** A scalar constant in `indexType`. */
+  index(value: number): string {
+    return this.constant(this.indexType, [], [value]);
+  }
+
+  /** The size of named dim `dim` of the index feeds, int64 [1] on the host, on WebGPU (a
+   * Reshape's shape, a Slice's end): an input of its own, where a Shape of a device tensor
+   * would run on the CPU and wait for the device. */
+  size(dim: string): string {
+    if (this.target !== 'webgpu') throw new Error(`size(${dim}): a WebGPU graph's`);
+    const name = sizeInput(dim);
+    if (!this.sizes.includes(dim)) {
+      this.sizes.push(dim);
+      this.input(name, 'int64', [1]);
+    }
+    return name;
+  }
+
+  /** What `index_feeds` carries (empty off WebGPU, or with no index feeds). */
+  get indexFeedPlan(): IndexFeedPlan {
+    return { feeds: this.indexFeeds.map((f) => ({ ...f, dims: [...f.dims] })), sizes: [...this.sizes] };
+  }
+
+  //   index_feeds ─Split(index_feed_sizes)─► each feed (─Reshape(Concat(size.*))─► its rank)
+  private emitIndexFeeds(): void {
+    if (this.indexFeeds.length === 0 || this.inputs.some((i) => i.name === INDEX_FEEDS)) return;
+    const enclosing = this.nodes;
+    this.nodes = [];
+    this.scope('model/index_feeds', () => {
+      const total = this.input(INDEX_FEEDS, 'int32', ['index_feed_length']);
+      const sizes = this.input(INDEX_FEED_SIZES, 'int64', [this.indexFeeds.length]);
+      const split = this.nodeN('Split', 'split', [total, sizes], { outputs: this.indexFeeds.length, attrs: { axis: 0 } });
+      const splitNode = this.nodes.at(-1)!;
+      const shapes = new Map<string, string>();
+      this.indexFeeds.forEach((f, i) => {
+        const value = `/model/index_feeds/${f.name}`;
+        if (f.dims.length === 1) {
+          splitNode.output[i] = value;
+          return;
+        }
+        const key = f.dims.join(',');
+        let shape = shapes.get(key);
+        if (!shape) {
+          const parts = f.dims.map((d) => (typeof d === 'number' ? this.ints([d]) : this.size(d)));
+          shape = this.node('Concat', parts, { name: `shape_${f.dims.join('_')}`, attrs: { axis: 0 } });
+          shapes.set(key, shape);
+        }
+        this.nodes.push(onnx.NodeProto.create({ name: value, opType: 'Reshape', input: [split[i]!, shape], output: [value] }));
+      });
+    });
+    this.nodes = [...this.nodes, ...enclosing];
+  }
+
   /** Declare `value` a graph output under `name`. A node's value is renamed in place (its
    * consumers follow): an Identity would copy it on every run whether or not anyone
    * fetches it (measured: 6.8 of a 40 ms decode step with a 1900-token past went to
@@ -187,7 +258,7 @@ export class GraphBuilder {
   }
 
   /** A small constant, named by its type, shape and value: one initializer per value. */
-  constant(dtype: 'float32' | 'float16' | 'int64', dims: number[], values: ArrayLike<number>): string {
+  constant(dtype: 'float32' | 'float16' | 'int64' | 'int32', dims: number[], values: ArrayLike<number>): string {
     const list = Array.from(values);
     const shown = dims.length === 0 ? String(list[0]) : `[${list.join(', ')}]`;
     const shape = dims.length > 1 ? `${dims.join('x')}/` : '';
@@ -447,6 +518,7 @@ export class GraphBuilder {
   /** Serialise as an ONNX model (IR 10, opset 21 unless asked — bench/attention-ops.ts
    * tries opset 23's Attention — + com.microsoft). */
   encode(graphName: string, opset = 21): Uint8Array {
+    this.emitIndexFeeds();
     const model = onnx.ModelProto.create({
       irVersion: 10,
       producerName: 'ctxprobe',

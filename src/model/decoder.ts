@@ -28,11 +28,16 @@
 //   top_k         [1]    int64
 //   next_rows     [M]    int64    scored positions whose whole distribution is fetched (generation)
 //   shape_salt    [h]    bool     unread; its length is a hash of the pass's shapes (session-host.ts)
+// On WebGPU the index feeds (ids, positions, rows) are int32 pieces of one input,
+// `index_feeds`, with `size.<dim>` inputs for the dims the host side reads
+// (graph/index-feeds.ts); new_slots [B, T] (past_lengths[b] + t) replaces past_lengths, and
+// full_slots [1] int64 asks for each layer's keys and values whole (full.L.*).
 // Outputs: logprobs [N], greedy [N], topk_logprobs [N, k], topk_ids [N, k], next_logprobs [M, vocab],
 //   new.L.key / new.L.value [B, kv_heads, T, head_dim]: the new tokens' KV only. The past
 //   is already where the caller keeps it; returning it again cost a copy of the whole
 //   past per pass (measured at a 1900-token past, batch 1: 46 → 30 ms a pass).
 import { GraphBuilder, type ExternalTensor, type GraphTarget } from '../graph/builder.js';
+import type { IndexFeedPlan } from '../graph/index-feeds.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import type { MlpSpec, ModelConfig, RopeSpec } from './families.js';
 import { logprobKernel } from '../../kernels/logprobs.js';
@@ -64,8 +69,6 @@ export interface DecoderTap {
 export interface TapModel {
   config: ModelConfig;
   allowed: string;
-  /** [B, T] int64 position ids, a feed: the pass's shape, read on the host. */
-  positionIds: string;
   /** A float32 value in the compute dtype. */
   toCompute(x: string): string;
 }
@@ -74,6 +77,8 @@ export interface DecoderGraph {
   model: Uint8Array;
   weightsDir: string;
   nodeCount: number;
+  /** WebGPU: the feeds that travel in `index_feeds` (empty elsewhere). */
+  indexFeeds: IndexFeedPlan;
 }
 
 export function buildDecoderGraph(
@@ -85,7 +90,8 @@ export function buildDecoderGraph(
 ): DecoderGraph {
   const b = new DecoderBuilder(config, weights, dtype, tap, target);
   b.build();
-  return { model: b.g.encode(`ctxprobe/${config.modelType}`), weightsDir: weights.weightsDir, nodeCount: b.g.nodeCount };
+  const model = b.g.encode(`ctxprobe/${config.modelType}`);
+  return { model, weightsDir: weights.weightsDir, nodeCount: b.g.nodeCount, indexFeeds: b.g.indexFeedPlan };
 }
 
 /** How q and k are rotated: by explicit ops over cos/sin rows gathered once a pass (CPU,
@@ -113,12 +119,15 @@ class DecoderBuilder extends ModelOps {
 
   build(): void {
     const { g, c } = this;
-    const inputIds = g.input('input_ids', 'int64', ['batch', 'seq']);
-    const positionIds = g.input('position_ids', 'int64', ['batch', 'seq']);
-    const keyPositions = g.input('key_positions', 'int64', ['batch', 'total']);
+    // Index feeds are int64, or on WebGPU int32 pieces of one upload (index-feeds.ts).
+    const inputIds = g.indexInput('input_ids', ['batch', 'seq']);
+    const positionIds = g.indexInput('position_ids', ['batch', 'seq']);
+    const keyPositions = g.indexInput('key_positions', ['batch', 'total']);
     g.input('shape_salt', 'bool', ['salt']);
-    const pastLengths = g.input('past_lengths', 'int64', ['batch']);
-    const pastRows = g.input('past_rows', 'int64', ['batch']);
+    // WebGPU reads each new token's key slot as fed (past_lengths[b] + t: the engine's);
+    // CPU and CUDA make them from past_lengths, which their layout Ifs also read.
+    const pastLengths = g.target === 'webgpu' ? g.indexInput('new_slots', ['batch', 'seq']) : g.input('past_lengths', 'int64', ['batch']);
+    const pastRows = g.indexInput('past_rows', ['batch']);
     // WebGPU: how many key slots of each layer's keys and values to return whole (`full.L.*`,
     // the next decode step's past as it lies); 0 returns none.
     const fullSlots = g.target === 'webgpu' ? g.input('full_slots', 'int64', [1]) : undefined;
@@ -126,11 +135,11 @@ class DecoderBuilder extends ModelOps {
     let x = g.scope('model', () => this.embed(inputIds, positionIds));
     const mask = g.scope('model/attn_mask', () => this.attentionMask(positionIds, keyPositions));
     // longrope: each row's whole-sequence length picks its frequencies.
-    const sequenceLengths = c.rope?.long ? g.input('sequence_lengths', 'int64', ['batch']) : undefined;
+    const sequenceLengths = c.rope?.long ? g.indexInput('sequence_lengths', ['batch']) : undefined;
     const rope = c.rope ? g.scope('model/rotary', () => this.rotaryTables(positionIds, c.rope!, '/model/rotary', sequenceLengths)) : undefined;
     // Gemma 3: the sliding layers rotate with their own frequencies.
     const localRope = c.localRope ? g.scope('model/rotary_local', () => this.rotaryTables(positionIds, c.localRope!, '/model/rotary_local')) : rope;
-    if (this.tap) g.scope('model', () => this.tap!.begin(g, { config: c, allowed: mask.allowed, positionIds, toCompute: (v) => this.fromFloat32(v) }));
+    if (this.tap) g.scope('model', () => this.tap!.begin(g, { config: c, allowed: mask.allowed, toCompute: (v) => this.fromFloat32(v) }));
     const kvType = kvDType(this.dt);
     const pastOf = pastInputs(g, c, this.dt, { inputIds, keyPositions, pastLengths, pastRows });
 
@@ -151,10 +160,10 @@ class DecoderBuilder extends ModelOps {
     // A tap's statistics come beside the log-probs: one pass answers both.
     if (this.tap) g.scope('model', () => this.tap!.end());
 
-    const scoreRows = g.input('score_rows', 'int64', ['scored']);
-    const targetIds = g.input('target_ids', 'int64', ['scored']);
+    const scoreRows = g.indexInput('score_rows', ['scored']);
+    const targetIds = g.indexInput('target_ids', ['scored']);
     const topK = g.input('top_k', 'int64', [1]);
-    const nextRows = g.input('next_rows', 'int64', ['next']);
+    const nextRows = g.indexInput('next_rows', ['next']);
     const k = g.scope('model', () => logprobKernel(g, this.head(x, scoreRows), c.vocabSize, targetIds, topK, nextRows));
     g.output('logprobs', k.logprobs, 'float32', ['scored']);
     g.output('greedy', k.greedy, 'bool', ['scored']);
@@ -207,7 +216,7 @@ class DecoderBuilder extends ModelOps {
     const q = g.node('Unsqueeze', [positionIds, g.ints([2])], { name: 'query_positions' });
     const k = g.node('Unsqueeze', [keyPositions, g.ints([1])], { name: 'key_positions' });
     const causal = g.node('LessOrEqual', [k, q], { name: 'causal' });
-    const valid = g.node('GreaterOrEqual', [k, g.int(0)], { name: 'valid_keys' });
+    const valid = g.node('GreaterOrEqual', [k, g.index(0)], { name: 'valid_keys' });
     const allowed = g.node('And', [causal, valid], { name: 'allowed' });
     const bias = (mask: string, name: string) =>
       g.node('Unsqueeze', [g.node('Where', [mask, g.scalar(0), g.scalar(this.maskValue)], { name }), g.ints([1, 2])], {
@@ -217,7 +226,7 @@ class DecoderBuilder extends ModelOps {
     let windowed: string | undefined;
     if (c.slidingWindow !== undefined && sliding.some(Boolean)) {
       const distance = g.node('Sub', [q, k], { name: 'distance' });
-      const inWindow = g.node('Less', [distance, g.int(c.slidingWindow)], { name: 'in_window' });
+      const inWindow = g.node('Less', [distance, g.index(c.slidingWindow)], { name: 'in_window' });
       windowed = g.node('And', [allowed, inWindow], { name: 'allowed_in_window' });
     }
     const full = sliding.every(Boolean) ? undefined : bias(allowed, 'bias');
@@ -247,12 +256,14 @@ class DecoderBuilder extends ModelOps {
     if (variants.length > 1) {
       // Where, not Cast·P: WebGPU has a Cast to int64, and its result read back by the CPU's
       // Add was a wait for the device.
-      const isLong = g.node('Greater', [sequenceLengths!, g.int(rope.long!.originalMax)], { name: 'is_long' });
-      const offset = g.node('Unsqueeze', [g.node('Where', [isLong, g.int(P), g.int(0)], { name: 'table_offset' }), g.ints([1])], { name: 'table_offset_2d' });
+      const isLong = g.node('Greater', [sequenceLengths!, g.index(rope.long!.originalMax)], { name: 'is_long' });
+      const offset = g.node('Unsqueeze', [g.node('Where', [isLong, g.index(P), g.index(0)], { name: 'table_offset' }), g.ints([1])], { name: 'table_offset_2d' });
       index = g.node('Add', [positionIds, offset], { name: 'table_rows' });
     }
     if (g.target === 'webgpu') {
-      return { kind: 'fused', positions: index, cosCache: this.fromFloat32(cosT), sinCache: this.fromFloat32(sinT), rotaryDim: rope.rotaryDim };
+      // RotaryEmbedding takes int64 positions: cast once on the device for every layer.
+      const positions = g.cast(index, 'int64', g.indexType, 'positions_int64');
+      return { kind: 'fused', positions, cosCache: this.fromFloat32(cosT), sinCache: this.fromFloat32(sinT), rotaryDim: rope.rotaryDim };
     }
     const table = (t: string, what: string) => {
       const half = g.node('Gather', [t, index], { name: `${what}_half`, attrs: { axis: 0 } });

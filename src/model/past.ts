@@ -54,9 +54,11 @@ export function pastInputs(
   // Every layer's past has the same length: the conditions read it off layer 0's.
   const pastKey0 = g.input('past.0.key', kvType, kvDims('past'));
   const recentKey0 = g.input('recent.0.key', kvType, kvDims('recent'));
-  const newSlots = g.scope('model/new_slots', () => slotsOfNew(g, c, v.inputIds, v.pastLengths));
+  // WebGPU: v.pastLengths is the new slots themselves ([B, T], fed), and the sizes are the
+  // graph's `size.*` inputs (a Shape of a device tensor runs on the CPU and waits for it).
+  const newSlots = g.scope('model/new_slots', () => (g.target === 'webgpu' ? expandSlots(g, c, v.pastLengths) : slotsOfNew(g, c, v.inputIds, v.pastLengths)));
   const keySlots = () => g.node('Shape', [v.keyPositions], { name: 'key_slots', attrs: { start: 1, end: 2 } });
-  const layout: Layout = g.target === 'webgpu' ? { kind: 'scatter', keySlots: g.scope('model/new_slots', keySlots) } : branchConditions(g, pastKey0, recentKey0, v, keySlots);
+  const layout: Layout = g.target === 'webgpu' ? { kind: 'scatter', keySlots: g.size('total') } : branchConditions(g, pastKey0, recentKey0, v, keySlots);
   return (i) => ({
     key: [i === 0 ? pastKey0 : g.input(`past.${i}.key`, kvType, kvDims('past')), i === 0 ? recentKey0 : g.input(`recent.${i}.key`, kvType, kvDims('recent'))],
     value: [g.input(`past.${i}.value`, kvType, kvDims('past')), g.input(`recent.${i}.value`, kvType, kvDims('recent'))],
@@ -121,6 +123,13 @@ function slotsOfNew(g: GraphBuilder, c: ModelConfig, inputIds: string, pastLengt
     attrs: { axis: 0 },
   });
   return g.node('Expand', [g.node('Unsqueeze', [at, g.ints([1, 3])], { name: 'slots_4d' }), shape], { name: 'slots_kv' });
+}
+
+// The fed slots as ScatterElements' indices for every head and dimension:
+//   new_slots [B,T] ─Unsqueeze─► [B,1,T,1] ─Expand(B, kv, T, D)─► [B,kv,T,D]
+function expandSlots(g: GraphBuilder, c: ModelConfig, slots: string): string {
+  const shape = g.node('Concat', [g.size('batch'), g.ints([c.numKvHeads]), g.size('seq'), g.ints([c.headDim])], { name: 'kv_shape', attrs: { axis: 0 } });
+  return g.node('Expand', [g.node('Unsqueeze', [slots, g.ints([1, 3])], { name: 'slots_4d' }), shape], { name: 'slots_kv' });
 }
 
 // One layer's keys (or values), [B, kv_heads, S, head_dim]: each row's past, then its new

@@ -3,6 +3,7 @@
 // runs the whole pass on the calling thread).
 import { parentPort, workerData } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
+import { packIndexFeeds, type Int64Feed, type IndexFeedPlan } from '../graph/index-feeds.js';
 
 /** A feed or an output: element type, dimensions, values. */
 export interface HostTensor {
@@ -34,10 +35,11 @@ export interface RunRequest {
 export interface RunResult {
   outputs: Record<string, HostTensor>;
   present?: number;
-  /** Bytes that crossed between host and device for the past fed (host-held KV given to a
-   * GPU session; on the CPU the session reads it in place), the present kept, and the
-   * layout indices uploaded for this pass. */
-  moved: { pastKv: number; presentKv: number; layoutIndex: number };
+  /** Bytes that crossed between host and device: the feeds besides the past as the session
+   * took them (index feeds packed), the past fed (host-held KV given to a GPU session; on
+   * the CPU the session reads it in place), the present kept, and the layout indices
+   * uploaded for this pass. */
+  moved: { inputs: number; pastKv: number; presentKv: number; layoutIndex: number };
 }
 
 /** Kept KV on the GPU (the WebGPU provider): the model session's new keys and values stay
@@ -61,7 +63,7 @@ export interface KvPieceRef {
 
 /** What the host asks, and what each answers. */
 export type SessionMessage =
-  | { op: 'create'; name: string; model: Uint8Array; options: ort.InferenceSession.SessionOptions; deviceKv?: DeviceKv }
+  | { op: 'create'; name: string; model: Uint8Array; options: ort.InferenceSession.SessionOptions; deviceKv?: DeviceKv; indexFeeds?: IndexFeedPlan }
   | { op: 'run'; run: RunRequest }
   | { op: 'gather'; rows: KvPieceRef[][]; length: number }
   | { op: 'gatherEach'; layouts: { rows: KvPieceRef[][]; length: number }[] }
@@ -94,6 +96,8 @@ type KvEntry =
   | { kind: 'view'; parts: Parts; row: number; offset: number; count: number; length: number };
 
 const sessions = new Map<string, ort.InferenceSession>();
+/** Sessions whose graphs take their index feeds as one input (graph/index-feeds.ts). */
+const indexFeedPlans = new Map<string, IndexFeedPlan>();
 /** On the device, the keys and values whole of the last kept pass of decode steps
  * (`full.L.*`, every layer's key then value; row b its past then its new tokens), with the
  * pieces its rows' pasts were gathered from and its new KV: the next step's past, when that
@@ -480,6 +484,15 @@ async function run(r: RunRequest): Promise<RunResult> {
       feeds[`recent.${i}.value`] = recent[2 * i + 1]!;
     }
     feeds.shape_salt = shapeSalt(feeds);
+    const plan = indexFeedPlans.get(r.session);
+    if (plan) {
+      const packed = packIndexFeeds(plan, feeds as Record<string, Int64Feed>);
+      for (const f of plan.feeds) delete feeds[f.name];
+      for (const [name, t] of Object.entries(packed)) feeds[name] = new ort.Tensor(t.type, t.data, t.dims);
+    }
+    // What goes up with the pass besides its past: the feeds as fed (index feeds packed),
+    // but for the salt, which no node reads.
+    const inputBytes = hostBytes(Object.entries(feeds).filter(([name, t]) => name !== 'shape_salt' && !fed.includes(t as KvTensor)).map(([, t]) => t));
     const fetches = [...r.fetches];
     if (r.keepPresent) for (let i = 0; i < r.numLayers; i++) fetches.push(`new.${i}.key`, `new.${i}.value`);
     if (r.keepPresent && deviceKv) for (let i = 0; i < r.numLayers; i++) fetches.push(`full.${i}.key`, `full.${i}.value`);
@@ -495,7 +508,7 @@ async function run(r: RunRequest): Promise<RunResult> {
       for (const name of session.outputNames) if (!fetches.includes(name) && out[name]?.location === 'gpu-buffer') out[name]!.dispose();
     // The layouts' slot maps since the last pass: this pass's past (laid out by a gather
     // before it, or here) and the prefix cache's segments of the pass before.
-    const moved = { pastKv: deviceKv ? hostBytes([...past, ...recent]) : 0, presentKv: 0, layoutIndex: layoutIndexBytes };
+    const moved = { inputs: inputBytes, pastKv: deviceKv ? hostBytes([...past, ...recent]) : 0, presentKv: 0, layoutIndex: layoutIndexBytes };
     layoutIndexBytes = 0;
     if (!r.keepPresent) return { outputs, moved };
     const fresh: KvTensor[] = [];
@@ -609,6 +622,7 @@ async function handle(msg: SessionMessage): Promise<unknown> {
   switch (msg.op) {
     case 'create':
       sessions.set(msg.name, await ort.InferenceSession.create(msg.model, msg.options));
+      if (msg.indexFeeds && msg.indexFeeds.feeds.length > 0) indexFeedPlans.set(msg.name, msg.indexFeeds);
       if (msg.deviceKv) deviceKv = msg.deviceKv;
       return {};
     case 'run':
