@@ -56,7 +56,7 @@ describe('index feeds', () => {
     const gpu = buildDecoderGraph(config, ckpt, 'float32', undefined, 'webgpu');
     const names = gpu.indexFeeds.feeds.map((f) => f.name);
     expect(names).toEqual(
-      ['input_ids', 'position_ids', 'key_positions', 'new_slots', 'past_rows', ...(config.rope?.long ? ['sequence_lengths'] : []), 'score_rows', 'target_ids', 'next_rows'],
+      ['input_ids', 'position_ids', 'key_positions', ...(config.rope?.long ? ['sequence_lengths'] : []), 'kv_rows', 'kv_steps', 'score_rows', 'target_ids', 'next_rows'],
     );
     const inputs = onnxProto.onnx.ModelProto.decode(gpu.model).graph!.input!.map((i) => i.name!);
     for (const name of names) expect(inputs).not.toContain(name);

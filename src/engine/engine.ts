@@ -409,10 +409,8 @@ export class Engine {
       input_ids: int64(inputIds, [B, T]),
       position_ids: int64(positionIds, [B, T]),
       key_positions: int64(keyPositions, [B, P + T]),
-      // WebGPU: each new token's key slot itself (past_lengths[b] + t), [B, T].
-      ...(this.device.kind === 'webgpu'
-        ? { new_slots: int64(BigInt64Array.from({ length: B * T }, (_, i) => BigInt(pastLengths[Math.floor(i / T)]! + (i % T))), [B, T]) }
-        : { past_lengths: int64(BigInt64Array.from(pastLengths, BigInt), [B]) }),
+      // WebGPU's graph reads where its keys lie from the session thread (kv_rows, kv_steps).
+      ...(this.device.kind === 'webgpu' ? {} : { past_lengths: int64(BigInt64Array.from(pastLengths, BigInt), [B]) }),
       ...this.scoreFeeds(req.scored, T, req.topK, req.next),
       // A graph with the probe tap reads its inputs on every pass (an idle row when none
       // probes); the WebGPU scoring graph has none.

@@ -148,11 +148,12 @@ function floatNodes(graph: Graph, outer?: Map<string, string>, into = new Set<st
 
 /** What the optimized graph waits for and uploads (`Placements.waits`, `uploads`). */
 function optimized(graph: Graph, optimizedGraph: Graph, byProvider: Map<string, PlacedNode[]>): Pick<Placements, 'waits' | 'uploads'> {
-  const onCpu = new Set((byProvider.get('CPUExecutionProvider') ?? []).map((n) => n.name));
+  // The nodes a device provider took (a node in neither list was optimized away).
+  const onDevice = new Set([...byProvider].flatMap(([provider, nodes]) => (provider === 'CPUExecutionProvider' ? [] : nodes.map((n) => n.name))));
   const inputs = new Set((graph.input ?? []).map((i) => i.name!));
   const uploads: PlacedNode[] = [];
   for (const node of graph.node ?? []) {
-    if (onCpu.has(node.name!)) continue;
+    if (!onDevice.has(node.name!)) continue;
     const host = HOST_MEMORY_INPUTS[node.opType!] ?? [];
     (node.input ?? []).forEach((name, slot) => {
       if (inputs.has(name) && !host.includes(slot) && !uploads.some((u) => u.name === name)) uploads.push({ op: 'input', name });

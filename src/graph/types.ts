@@ -31,6 +31,7 @@ const SAME_AS_INPUT: Record<string, number> = {
       'Neg',
       'Sqrt',
       'Max',
+      'Min',
       'Sigmoid',
       'Tanh',
       'Exp',

@@ -30,8 +30,9 @@
 //   shape_salt    [h]    bool     unread; its length is a hash of the pass's shapes (session-host.ts)
 // On WebGPU the index feeds (ids, positions, rows) are int32 pieces of one input,
 // `index_feeds`, with `size.<dim>` inputs for the dims the host side reads
-// (graph/index-feeds.ts); new_slots [B, T] (past_lengths[b] + t) replaces past_lengths, and
-// full_slots [1] int64 asks for each layer's keys and values whole (full.L.*).
+// (graph/index-feeds.ts); past_lengths and past_rows give way to kv_rows [B, 4] and
+// kv_steps [4], where each key slot's K/V lies (past.ts: keySources); and full_slots [1]
+// int64 asks for each layer's keys and values whole (full.L.*).
 // Outputs: logprobs [N], greedy [N], topk_logprobs [N, k], topk_ids [N, k], next_logprobs [M, vocab],
 //   new.L.key / new.L.value [B, kv_heads, T, head_dim]: the new tokens' KV only. The past
 //   is already where the caller keeps it; returning it again cost a copy of the whole
@@ -124,10 +125,12 @@ class DecoderBuilder extends ModelOps {
     const positionIds = g.indexInput('position_ids', ['batch', 'seq']);
     const keyPositions = g.indexInput('key_positions', ['batch', 'total']);
     g.input('shape_salt', 'bool', ['salt']);
-    // WebGPU reads each new token's key slot as fed (past_lengths[b] + t: the engine's);
-    // CPU and CUDA make them from past_lengths, which their layout Ifs also read.
-    const pastLengths = g.target === 'webgpu' ? g.indexInput('new_slots', ['batch', 'seq']) : g.input('past_lengths', 'int64', ['batch']);
-    const pastRows = g.indexInput('past_rows', ['batch']);
+    // CPU and CUDA lay keys out by Ifs over past_lengths and past_rows; WebGPU by a Gather
+    // of rows whose sources the session thread describes (past.ts: kv_rows, kv_steps).
+    const branchFeeds =
+      g.target === 'webgpu'
+        ? undefined
+        : { inputIds, keyPositions, pastLengths: g.input('past_lengths', 'int64', ['batch']), pastRows: g.input('past_rows', 'int64', ['batch']) };
     // WebGPU: how many key slots of each layer's keys and values to return whole (`full.L.*`,
     // the next decode step's past as it lies); 0 returns none.
     const fullSlots = g.target === 'webgpu' ? g.input('full_slots', 'int64', [1]) : undefined;
@@ -141,7 +144,7 @@ class DecoderBuilder extends ModelOps {
     const localRope = c.localRope ? g.scope('model/rotary_local', () => this.rotaryTables(positionIds, c.localRope!, '/model/rotary_local')) : rope;
     if (this.tap) g.scope('model', () => this.tap!.begin(g, { config: c, allowed: mask.allowed, toCompute: (v) => this.fromFloat32(v) }));
     const kvType = kvDType(this.dt);
-    const pastOf = pastInputs(g, c, this.dt, { inputIds, keyPositions, pastLengths, pastRows });
+    const pastOf = pastInputs(g, c, this.dt, branchFeeds);
 
     for (let i = 0; i < c.numLayers; i++) {
       const past = pastOf(i);

@@ -14,18 +14,18 @@ export interface Past {
   /** The past's two parts (past, recent), each [B', kv_heads, ·, head_dim]. */
   key: [string, string];
   value: [string, string];
-  /** [B, kv_heads, T, head_dim] int64: the key slot of each new token's K/V. */
-  newSlots: string;
-  /** [B] int64: the past row each row continues. */
-  rows: string;
   layout: Layout;
 }
 
-/** How keys are laid out: by the If that fits the pass (CPU, CUDA), or one path that fits
- * every pass (WebGPU, where an If costs a wait for the device: `placeKv`). */
+/** How keys are laid out: by the If that fits the pass (CPU, CUDA), or by one Gather of
+ * rows that fits every pass (WebGPU, where an If costs a wait for the device: `placeKv`). */
 export type Layout =
   | {
       kind: 'branches';
+      /** [B, kv_heads, T, head_dim] int64: the key slot of each new token's K/V. */
+      newSlots: string;
+      /** [B] int64: the past row each row continues. */
+      rows: string;
       /** bool scalar: some row's past is shorter than the pass's (its new slots move). */
       ragged: string;
       /** bool [1]: the past has fewer rows than the pass (rows read theirs by `rows`). */
@@ -36,36 +36,78 @@ export type Layout =
       roomy: string;
     }
   | {
-      kind: 'scatter';
-      /** [1] int64: the pass's key slots S (past slots + T). */
-      keySlots: string;
+      kind: 'gather';
+      /** [B, kv_heads, S] int32: the row of head_dim values each key slot reads, among the
+       * rows of past, recent and the new K/V end to end (`keySources`). */
+      sources: string;
+      headDim: number;
     };
 
-/** Declares the past inputs and the pass-wide conditions; `layer(i)` gives layer i's past. */
-export function pastInputs(
-  g: GraphBuilder,
-  c: ModelConfig,
-  dt: ComputeDType,
-  v: { inputIds: string; keyPositions: string; pastLengths: string; pastRows: string },
-): (layer: number) => Past {
+/** The feeds the CPU and CUDA layouts read (WebGPU's read `kv_rows` and `kv_steps`). */
+export interface BranchFeeds {
+  inputIds: string;
+  keyPositions: string;
+  pastLengths: string;
+  pastRows: string;
+}
+
+/** Declares the past inputs and the pass-wide layout; `layer(i)` gives layer i's past. */
+export function pastInputs(g: GraphBuilder, c: ModelConfig, dt: ComputeDType, v: BranchFeeds | undefined): (layer: number) => Past {
   const kvType = kvDType(dt);
   // The past may have fewer rows than the pass (rows sharing one): `past_batch`.
   const kvDims = (part: string) => ['past_batch', c.numKvHeads, part, c.headDim];
   // Every layer's past has the same length: the conditions read it off layer 0's.
   const pastKey0 = g.input('past.0.key', kvType, kvDims('past'));
   const recentKey0 = g.input('recent.0.key', kvType, kvDims('recent'));
-  // WebGPU: v.pastLengths is the new slots themselves ([B, T], fed), and the sizes are the
-  // graph's `size.*` inputs (a Shape of a device tensor runs on the CPU and waits for it).
-  const newSlots = g.scope('model/new_slots', () => (g.target === 'webgpu' ? expandSlots(g, c, v.pastLengths) : slotsOfNew(g, c, v.inputIds, v.pastLengths)));
-  const keySlots = () => g.node('Shape', [v.keyPositions], { name: 'key_slots', attrs: { start: 1, end: 2 } });
-  const layout: Layout = g.target === 'webgpu' ? { kind: 'scatter', keySlots: g.size('total') } : branchConditions(g, pastKey0, recentKey0, v, keySlots);
+  let layout: Layout;
+  if (!v) {
+    layout = { kind: 'gather', sources: g.scope('model/key_sources', () => keySources(g, c)), headDim: c.headDim };
+  } else {
+    const newSlots = g.scope('model/new_slots', () => slotsOfNew(g, c, v.inputIds, v.pastLengths));
+    const keySlots = () => g.node('Shape', [v.keyPositions], { name: 'key_slots', attrs: { start: 1, end: 2 } });
+    layout = { kind: 'branches', newSlots, rows: v.pastRows, ...branchConditions(g, pastKey0, recentKey0, v, keySlots) };
+  }
   return (i) => ({
     key: [i === 0 ? pastKey0 : g.input(`past.${i}.key`, kvType, kvDims('past')), i === 0 ? recentKey0 : g.input(`recent.${i}.key`, kvType, kvDims('recent'))],
     value: [g.input(`past.${i}.value`, kvType, kvDims('past')), g.input(`recent.${i}.value`, kvType, kvDims('recent'))],
-    newSlots,
-    rows: v.pastRows,
     layout,
   });
+}
+
+// WebGPU: where each key slot of each row and head comes from, once a pass for every layer
+// and for keys and values alike. The sources are the rows (of head_dim values) of past,
+// recent and the new K/V, end to end; row b's slot s reads
+//   s < past_length[b], s < P₀:  past   row (past_row[b]·kv + h)·P₀ + s
+//   s < past_length[b], s ≥ P₀:  recent row B'·kv·P₀ + (past_row[b]·kv + h)·P₁ + s − P₀
+//   otherwise:                   new    row B'·kv·(P₀+P₁) + (b·kv + h)·T + s − past_length[b]
+//                                (past a row's last new token, padding: masked, any row will
+//                                do, so clamped to the last)
+// The host feeds each row's [past_length, past base, recent base, new base] (`kv_rows`) and
+// [P₀, P₁, T, last row] (`kv_steps`): the session thread, which chooses past and recent.
+//   s = Range(S) ─┬─ Less(past_length) ─────────────────────────────┐
+//                 ├─ Less(P₀) ────────────────────────┐             │
+//   past base   + h·P₀ + s ─────────────────────Where─┘─► past rows ─Where─► [B, kv, S]
+//   recent base + h·P₁ + s ──────────────────────┘                  │
+//   new base    + h·T  + s ─Min(last row)───────────────────────────┘
+function keySources(g: GraphBuilder, c: ModelConfig): string {
+  const kvRows = g.indexInput('kv_rows', ['batch', 4]);
+  const kvSteps = g.indexInput('kv_steps', [4]);
+  const column = (t: string, n: number, name: string, axis: number, shape: number[]) =>
+    g.nodeN('Split', name, [t, g.ints(new Array<number>(n).fill(1))], { outputs: n, attrs: { axis } }).map((x, i) =>
+      g.node('Reshape', [x, g.ints(shape)], { name: `${name}_${i}` }),
+    );
+  const [pastLength, pastBase, recentBase, newBase] = column(kvRows, 4, 'rows', 1, [-1, 1, 1]) as [string, string, string, string];
+  const [p0, p1, t, last] = column(kvSteps, 4, 'steps', 0, [1, 1, 1]) as [string, string, string, string];
+  const S = g.cast(g.node('Squeeze', [g.size('total'), g.ints([0])], { name: 'slots' }), 'int32', 'int64', 'slots_int32');
+  const s = g.node('Reshape', [g.node('Range', [g.index(0), S, g.index(1)], { name: 'slot' }), g.ints([1, 1, -1])], { name: 'slot_3d' });
+  const heads = g.constant('int32', [1, c.numKvHeads, 1], Array.from({ length: c.numKvHeads }, (_, h) => h));
+  const rowOf = (base: string, step: string, name: string) =>
+    g.node('Add', [g.node('Add', [base, g.node('Mul', [heads, step], { name: `${name}_head_step` })], { name: `${name}_head` }), s], { name });
+  const fromPast = g.node('Where', [g.node('Less', [s, p0], { name: 'in_past' }), rowOf(pastBase, p0, 'past_row'), rowOf(recentBase, p1, 'recent_row')], {
+    name: 'past_or_recent',
+  });
+  const fromNew = g.node('Min', [rowOf(newBase, t, 'new_row'), last], { name: 'new_row_clamped' });
+  return g.node('Where', [g.node('Less', [s, pastLength], { name: 'is_past' }), fromPast, fromNew], { name: 'sources' });
 }
 
 /** The conditions the Ifs of `placeKv` read, computed once for every layer. */
@@ -75,7 +117,7 @@ function branchConditions(
   recentKey0: string,
   v: { inputIds: string; pastLengths: string },
   keySlots: () => string,
-): Layout {
+): Omit<Layout & { kind: 'branches' }, 'kind' | 'newSlots' | 'rows'> {
   //   past, recent ─Shape[2]─Add─► past slots
   //   past_lengths ─Less(past slots)─► [B] ─Cast─ReduceMax─Cast─► ragged (onnxruntime's CUDA
   //   kernels have no ReduceMin at opset 21, and no ReduceMax over bool)
@@ -104,7 +146,7 @@ function branchConditions(
   const special = g.scope('model/past_rows', () =>
     g.node('Not', [g.node('And', [g.node('Not', [ragged], { name: 'not_ragged' }), g.node('Not', [shared], { name: 'not_shared' })], { name: 'plain' })], { name: 'ragged_or_shared' }),
   );
-  return { kind: 'branches', ragged, shared, special, roomy };
+  return { ragged, shared, special, roomy };
 }
 
 // Where each row's new tokens go among its keys: slot past_lengths[b] + t.
@@ -123,13 +165,6 @@ function slotsOfNew(g: GraphBuilder, c: ModelConfig, inputIds: string, pastLengt
     attrs: { axis: 0 },
   });
   return g.node('Expand', [g.node('Unsqueeze', [at, g.ints([1, 3])], { name: 'slots_4d' }), shape], { name: 'slots_kv' });
-}
-
-// The fed slots as ScatterElements' indices for every head and dimension:
-//   new_slots [B,T] ─Unsqueeze─► [B,1,T,1] ─Expand(B, kv, T, D)─► [B,kv,T,D]
-function expandSlots(g: GraphBuilder, c: ModelConfig, slots: string): string {
-  const shape = g.node('Concat', [g.size('batch'), g.ints([c.numKvHeads]), g.size('seq'), g.ints([c.headDim])], { name: 'kv_shape', attrs: { axis: 0 } });
-  return g.node('Expand', [g.node('Unsqueeze', [slots, g.ints([1, 3])], { name: 'slots_4d' }), shape], { name: 'slots_kv' });
 }
 
 // One layer's keys (or values), [B, kv_heads, S, head_dim]: each row's past, then its new
@@ -164,25 +199,27 @@ function expandSlots(g: GraphBuilder, c: ModelConfig, slots: string): string {
 //                                            └─ then: Gather(past_rows) ─► ragged ─If─┬─ Concat ─ScatterElements─►
 //                                                                                     └─ Concat ─►
 export function placeKv(g: GraphBuilder, past: Past, before: string[], fresh: string, name: string, dims: Parameters<GraphBuilder['ifNode']>[3]): string {
-  const append = (parts: string[]) => g.node('Concat', [...parts, fresh], { name: 'append', attrs: { axis: 2 } });
-  const scatter = (into: string) => g.node('ScatterElements', [into, past.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } });
-  const rowPasts = () => before.map((t) => g.node('Gather', [t, past.rows], { name: 'row_past', attrs: { axis: 0 } }));
   const layout = past.layout;
   switch (layout.kind) {
-    case 'scatter':
+    case 'gather':
       // WebGPU: every If ran as a subgraph that waited for the device, about 1 ms each on
-      // an H100; a decode step took three nested ones a layer (ragged: its slots are
-      // rounded up to fours) and ran 0.23 s (bench/gpu.js, 2026-11-26). One path fits
-      // every pass, at a few more copies of the keys, which a GPU makes in microseconds:
-      //   past, recent ─Gather(past_rows)─┐
-      //   new ──────────────────────────Concat─Slice(S slots)─ScatterElements(new slots, new)─► keys
-      // (a past laid out with room already has S slots: the Slice drops the appended copy,
-      // and the scatter writes the new K/V into the room.)
+      // an H100; a decode step took three nested ones a layer and ran 0.23 s (bench/gpu.js,
+      // 2026-11-26). One path fits every pass: each key slot's row, wherever it lies
+      // (`keySources`, once a pass), gathered from the three sources end to end:
+      //   past, recent, new ─Reshape[-1, D]─Concat─► rows ─Gather(sources)─► [B, kv, S, D]
+      // Two nodes and two copies of the keys a tensor, where a Gather of the past's rows
+      // for each of past and recent, a Concat, a Slice to the pass's slots and a
+      // ScatterElements of the new K/V into them were five and four (every node a
+      // dispatch the host pays for: about 18 µs each on the H100).
       return g.scope(name, () => {
-        const slots = g.node('Slice', [append(rowPasts()), g.ints([0]), layout.keySlots, g.ints([2])], { name: 'key_slots' });
-        return scatter(slots);
+        const flat = (t: string, what: string) => g.node('Reshape', [t, g.ints([-1, layout.headDim])], { name: `${what}_rows` });
+        const rows = g.node('Concat', [flat(before[0]!, 'past'), flat(before[1]!, 'recent'), flat(fresh, 'new')], { name: 'rows', attrs: { axis: 0 } });
+        return g.node('Gather', [rows, layout.sources], { name: 'gather', attrs: { axis: 0 } });
       });
     case 'branches': {
+      const append = (parts: string[]) => g.node('Concat', [...parts, fresh], { name: 'append', attrs: { axis: 2 } });
+      const scatter = (into: string) => g.node('ScatterElements', [into, layout.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } });
+      const rowPasts = () => before.map((t) => g.node('Gather', [t, layout.rows], { name: 'row_past', attrs: { axis: 0 } }));
       const sharedPast = () => {
         const gathered = rowPasts();
         return g.ifNode('placed', layout.ragged, { then: () => [scatter(append(gathered))], else: () => [append(gathered)] }, dims);

@@ -463,6 +463,25 @@ async function pastFeeds(r: RunRequest): Promise<{ past: KvTensor[]; recent: KvT
   return { past: await layOut(rows, width(kv), kv), recent: empty(B), rows: identity };
 }
 
+/** Where a WebGPU pass's keys lie (the graph's `keySources`, past.ts), for its rows of
+ * past, recent and new K/V end to end, in rows of head_dim values: each row's
+ * [past length, past base, recent base, new base] (`kv_rows`) and [P₀, P₁, T, last row]
+ * (`kv_steps`). */
+function keySourceFeeds(r: RunRequest, past: KvTensor, recent: KvTensor, rows: number[], ids: readonly number[]): Record<string, ort.Tensor> {
+  const [B, T] = ids as [number, number];
+  const kv = past.dims[1]!;
+  const [P0, P1] = [slotsOf(past), slotsOf(recent)];
+  const pastRows = past.dims[0]! * kv * P0;
+  const recentRows = recent.dims[0]! * kv * P1;
+  const bases = new BigInt64Array(B * 4);
+  for (let b = 0; b < B; b++) {
+    const length = r.pastLengths[b]!;
+    bases.set([length, rows[b]! * kv * P0, pastRows + rows[b]! * kv * P1 - P0, pastRows + recentRows + b * kv * T - length].map(BigInt), 4 * b);
+  }
+  const steps = BigInt64Array.from([P0, P1, T, pastRows + recentRows + B * kv * T - 1], BigInt);
+  return { kv_rows: new ort.Tensor('int64', bases, [B, 4]), kv_steps: new ort.Tensor('int64', steps, [4]) };
+}
+
 const hostBytes = (ts: ort.Tensor[]) => ts.reduce((n, t) => n + (t.location === 'cpu' ? (t.data as ArrayBufferView).byteLength : 0), 0);
 
 async function run(r: RunRequest): Promise<RunResult> {
@@ -476,7 +495,9 @@ async function run(r: RunRequest): Promise<RunResult> {
   const fed = [...past, ...recent];
   hold(fed);
   try {
-    feeds.past_rows = new ort.Tensor('int64', BigInt64Array.from(rows, BigInt), [rows.length]);
+    const plan = indexFeedPlans.get(r.session);
+    if (plan?.feeds.some((f) => f.name === 'kv_rows')) Object.assign(feeds, keySourceFeeds(r, past[0]!, recent[0]!, rows, feeds.input_ids!.dims));
+    else feeds.past_rows = new ort.Tensor('int64', BigInt64Array.from(rows, BigInt), [rows.length]);
     for (let i = 0; i < r.numLayers; i++) {
       feeds[`past.${i}.key`] = past[2 * i]!;
       feeds[`past.${i}.value`] = past[2 * i + 1]!;
@@ -484,7 +505,6 @@ async function run(r: RunRequest): Promise<RunResult> {
       feeds[`recent.${i}.value`] = recent[2 * i + 1]!;
     }
     feeds.shape_salt = shapeSalt(feeds);
-    const plan = indexFeedPlans.get(r.session);
     if (plan) {
       const packed = packIndexFeeds(plan, feeds as Record<string, Int64Feed>);
       for (const f of plan.feeds) delete feeds[f.name];
