@@ -95,6 +95,15 @@ export function buildDecoderGraph(
   return { model, weightsDir: weights.weightsDir, nodeCount: b.g.nodeCount, indexFeeds: b.g.indexFeedPlan };
 }
 
+/** A layer's attention heads: q [B,kv,G,T,D], k and v [B,kv,T,D]; `scaled` when q already
+ * carries the attention's scale. */
+interface Heads {
+  q: string;
+  k: string;
+  v: string;
+  scaled: boolean;
+}
+
 /** How q and k are rotated: by explicit ops over cos/sin rows gathered once a pass (CPU,
  * CUDA), or, on WebGPU, by the provider's RotaryEmbedding kernel over the same tables:
  * one node instead of six per tensor, the same bits on lavapipe, and 6.9 against 24.1 ms
@@ -306,14 +315,14 @@ class DecoderBuilder extends ModelOps {
     // WebGPU, no q/k norms: q and k rotated as one tensor (heads below).
     const heads =
       g.target === 'webgpu' && rope?.kind === 'fused' && !qNorm && !kNorm ? this.jointHeads(prefix, h, rope) : this.separateHeads(prefix, h, rope);
-    const { q, k, v } = heads;
+    const { q, k, v, scaled } = heads;
     // Each row's past, then its new slots, then padding (past.ts: how, and why).
     const dims = [{ dtype: this.dt, dims: ['batch', c.numKvHeads, 'total', D] }];
     const allKeys = placeKv(g, past, past.key.map((t) => this.kvIn(t)), k, 'keys', dims);
     const allValues = placeKv(g, past, past.value.map((t) => this.kvIn(t)), v, 'values', dims);
     const keys = g.node('Unsqueeze', [allKeys, g.ints([2])], { name: 'keys_5d' });
     const values = g.node('Unsqueeze', [allValues, g.ints([2])], { name: 'values_5d' });
-    const scores = g.matMulT(q, keys, { name: 'scores', rank: 5, alpha: c.attentionScale, dtype: this.dt === 'float16' ? 'float16' : 'float32' });
+    const scores = g.matMulT(q, keys, { name: 'scores', rank: 5, alpha: scaled ? 1 : c.attentionScale, dtype: this.dt === 'float16' ? 'float16' : 'float32' });
     const capped = this.softcap(this.toFloat32(scores), c.attentionSoftcap, 'scores_softcap');
     const masked = g.node('Add', [capped, bias], { name: 'masked_scores' });
     const probs32 = g.node('Softmax', [masked], { name: 'probs', attrs: { axis: -1 } });
@@ -326,7 +335,7 @@ class DecoderBuilder extends ModelOps {
   }
 
   // q [B,kv,G,T,D], k and v [B,kv,T,D], each projected, normed and rotated on its own.
-  private separateHeads(prefix: string, h: string, rope: Rope | undefined): { q: string; k: string; v: string } {
+  private separateHeads(prefix: string, h: string, rope: Rope | undefined): Heads {
     const { g, c } = this;
     const D = c.headDim;
     const kv = c.numKvHeads;
@@ -363,21 +372,23 @@ class DecoderBuilder extends ModelOps {
       q = g.scope('q_rope', () => this.applyRope(q, qRope, { rank: 5 }));
       k = g.scope('k_rope', () => this.applyRope(k, rope, { rank: 4 }));
     }
-    return { q, k, v };
+    return { q, k, v, scaled: false };
   }
 
   // WebGPU, without q/k norms: the same heads from one product, q and k rotated as one
-  // tensor of heads + kv_heads heads and laid out by one Transpose: six dispatches where
-  // separate products, rotations and layouts were eight (the host pays about 18 µs a
-  // dispatch on the H100). Bits are not the CPU graph's (a wider product), as before.
-  //   h ─MatMul(W_q ‖ W_k ‖ W_v)─Split─► qk [B,T,(H+kv)·D], v [B,T,kv·D]
+  // tensor of heads + kv_heads heads and laid out by one Transpose, and the attention's
+  // scale in W_q (rotation is linear; a power of two, 1/8 at head_dim 64, scales exactly):
+  // six dispatches where separate products, rotations, layouts and the scores' scale were
+  // nine (the host pays about 18 µs a dispatch on the H100). Bits are not the CPU graph's
+  // (a wider product), as before.
+  //   h ─MatMul(W_q·scale ‖ W_k ‖ W_v)─Split─► qk [B,T,(H+kv)·D], v [B,T,kv·D]
   //   qk ─RotaryEmbedding(H+kv heads)─Reshape─Transpose─► [B,H+kv,T,D] ─Split─► q ─Reshape─► [B,kv,G,T,D]; k
   //   v ─Reshape─Transpose─► [B,kv,T,D]
-  private jointHeads(prefix: string, h: string, rope: Rope & { kind: 'fused' }): { q: string; k: string; v: string } {
+  private jointHeads(prefix: string, h: string, rope: Rope & { kind: 'fused' }): Heads {
     const { g, c } = this;
     const D = c.headDim;
     const [H, kv] = [c.numHeads, c.numKvHeads];
-    const qkv = this.qkvProduct(prefix, h);
+    const qkv = this.qkvProduct(prefix, h, c.attentionScale);
     const [qk, vFlat] = g.nodeN('Split', 'qk_v_split', [qkv, g.ints([(H + kv) * D, kv * D])], { outputs: 2, attrs: { axis: -1 } }) as [string, string];
     const rotated = g.scope('qk_rope', () => this.applyRope(qk, rope, { rank: 3, heads: H + kv }));
     const qkHeads = g.node('Transpose', [g.node('Reshape', [rotated, g.ints([0, 0, H + kv, D])], { name: 'qk_heads' })], {
@@ -387,41 +398,61 @@ class DecoderBuilder extends ModelOps {
     const [qHeads, k] = g.nodeN('Split', 'q_k_split', [qkHeads, g.ints([H, kv])], { outputs: 2, attrs: { axis: 1 } }) as [string, string];
     const q = g.node('Reshape', [qHeads, g.ints([0, kv, H / kv, -1, D])], { name: 'q_groups' });
     const v = g.node('Transpose', [g.node('Reshape', [vFlat, g.ints([0, 0, kv, D])], { name: 'v_heads' })], { name: 'v_layout', attrs: { perm: [0, 2, 1, 3] } });
-    return { q, k, v };
+    return { q, k, v, scaled: true };
   }
 
-  // h ─► [B, T, (H + 2·kv)·D]: the fused projection, or the three weights concatenated in
-  // the graph (onnxruntime folds the Concat at load, as it folds the weights' Transposes).
-  private qkvProduct(prefix: string, h: string): string {
+  // h ─► [B, T, (H + 2·kv)·D], its q columns scaled by `qScale`: one product against the
+  // weights joined in the graph, which onnxruntime folds at load as it folds the weights'
+  // Transposes (the fused projection's weight split into q and k‖v to scale q):
+  //   W_q ─Mul(qScale)─┐
+  //   W_k ‖ W_v ───────Concat─► W ─► h·Wᵀ (+ b, joined alike)
+  private qkvProduct(prefix: string, h: string, qScale: number): string {
     const { g, c } = this;
     const qkv = this.spec.qkv;
     const [qSize, kvSize] = [c.numHeads * c.headDim, c.numKvHeads * c.headDim];
-    const out = qSize + 2 * kvSize;
-    switch (qkv.kind) {
-      case 'fused':
-        return this.linear(prefix + qkv.qkv, h, c.hiddenSize, out, c.bias.qkv, 'qkv_proj');
-      case 'separate':
-        return g.scope('qkv_proj', () => {
-          const names = [qkv.q, qkv.k, qkv.v].map((n) => prefix + n);
-          const sizes = [qSize, kvSize, kvSize];
-          const joined = (what: 'weight' | 'bias', axis: number, shape: (size: number) => number[]) =>
-            g.node('Concat', names.map((n, i) => this.weight(`${n}.${what}`, shape(sizes[i]!))), { name: `joined_${what}`, attrs: { axis } });
-          let y: string;
-          switch (this.spec.linearLayout) {
-            case 'out_in':
-              y = g.matMulT(h, joined('weight', 0, (size) => [size, c.hiddenSize]));
-              break;
-            case 'in_out':
-              y = g.node('MatMul', [h, joined('weight', 1, (size) => [c.hiddenSize, size])]);
-              break;
-            default:
-              return unreachable(this.spec.linearLayout);
-          }
-          return c.bias.qkv ? g.node('Add', [y, joined('bias', 0, (size) => [size])], { name: 'bias' }) : y;
-        });
-      default:
-        return unreachable(qkv);
-    }
+    const layout = this.spec.linearLayout;
+    // A weight's output features are its rows (out_in) or its columns (in_out); a bias's are it.
+    const shapeOf = (what: 'weight' | 'bias', size: number) =>
+      what === 'bias' ? [size] : layout === 'out_in' ? [size, c.hiddenSize] : [c.hiddenSize, size];
+    const axisOf = (what: 'weight' | 'bias') => (what === 'bias' || layout === 'out_in' ? 0 : 1);
+    const joined = (what: 'weight' | 'bias') => {
+      const axis = axisOf(what);
+      let q: string;
+      let kv: string;
+      switch (qkv.kind) {
+        case 'fused':
+          [q, kv] = g.nodeN('Split', `split_${what}`, [this.weight(`${prefix}${qkv.qkv}.${what}`, shapeOf(what, qSize + 2 * kvSize)), g.ints([qSize, 2 * kvSize])], {
+            outputs: 2,
+            attrs: { axis },
+          }) as [string, string];
+          break;
+        case 'separate':
+          q = this.weight(`${prefix}${qkv.q}.${what}`, shapeOf(what, qSize));
+          kv = g.node('Concat', [this.weight(`${prefix}${qkv.k}.${what}`, shapeOf(what, kvSize)), this.weight(`${prefix}${qkv.v}.${what}`, shapeOf(what, kvSize))], {
+            name: `kv_${what}`,
+            attrs: { axis },
+          });
+          break;
+        default:
+          return unreachable(qkv);
+      }
+      const scaled = qScale === 1 ? q : g.node('Mul', [q, this.fromFloat32(g.scalar(qScale))], { name: `scaled_q_${what}` });
+      return g.node('Concat', [scaled, kv], { name: `joined_${what}`, attrs: { axis } });
+    };
+    return g.scope('qkv_proj', () => {
+      let y: string;
+      switch (layout) {
+        case 'out_in':
+          y = g.matMulT(h, joined('weight'));
+          break;
+        case 'in_out':
+          y = g.node('MatMul', [h, joined('weight')]);
+          break;
+        default:
+          return unreachable(layout);
+      }
+      return c.bias.qkv ? g.node('Add', [y, joined('bias')], { name: 'bias' }) : y;
+    });
   }
 
   //   separate: h ─► q_proj, k_proj, v_proj
