@@ -431,6 +431,23 @@ export class GraphBuilder {
     return this.node('Mul', [normed, scale()], { name: 'scaled' });
   }
 
+  /** x + skip, and its norm over the last axis: onnxruntime's SkipSimplifiedLayerNormalization
+   * (rms) or SkipLayerNormalization (layer), which give the sum and the normed sum in one
+   * dispatch. For WebGPU, float32, a layer's norms (rows `several`). Their mean and inverse
+   * deviation outputs are left unnamed, so not written.
+   *   x, skip ─Skip(Simplified)LayerNormalization─► normed, sum */
+  skipNorm(kind: 'rms' | 'layer', x: string, skip: string, gamma: string, beta: string | undefined, epsilon: number): { normed: string; sum: string } {
+    const op = kind === 'rms' ? 'SkipSimplifiedLayerNormalization' : 'SkipLayerNormalization';
+    const outs = this.nodeN(op, kind === 'rms' ? 'skip_rms_norm' : 'skip_layer_norm', kind === 'rms' ? [x, skip, gamma] : [x, skip, gamma, beta!], {
+      outputs: 4,
+      domain: 'com.microsoft',
+      attrs: { epsilon: float(epsilon) },
+    });
+    const node = this.nodes.at(-1)!;
+    node.output = [outs[0]!, '', '', outs[3]!];
+    return { normed: outs[0]!, sum: outs[3]! };
+  }
+
   /** LayerNorm over the last axis (of size `width`), in float32:
    *   cpu, cuda, and webgpu rows `several`: LayerNormalization
    *   webgpu rows `any`: x ─Sub(rowMean)─► centred ─Mul(self)─rowMean─Add(eps)─Sqrt─► Div ─Mul(weight)─Add(bias)─►

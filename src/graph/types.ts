@@ -61,6 +61,8 @@ const SAME_AS_INPUT: Record<string, number> = {
       'Range',
       'LayerNormalization',
       'SimplifiedLayerNormalization',
+      'SkipSimplifiedLayerNormalization',
+      'SkipLayerNormalization',
       'RotaryEmbedding',
       'ReduceLogSumExp',
     ].map((op) => [op, 0]),

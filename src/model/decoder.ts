@@ -95,6 +95,10 @@ export function buildDecoderGraph(
   return { model, weightsDir: weights.weightsDir, nodeCount: b.g.nodeCount, indexFeeds: b.g.indexFeedPlan };
 }
 
+/** The residual stream between layers: its value, or (WebGPU, float32) its two terms not
+ * yet added, which the next norm adds as it norms (`skipNorm`). */
+type Residual = { kind: 'sum'; sum: string } | { kind: 'pending'; base: string; delta: string };
+
 /** A layer's attention heads: q [B,kv,G,T,D], k and v [B,kv,T,D]; `scaled` when q already
  * carries the attention's scale. */
 interface Heads {
@@ -114,6 +118,8 @@ type Rope =
 
 class DecoderBuilder extends ModelOps {
   private readonly maskValue: number;
+  /** Residual adds and the norms after them as one node each (decoderLayer). */
+  private readonly fuseNorms: boolean;
 
   constructor(
     c: ModelConfig,
@@ -125,6 +131,7 @@ class DecoderBuilder extends ModelOps {
     super(c, source, dt, target);
     // Finite, so fully masked (padding) rows never produce NaN that 0·NaN could spread.
     this.maskValue = dt === 'float32' ? -1e30 : -1e4;
+    this.fuseNorms = target === 'webgpu' && dt === 'float32';
   }
 
   build(): void {
@@ -155,10 +162,15 @@ class DecoderBuilder extends ModelOps {
     const kvType = kvDType(this.dt);
     const pastOf = pastInputs(g, c, this.dt, branchFeeds);
 
+    let stream: Residual = { kind: 'sum', sum: x };
     for (let i = 0; i < c.numLayers; i++) {
       const past = pastOf(i);
-      const layer = g.scope(`model/layers.${i}`, () => this.decoderLayer(i, x, mask.biases[i]!, c.slidingLayers[i] ? localRope : rope, past));
-      x = this.tap ? g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, layer.hidden)) : layer.hidden;
+      const layer = g.scope(`model/layers.${i}`, () => this.decoderLayer(i, stream, mask.biases[i]!, c.slidingLayers[i] ? localRope : rope, past));
+      stream = layer.hidden;
+      if (this.tap && layer.hidden.kind === 'sum') {
+        const hidden = layer.hidden.sum;
+        stream = { kind: 'sum', sum: g.scope(`model/layers.${i}`, () => this.tap!.afterLayer(i, hidden)) };
+      }
       g.output(`new.${i}.key`, layer.newKey, kvType, ['batch', c.numKvHeads, 'seq', c.headDim]);
       g.output(`new.${i}.value`, layer.newValue, kvType, ['batch', c.numKvHeads, 'seq', c.headDim]);
       if (fullSlots) {
@@ -171,6 +183,8 @@ class DecoderBuilder extends ModelOps {
     }
     // A tap's statistics come beside the log-probs: one pass answers both.
     if (this.tap) g.scope('model', () => this.tap!.end());
+    const last = stream;
+    x = last.kind === 'sum' ? last.sum : g.scope(`model/layers.${c.numLayers - 1}`, () => g.node('Add', [last.base, last.delta], { name: 'mlp_residual' }));
 
     const scoreRows = g.indexInput('score_rows', ['scored']);
     const targetIds = g.indexInput('target_ids', ['scored']);
@@ -287,7 +301,10 @@ class DecoderBuilder extends ModelOps {
 
   //   x ─► (attn_in norm) ─► attention ─► (attn_out norm) ─► + ─► (mlp_in norm) ─► mlp ─► (mlp_out norm) ─► + ─► hidden
   //   └──────────────────────────────────────────────────────┘ └─────────────────────────────────────────┘
-  private decoderLayer(i: number, x: string, bias: string, rope: Rope | undefined, past: Past) {
+  // On WebGPU in float32 each residual + and the norm after it are one node (skipNorm): the
+  // layer's own, and across layers (hidden left as its two terms for the next layer's
+  // attn_in norm) unless a tap reads the hidden state.
+  private decoderLayer(i: number, x: Residual, bias: string, rope: Rope | undefined, past: Past) {
     const { g, c } = this;
     const prefix = this.spec.layerPrefix(i);
     const norms = this.spec.norms;
@@ -295,10 +312,34 @@ class DecoderBuilder extends ModelOps {
       const name = norms[role];
       return name ? g.scope(`${role}_norm`, () => this.norm(v, prefix + name, c.hiddenSize)) : v;
     };
-    const attn = g.scope('attn', () => this.attention(prefix, maybeNorm('attnIn', x), bias, rope, past, i));
-    const afterAttn = g.node('Add', [x, maybeNorm('attnOut', attn.out)], { name: 'attn_residual' });
-    const mlp = g.scope('mlp', () => this.mlp(prefix, maybeNorm('mlpIn', afterAttn), i));
-    const hidden = g.node('Add', [afterAttn, maybeNorm('mlpOut', mlp)], { name: 'mlp_residual' });
+    // A residual's sum and the norm of `role` over it: one node where both are pending.
+    const addNorm = (role: 'attnIn' | 'mlpIn', r: Residual, addName: string): { sum: string; normed: string } => {
+      if (r.kind === 'sum') return { sum: r.sum, normed: maybeNorm(role, r.sum) };
+      const name = norms[role];
+      if (name) return g.scope(`${role}_norm`, () => this.skipNorm(r.base, r.delta, prefix + name, c.hiddenSize));
+      const sum = g.node('Add', [r.base, r.delta], { name: addName });
+      return { sum, normed: sum };
+    };
+    // (the attn_in norm is named inside the attention's scope, as it always was)
+    let input = { sum: '', normed: '' };
+    const attn = g.scope('attn', () => {
+      input = addNorm('attnIn', x, 'residual_in');
+      return this.attention(prefix, input.normed, bias, rope, past, i);
+    });
+    const attnDelta = maybeNorm('attnOut', attn.out);
+    const residual: Residual = this.fuseNorms
+      ? { kind: 'pending', base: input.sum, delta: attnDelta }
+      : { kind: 'sum', sum: g.node('Add', [input.sum, attnDelta], { name: 'attn_residual' }) };
+    let afterAttn = { sum: '', normed: '' };
+    const mlp = g.scope('mlp', () => {
+      afterAttn = addNorm('mlpIn', residual, 'attn_residual');
+      return this.mlp(prefix, afterAttn.normed, i);
+    });
+    const mlpDelta = maybeNorm('mlpOut', mlp);
+    const hidden: Residual =
+      this.fuseNorms && !this.tap
+        ? { kind: 'pending', base: afterAttn.sum, delta: mlpDelta }
+        : { kind: 'sum', sum: g.node('Add', [afterAttn.sum, mlpDelta], { name: 'mlp_residual' }) };
     return { hidden, newKey: this.kvOut(attn.newKey), newValue: this.kvOut(attn.newValue), keys: attn.keys, values: attn.values };
   }
 

@@ -65,6 +65,23 @@ export class ModelOps {
     }
   }
 
+  // x + skip and its norm (as `norm`, rows `several`) in one node: WebGPU, float32 only.
+  protected skipNorm(x: string, skip: string, name: string, dim: number): { normed: string; sum: string } {
+    const { g, c } = this;
+    const weight = this.weight(`${name}.weight`, [dim], 'float32');
+    switch (this.spec.norm) {
+      case 'layer':
+        return g.skipNorm('layer', x, skip, weight, this.weight(`${name}.bias`, [dim], 'float32'), c.normEps);
+      case 'rms':
+      case 'rmsOffset': {
+        const scale = this.spec.norm === 'rmsOffset' ? g.node('Add', [weight, g.scalar(1)], { name: 'one_plus_weight' }) : weight;
+        return g.skipNorm('rms', x, skip, scale, undefined, c.normEps);
+      }
+      default:
+        return unreachable(this.spec.norm);
+    }
+  }
+
   //   x ─► x·Wᵀ (builder's matMulT) or MatMul(W) for Conv1D ─► (+ bias)
   protected linear(name: string, x: string, inFeatures: number, outFeatures: number, withBias: boolean, label: string): string {
     const { g } = this;
