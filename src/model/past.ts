@@ -3,8 +3,9 @@
 // layer), and the placement itself. The decoder's attention reads the result.
 //
 // Inputs (decoder.ts lists them all): past.L.* and recent.L.* [B', kv_heads, P₀ | P₁,
-// head_dim] (row b's past: the first past_lengths[b] slots of the two end to end),
-// past_lengths [B], past_rows [B], and key_positions [B, S] for the pass's key slots.
+// head_dim] (row b's past: the first past_lengths[b] slots of the two end to end); on CPU
+// and CUDA past_lengths [B], past_rows [B], and key_positions [B, S] for the pass's key
+// slots; on WebGPU kv_rows [B, 4] and kv_steps [4], where those slots lie (keySources).
 import type { GraphBuilder } from '../graph/builder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import type { ModelConfig } from './families.js';

@@ -677,6 +677,7 @@ async function handle(msg: SessionMessage): Promise<unknown> {
         await s.release();
       }
       sessions.clear();
+      indexFeedPlans.clear();
       layoutSessions.clear();
       return {};
     case 'exitForTest':
