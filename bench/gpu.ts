@@ -348,18 +348,22 @@ if (only.has('profile')) {
     });
   };
   // The device's own times (on WebGPU, timestamp queries: 'Api' events, one a program run,
-  // written after the run's nodes). They come in run order, each run's starting at the
-  // token embedding, which is every pass's first program.
+  // written after the run's nodes). They come in run order, each run's starting at every
+  // pass's first program: the split of its index feeds (index-feeds.ts), or in a graph
+  // without them the token embedding.
   const programs = events.filter((e) => e.cat === 'Api');
+  const first = programs.some((e) => e.name.startsWith('/model/index_feeds/split')) ? '/model/index_feeds/split' : '/model/embed_tokens';
   const perRun: Event[][] = [];
   for (const e of programs) {
-    if (e.name.startsWith('/model/embed_tokens') || perRun.length === 0) perRun.push([]);
+    if (e.name.startsWith(first) || perRun.length === 0) perRun.push([]);
     perRun.at(-1)!.push(e);
   }
   const onDevice = (first: number, end: number) => {
     const window = perRun.slice(first, end);
     const device = byOp(window.flat(), window.length, (e) => e.name.split('&')[1] ?? e.name);
-    return { deviceMsPerRun: +device.ms.toFixed(2), topDeviceOpsMsPerRun: device.top };
+    // Programs the device ran a run: the dispatches the host paid for (aliases such as
+    // Reshape are nodes with none).
+    return { deviceMsPerRun: +device.ms.toFixed(2), dispatchesPerRun: Math.round(device.count), topDeviceOpsMsPerRun: device.top };
   };
   account('profile_score_8x512', runs.slice(1, scoreRuns), perRun.length === runs.length ? onDevice(1, scoreRuns) : {});
   // The generation's runs: its prompt, then one a token; the last 24 are decode steps.
