@@ -54,12 +54,8 @@ export function buildKvLayoutGraph(shape: KvLayoutShape, sources: number): Uint8
   );
   for (let i = 0; i < shape.tensors; i++) {
     g.scope(`layout/tensor.${i}`, () => {
-      const rows = Array.from({ length: sources }, (_, j) => {
-        const src = g.input(`src.${i}.${j}`, type, [`rows_${j}`, H, `slots_${j}`, D]);
-        return g.node('Reshape', [src, g.ints([-1, D])], { name: `rows_${j}` });
-      });
-      const pool = g.node('Concat', [...rows, zero], { name: 'pool', attrs: { axis: 0 } });
-      const gathered = g.node('Gather', [pool, index], { name: 'gathered', attrs: { axis: 0 } });
+      const srcs = Array.from({ length: sources }, (_, j) => ({ value: g.input(`src.${i}.${j}`, type, [`rows_${j}`, H, `slots_${j}`, D]), name: `rows_${j}` }));
+      const gathered = g.gatherRows(srcs, [zero], index, D);
       g.output(`out.${i}`, g.node('Reshape', [gathered, outShape], { name: 'grid' }), type, ['rows', H, 'length', D]);
     });
   }

@@ -431,6 +431,17 @@ export class GraphBuilder {
     return this.node('Mul', [normed, scale()], { name: 'scaled' });
   }
 
+  /** Rows of `width` values, the sources' end to end, picked by a flat row index (int32):
+   *   source ─Reshape[-1, width]─► its rows ─┐ (rows as they are: no Reshape)
+   *   …                                      ─Concat(0)─► pool ─Gather(index)─►
+   * Two copies whatever the sources' layouts (a KV layout's pieces; on WebGPU a layer's
+   * past, recent and new keys): the index says where each output row lies. */
+  gatherRows(sources: { value: string; name: string }[], rows: string[], index: string, width: number): string {
+    const flat = sources.map((s) => this.node('Reshape', [s.value, this.ints([-1, width])], { name: s.name }));
+    const pool = this.node('Concat', [...flat, ...rows], { name: 'pool', attrs: { axis: 0 } });
+    return this.node('Gather', [pool, index], { name: 'gathered', attrs: { axis: 0 } });
+  }
+
   /** x + skip, and its norm over the last axis: onnxruntime's SkipSimplifiedLayerNormalization
    * (rms) or SkipLayerNormalization (layer), which give the sum and the normed sum in one
    * dispatch. For WebGPU, float32, a layer's norms (rows `several`). Their mean and inverse

@@ -480,20 +480,7 @@ class DecoderBuilder extends ModelOps {
       const scaled = qScale === 1 ? q : g.node('Mul', [q, this.fromFloat32(g.scalar(qScale))], { name: `scaled_q_${what}` });
       return g.node('Concat', [scaled, kv], { name: `joined_${what}`, attrs: { axis } });
     };
-    return g.scope('qkv_proj', () => {
-      let y: string;
-      switch (layout) {
-        case 'out_in':
-          y = g.matMulT(h, joined('weight'));
-          break;
-        case 'in_out':
-          y = g.node('MatMul', [h, joined('weight')]);
-          break;
-        default:
-          return unreachable(layout);
-      }
-      return c.bias.qkv ? g.node('Add', [y, joined('bias')], { name: 'bias' }) : y;
-    });
+    return this.project(h, () => joined('weight'), c.bias.qkv ? () => joined('bias') : undefined, c.hiddenSize, qSize + 2 * kvSize, 'qkv_proj');
   }
 
   //   separate: h ─► q_proj, k_proj, v_proj

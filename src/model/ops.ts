@@ -84,20 +84,34 @@ export class ModelOps {
 
   //   x ─► x·Wᵀ (builder's matMulT) or MatMul(W) for Conv1D ─► (+ bias)
   protected linear(name: string, x: string, inFeatures: number, outFeatures: number, withBias: boolean, label: string): string {
+    const bias = withBias ? () => this.weight(`${name}.bias`, [outFeatures]) : undefined;
+    return this.project(x, (shape) => this.weight(`${name}.weight`, shape), bias, inFeatures, outFeatures, label);
+  }
+
+  // `linear` of a weight made by `weight` for the checkpoint's layout ([out, in], or [in,
+  // out] for Conv1D), and of the bias `bias` makes (after the product), if any.
+  protected project(
+    x: string,
+    weight: (shape: number[]) => string,
+    bias: (() => string) | undefined,
+    inFeatures: number,
+    outFeatures: number,
+    label: string,
+  ): string {
     const { g } = this;
     return g.scope(label, () => {
       let y: string;
       switch (this.spec.linearLayout) {
         case 'out_in':
-          y = g.matMulT(x, this.weight(`${name}.weight`, [outFeatures, inFeatures]));
+          y = g.matMulT(x, weight([outFeatures, inFeatures]));
           break;
         case 'in_out':
-          y = g.node('MatMul', [x, this.weight(`${name}.weight`, [inFeatures, outFeatures])]);
+          y = g.node('MatMul', [x, weight([inFeatures, outFeatures])]);
           break;
         default:
           return unreachable(this.spec.linearLayout);
       }
-      if (withBias) y = g.node('Add', [y, this.weight(`${name}.bias`, [outFeatures])], { name: 'bias' });
+      if (bias) y = g.node('Add', [y, bias()], { name: 'bias' });
       return y;
     });
   }

@@ -207,16 +207,23 @@ export function placeKv(g: GraphBuilder, past: Past, before: string[], fresh: st
       // an H100; a decode step took three nested ones a layer and ran 0.23 s (bench/gpu.js,
       // 2026-11-26). One path fits every pass: each key slot's row, wherever it lies
       // (`keySources`, once a pass), gathered from the three sources end to end:
-      //   past, recent, new ─Reshape[-1, D]─Concat─► rows ─Gather(sources)─► [B, kv, S, D]
+      //   past, recent, new ─gatherRows(sources)─► [B, kv, S, D]   (builder: Reshape, Concat, Gather)
       // Two nodes and two copies of the keys a tensor, where a Gather of the past's rows
       // for each of past and recent, a Concat, a Slice to the pass's slots and a
       // ScatterElements of the new K/V into them were five and four (every node a
       // dispatch the host pays for: about 18 µs each on the H100).
-      return g.scope(name, () => {
-        const flat = (t: string, what: string) => g.node('Reshape', [t, g.ints([-1, layout.headDim])], { name: `${what}_rows` });
-        const rows = g.node('Concat', [flat(before[0]!, 'past'), flat(before[1]!, 'recent'), flat(fresh, 'new')], { name: 'rows', attrs: { axis: 0 } });
-        return g.node('Gather', [rows, layout.sources], { name: 'gather', attrs: { axis: 0 } });
-      });
+      return g.scope(name, () =>
+        g.gatherRows(
+          [
+            { value: before[0]!, name: 'past_rows' },
+            { value: before[1]!, name: 'recent_rows' },
+            { value: fresh, name: 'new_rows' },
+          ],
+          [],
+          layout.sources,
+          layout.headDim,
+        ),
+      );
     case 'branches': {
       const append = (parts: string[]) => g.node('Concat', [...parts, fresh], { name: 'append', attrs: { axis: 2 } });
       const scatter = (into: string) => g.node('ScatterElements', [into, layout.newSlots, fresh], { name: 'scatter', attrs: { axis: 2 } });
