@@ -142,6 +142,32 @@ describe('continuous batching of sequences of different lengths', () => {
     }
   });
 
+  it('streams of separate requests step together: every decode step of five is one pass of five rows', async () => {
+    const vocab = engine.config.vocabSize;
+    const r = rng(9);
+    const prompts = [40, 41, 57, 33, 70].map((n) => randomTokens(r, n, vocab));
+    const params = { ...GREEDY, maxTokens: 6, ignoreEos: true };
+    const scorer = new Scorer(engine);
+    const batcher = new Batcher('m', scorer);
+    const rows: number[] = [];
+    let counting = true;
+    engine.onPass((p) => counting && rows.push(p.rows));
+    // Each its own runGenerations, as five clients' calls are, through an async step as the
+    // serving layer's: each resubmits its next step from its own promise callbacks, some
+    // after the round's own (a round started as the first resubmits took it alone).
+    await Promise.all(
+      prompts.map((p) =>
+        runGenerations([new Generation(generationModel(engine, scorer), p, params)], async (u, c) => await batcher.submit(u, { continuing: c }).result),
+      ),
+    );
+    counting = false;
+    // The prompts' pass(es), five rows in all, then maxTokens − 1 decode steps of every
+    // stream at once.
+    const steps = params.maxTokens - 1;
+    expect(rows.slice(-steps)).toEqual(new Array(steps).fill(prompts.length));
+    expect(rows.slice(0, -steps).reduce((a, b) => a + b, 0)).toBe(prompts.length);
+  });
+
   it('a sequence stepping alone reads its past where it lies: its steps copy a fraction of it, and it gets the bits of a prompt run whole', async () => {
     const vocab = engine.config.vocabSize;
     const prompt = randomTokens(rng(9), 101, vocab);
