@@ -411,34 +411,34 @@ class DecoderBuilder extends ModelOps {
             }
           : rope;
       q = g.scope('q_rope', () => this.applyRope(q, qRope, { rank: 5 }));
-      k = g.scope('k_rope', () => this.applyRope(k, rope, { rank: 4 }));
+      k = g.scope('k_rope', () => this.applyRope(k, rope, { rank: 4, heads: kv }));
     }
     return { q, k, v, scaled: false };
   }
 
-  // WebGPU, without q/k norms: the same heads from one product, q and k rotated as one
-  // tensor of heads + kv_heads heads and laid out by one Transpose, and the attention's
-  // scale in W_q (rotation is linear; a power of two, 1/8 at head_dim 64, scales exactly):
-  // six dispatches where separate products, rotations, layouts and the scores' scale were
-  // nine (the host pays about 18 µs a dispatch on the H100). Bits are not the CPU graph's
-  // (a wider product), as before.
-  //   h ─MatMul(W_q·scale ‖ W_k ‖ W_v)─Split─► qk [B,T,(H+kv)·D], v [B,T,kv·D]
-  //   qk ─RotaryEmbedding(H+kv heads)─Reshape─Transpose─► [B,H+kv,T,D] ─Split─► q ─Reshape─► [B,kv,G,T,D]; k
-  //   v ─Reshape─Transpose─► [B,kv,T,D]
+  // WebGPU, without q/k norms: the same heads from one product, laid out by one Transpose,
+  // q and k rotated as one tensor of heads + kv_heads heads, and the attention's scale in
+  // W_q (rotation is linear; a power of two, 1/8 at head_dim 64, scales exactly): five
+  // dispatches where separate products, rotations, layouts and the scores' scale were
+  // nine (the host pays about 18 µs a dispatch on the H100). RotaryEmbedding takes the
+  // heads laid out [B, heads, T, D] as it takes [B, T, heads·D] (same bits), so one
+  // Transpose lays out q, k and v together (it was two, q‖k after the rotation and v).
+  // Bits are not the CPU graph's (a wider product), as before.
+  //   h ─MatMul(W_q·scale ‖ W_k ‖ W_v)─Reshape─Transpose─► [B,H+2kv,T,D] ─Split─► qk [B,H+kv,T,D], v [B,kv,T,D]
+  //   qk ─RotaryEmbedding(H+kv heads)─Split─► q ─Reshape─► [B,kv,G,T,D]; k
   private jointHeads(prefix: string, h: string, rope: Rope & { kind: 'fused' }): Heads {
     const { g, c } = this;
     const D = c.headDim;
     const [H, kv] = [c.numHeads, c.numKvHeads];
     const qkv = this.qkvProduct(prefix, h, c.attentionScale);
-    const [qk, vFlat] = g.nodeN('Split', 'qk_v_split', [qkv, g.ints([(H + kv) * D, kv * D])], { outputs: 2, attrs: { axis: -1 } }) as [string, string];
-    const rotated = g.scope('qk_rope', () => this.applyRope(qk, rope, { rank: 3, heads: H + kv }));
-    const qkHeads = g.node('Transpose', [g.node('Reshape', [rotated, g.ints([0, 0, H + kv, D])], { name: 'qk_heads' })], {
-      name: 'qk_layout',
+    const heads = g.node('Transpose', [g.node('Reshape', [qkv, g.ints([0, 0, H + 2 * kv, D])], { name: 'qkv_heads' })], {
+      name: 'qkv_layout',
       attrs: { perm: [0, 2, 1, 3] },
     });
-    const [qHeads, k] = g.nodeN('Split', 'q_k_split', [qkHeads, g.ints([H, kv])], { outputs: 2, attrs: { axis: 1 } }) as [string, string];
+    const [qk, v] = g.nodeN('Split', 'qk_v_split', [heads, g.ints([H + kv, kv])], { outputs: 2, attrs: { axis: 1 } }) as [string, string];
+    const rotated = g.scope('qk_rope', () => this.applyRope(qk, rope, { rank: 4, heads: H + kv }));
+    const [qHeads, k] = g.nodeN('Split', 'q_k_split', [rotated, g.ints([H, kv])], { outputs: 2, attrs: { axis: 1 } }) as [string, string];
     const q = g.node('Reshape', [qHeads, g.ints([0, kv, H / kv, -1, D])], { name: 'q_groups' });
-    const v = g.node('Transpose', [g.node('Reshape', [vFlat, g.ints([0, 0, kv, D])], { name: 'v_heads' })], { name: 'v_layout', attrs: { perm: [0, 2, 1, 3] } });
     return { q, k, v, scaled: true };
   }
 
@@ -514,7 +514,7 @@ class DecoderBuilder extends ModelOps {
   //     Partial rotary (Phi-3): x ─Split─► [first R dims, the rest] ─► rotate the first ─Concat(rest)─►
   //   fused:  x [B,T,heads·D] (rank 3) or x ─Reshape [B,heads,T,D]─►
   //           RotaryEmbedding(positions, caches, R) ─Reshape─► (the rest of D passes through)
-  private applyRope(x: string, t: Rope, layout: { rank: 3; heads: number } | { rank: 4 | 5 }): string {
+  private applyRope(x: string, t: Rope, layout: { rank: 3 | 4; heads: number } | { rank: 5 }): string {
     const { g, c } = this;
     switch (t.kind) {
       case 'fused': {
@@ -523,7 +523,7 @@ class DecoderBuilder extends ModelOps {
         const rotated = g.node('RotaryEmbedding', [heads, t.positions, t.cosCache, t.sinCache], {
           name: 'rotated',
           domain: 'com.microsoft',
-          attrs: { interleaved: 0, num_heads: layout.rank === 3 ? layout.heads : rank === 5 ? c.numHeads : c.numKvHeads, rotary_embedding_dim: t.rotaryDim },
+          attrs: { interleaved: 0, num_heads: layout.rank === 5 ? c.numHeads : layout.heads, rotary_embedding_dim: t.rotaryDim },
         });
         return rank === 5 ? g.node('Reshape', [rotated, g.ints([0, c.numKvHeads, c.numHeads / c.numKvHeads, -1, c.headDim])], { name: 'groups' }) : rotated;
       }
