@@ -353,9 +353,13 @@ class DecoderBuilder extends ModelOps {
     const { g, c } = this;
     const D = c.headDim;
     const { q: qNorm, k: kNorm } = this.spec.norms;
-    // WebGPU, no q/k norms: q and k rotated as one tensor (heads below).
+    // WebGPU, q/k norms per head or none: one product, q and k rotated as one tensor
+    // (heads below).
+    const perHead = qNorm?.over === 'head' && kNorm?.over === 'head' && this.spec.norm !== 'layer';
     const heads =
-      g.target === 'webgpu' && rope?.kind === 'fused' && !qNorm && !kNorm ? this.jointHeads(prefix, h, rope) : this.separateHeads(prefix, h, rope);
+      g.target === 'webgpu' && rope?.kind === 'fused' && ((!qNorm && !kNorm) || perHead)
+        ? this.jointHeads(prefix, h, rope, perHead ? { q: qNorm.name, k: kNorm.name } : undefined)
+        : this.separateHeads(prefix, h, rope);
     const { q, k, v, scaled } = heads;
     // Each row's past, then its new slots, then padding (past.ts: how, and why).
     const dims = [{ dtype: this.dt, dims: ['batch', c.numKvHeads, 'total', D] }];
@@ -416,30 +420,49 @@ class DecoderBuilder extends ModelOps {
     return { q, k, v, scaled: false };
   }
 
-  // WebGPU, without q/k norms: the same heads from one product, laid out by one Transpose,
-  // q and k rotated as one tensor of heads + kv_heads heads, and the attention's scale in
-  // W_q (rotation is linear; a power of two, 1/8 at head_dim 64, scales exactly): five
-  // dispatches where separate products, rotations, layouts and the scores' scale were
-  // nine (the host pays about 18 µs a dispatch on the H100). RotaryEmbedding takes the
-  // heads laid out [B, heads, T, D] as it takes [B, T, heads·D] (same bits), so one
-  // Transpose lays out q, k and v together (it was two, q‖k after the rotation and v).
-  // Bits are not the CPU graph's (a wider product), as before.
+  // WebGPU, q/k norms per head or none: the same heads from one product, laid out by one
+  // Transpose, q and k normed (per head) and rotated as one tensor of heads + kv_heads
+  // heads, and the attention's scale in W_q, or with norms in their weights (rotation is
+  // linear; a power of two, 1/8 at head_dim 64, scales exactly). RotaryEmbedding takes the
+  // heads laid out [B, heads, T, D] as it takes [B, T, heads·D] (same bits). Without norms
+  // five dispatches where separate products, rotations, layouts and the scores' scale
+  // were nine; with them seven where there were eleven (the host pays about 18 µs a
+  // dispatch on the H100). Bits are not the CPU graph's (a wider product), as before.
   //   h ─MatMul(W_q·scale ‖ W_k ‖ W_v)─Reshape─Transpose─► [B,H+2kv,T,D] ─Split─► qk [B,H+kv,T,D], v [B,kv,T,D]
-  //   qk ─RotaryEmbedding(H+kv heads)─Split─► q ─Reshape─► [B,kv,G,T,D]; k
-  private jointHeads(prefix: string, h: string, rope: Rope & { kind: 'fused' }): Heads {
+  //   qk (─RMSNorm(D, unit weight)─Mul(qk norm weights [H+kv,1,D], q's·scale)) ─RotaryEmbedding─Split─► q ─Reshape─► [B,kv,G,T,D]; k
+  private jointHeads(prefix: string, h: string, rope: Rope & { kind: 'fused' }, norms?: { q: string; k: string }): Heads {
     const { g, c } = this;
     const D = c.headDim;
     const [H, kv] = [c.numHeads, c.numKvHeads];
-    const qkv = this.qkvProduct(prefix, h, c.attentionScale);
+    const qkv = this.qkvProduct(prefix, h, norms ? 1 : c.attentionScale);
     const heads = g.node('Transpose', [g.node('Reshape', [qkv, g.ints([0, 0, H + 2 * kv, D])], { name: 'qkv_heads' })], {
       name: 'qkv_layout',
       attrs: { perm: [0, 2, 1, 3] },
     });
-    const [qk, v] = g.nodeN('Split', 'qk_v_split', [heads, g.ints([H + kv, kv])], { outputs: 2, attrs: { axis: 1 } }) as [string, string];
+    let [qk, v] = g.nodeN('Split', 'qk_v_split', [heads, g.ints([H + kv, kv])], { outputs: 2, attrs: { axis: 1 } }) as [string, string];
+    if (norms) qk = g.scope('qk_norm', () => this.headNorms(qk, prefix, norms, c.attentionScale));
     const rotated = g.scope('qk_rope', () => this.applyRope(qk, rope, { rank: 4, heads: H + kv }));
     const [qHeads, k] = g.nodeN('Split', 'q_k_split', [rotated, g.ints([H, kv])], { outputs: 2, attrs: { axis: 1 } }) as [string, string];
     const q = g.node('Reshape', [qHeads, g.ints([0, kv, H / kv, -1, D])], { name: 'q_groups' });
     return { q, k, v, scaled: true };
+  }
+
+  // The q and k heads' RMS norms over head_dim at once, q's weight times `qScale`:
+  //   qk [B,H+kv,T,D] ─RMSNorm(unit weight)─Mul(w)─►, w = Concat(Expand(w_q·qScale, [H,1,D]), Expand(w_k, [kv,1,D]))
+  // (w is made of initializers, which onnxruntime folds at load; Gemma's 1 + w likewise).
+  private headNorms(qk: string, prefix: string, norms: { q: string; k: string }, qScale: number): string {
+    const { g, c } = this;
+    const D = c.headDim;
+    const weight = (name: string, heads: number, scale: number, what: string) => {
+      let w = this.weight(`${prefix}${name}.weight`, [D], 'float32');
+      if (this.spec.norm === 'rmsOffset') w = g.node('Add', [w, g.scalar(1)], { name: `${what}_one_plus_weight` });
+      if (scale !== 1) w = g.node('Mul', [w, g.scalar(scale)], { name: `${what}_scaled_weight` });
+      return g.node('Expand', [g.node('Reshape', [w, g.ints([1, 1, D])], { name: `${what}_weight_3d` }), g.ints([heads, 1, D])], { name: `${what}_weights` });
+    };
+    const w = g.node('Concat', [weight(norms.q, c.numHeads, qScale, 'q'), weight(norms.k, c.numKvHeads, 1, 'k')], { name: 'weights', attrs: { axis: 0 } });
+    const unit = g.constant('float32', [D], new Array<number>(D).fill(1));
+    const normed = g.rmsNorm(this.toFloat32(qk), () => unit, D, c.normEps, 'several');
+    return this.fromFloat32(g.node('Mul', [normed, w], { name: 'weighted' }));
   }
 
   // h ─► [B, T, (H + 2·kv)·D], its q columns scaled by `qScale`: one product against the
