@@ -41,25 +41,38 @@ export function probeTap(): DecoderTap {
     // layer wait for this layer's probe: onnxruntime's default order may otherwise run
     // the reductions late and keep every layer's probabilities alive at once (measured:
     // peak 3.2 GB → 1.3 GB for a 2048-token probe).
-    //   head_max, head_sum ─Max / Add─► pools;  one element of each result ─ReduceSum─×0─+─► hidden
+    //   head_max, head_sum ─Max / Add─► pools
+    //   CPU, CUDA: one element of each result ─ReduceSum─×0─+─► hidden
+    //   WebGPU: each result's first dim ─Shape─Concat─ReduceMax─×0─► [0, 0, 0] ─Reshape─► hidden
+    // On WebGPU the order costs no dispatch: a Shape waits for its input to be made but
+    // reads only its dims, and the int64 arithmetic after it is the host's (the values'
+    // form was 11 dispatches a layer, about 18 µs each on the H100).
     afterLayer(i, hidden) {
       return g.scope('probe', () => {
         const lp = layers[i]!;
         poolMax = i === 0 ? lp.headMax : g.node('Max', [poolMax, lp.headMax], { name: 'pool_max' });
         poolSum = i === 0 ? lp.headSum : g.node('Add', [poolSum, lp.headSum], { name: 'pool_sum' });
+        const results: [string, string][] = [
+          [lp.votes, 'votes'],
+          [lp.sinkVotes, 'sink_votes'],
+          [lp.mass, 'mass'],
+          [lp.sinkMass, 'sink_mass'],
+          [lp.raw, 'raw'],
+          [poolMax, 'pool_max'],
+          [poolSum, 'pool_sum'],
+        ];
+        if (g.target === 'webgpu') {
+          const dims = results.map(([x, name]) => g.node('Shape', [x], { name: `${name}_dim`, attrs: { start: 0, end: 1 } }));
+          const most = g.node('ReduceMax', [g.node('Concat', dims, { name: 'dims', attrs: { axis: 0 } })], { name: 'anchor', attrs: { keepdims: 1 } });
+          const zero = g.node('Mul', [most, g.ints([0])], { name: 'zero_anchor' });
+          const same = g.node('Concat', [zero, zero, zero], { name: 'same_shape', attrs: { axis: 0 } });
+          return g.node('Reshape', [hidden, same], { name: 'ordered_hidden' });
+        }
         const one = (x: string, name: string) =>
           g.node('Slice', [g.node('Reshape', [x, g.ints([-1])], { name: `${name}_flat` }), g.ints([0]), g.ints([1])], {
             name: `${name}_first`,
           });
-        const parts = [
-          one(lp.votes, 'votes'),
-          one(lp.sinkVotes, 'sink_votes'),
-          one(lp.mass, 'mass'),
-          one(lp.sinkMass, 'sink_mass'),
-          one(lp.raw, 'raw'),
-          one(poolMax, 'pool_max'),
-          one(poolSum, 'pool_sum'),
-        ];
+        const parts = results.map(([x, name]) => one(x, name));
         const anchor = g.node('ReduceSum', [g.node('Concat', parts, { name: 'parts', attrs: { axis: 0 } })], {
           name: 'anchor',
           attrs: { keepdims: 0 },
