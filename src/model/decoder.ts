@@ -454,8 +454,7 @@ class DecoderBuilder extends ModelOps {
     const { g, c } = this;
     const D = c.headDim;
     const weight = (name: string, heads: number, scale: number, what: string) => {
-      let w = this.weight(`${prefix}${name}.weight`, [D], 'float32');
-      if (this.spec.norm === 'rmsOffset') w = g.node('Add', [w, g.scalar(1)], { name: `${what}_one_plus_weight` });
+      let w = this.rmsScale(this.weight(`${prefix}${name}.weight`, [D], 'float32'), `${what}_one_plus_weight`);
       if (scale !== 1) w = g.node('Mul', [w, g.scalar(scale)], { name: `${what}_scaled_weight` });
       return g.node('Expand', [g.node('Reshape', [w, g.ints([1, 1, D])], { name: `${what}_weight_3d` }), g.ints([heads, 1, D])], { name: `${what}_weights` });
     };

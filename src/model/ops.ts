@@ -55,14 +55,17 @@ export class ModelOps {
       case 'layer':
         return this.fromFloat32(g.layerNorm(x32, weight, this.weight(`${name}.bias`, [dim], 'float32'), dim, c.normEps, rows));
       case 'rms':
-      case 'rmsOffset': {
-        // Gemma scales by (1 + w), in float32 before the cast back (transformers' #29402).
-        const scale = () => (this.spec.norm === 'rmsOffset' ? g.node('Add', [weight, g.scalar(1)], { name: 'one_plus_weight' }) : weight);
-        return this.fromFloat32(g.rmsNorm(x32, scale, dim, c.normEps, rows));
-      }
+      case 'rmsOffset':
+        return this.fromFloat32(g.rmsNorm(x32, () => this.rmsScale(weight), dim, c.normEps, rows));
       default:
         return unreachable(this.spec.norm);
     }
+  }
+
+  // What an RMS norm scales by: its float32 weight w, or Gemma's (1 + w), added in float32
+  // before the cast back (transformers' #29402).
+  protected rmsScale(weight: string, name = 'one_plus_weight'): string {
+    return this.spec.norm === 'rmsOffset' ? this.g.node('Add', [weight, this.g.scalar(1)], { name }) : weight;
   }
 
   // x + skip and its norm (as `norm`, rows `several`) in one node: WebGPU, float32 only.
@@ -73,10 +76,8 @@ export class ModelOps {
       case 'layer':
         return g.skipNorm('layer', x, skip, weight, this.weight(`${name}.bias`, [dim], 'float32'), c.normEps);
       case 'rms':
-      case 'rmsOffset': {
-        const scale = this.spec.norm === 'rmsOffset' ? g.node('Add', [weight, g.scalar(1)], { name: 'one_plus_weight' }) : weight;
-        return g.skipNorm('rms', x, skip, scale, undefined, c.normEps);
-      }
+      case 'rmsOffset':
+        return g.skipNorm('rms', x, skip, this.rmsScale(weight), undefined, c.normEps);
       default:
         return unreachable(this.spec.norm);
     }
