@@ -15,6 +15,10 @@ export interface LogprobOutputs {
   /** [M, vocab] float32: whole distributions of the scored positions `next_rows` names
    * (a generation step samples its next token from one; M rows of vocab, not N). */
   nextLogprobs: string;
+  /** WebGPU: each row's most likely token ([scored] int64, the lowest id on a tie, as TopK
+   * orders) and its log-prob ([scored], the bits of topk_logprobs' first column), for
+   * passes that want only that: the engine then feeds k = 0 (engine.ts). */
+  top1?: { ids: string; logprobs: string };
 }
 
 export function logprobKernel(g: GraphBuilder, logits: string, vocab: number, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
@@ -66,5 +70,24 @@ function fromLogits(g: GraphBuilder, logits: string, vocab: number, targetIds: s
   const nextLogits = g.node('Gather', [logits, nextRows], { name: 'next_logits', attrs: { axis: 0 } });
   const nextLse = g.node('Gather', [lse, nextRows], { name: 'next_lse', attrs: { axis: 0 } });
   const nextLogprobs = g.node('Sub', [nextLogits, nextLse], { name: 'next_logprobs' });
-  return { logprobs, greedy, topkLogprobs, topkIds: topkIds!, nextLogprobs };
+  return { logprobs, greedy, topkLogprobs, topkIds: topkIds!, nextLogprobs, top1: topToken(g, logits, max, best, vocab) };
+}
+
+// The provider's TopK sorts a whole row whatever k is: 49,152 logits padded to 65,536 and
+// sorted by 136 dispatches of a bitonic network (138 with its copies in and out; H100,
+// 2026-11-27: 1.6 ms of a greedy decode step's 22 ms of device time, and the host's cost of
+// 138 dispatches). Its ArgMax walks a row in one thread. A greedy step wants the top token
+// only: the lowest id whose logit is the row's maximum, in float32 arithmetic, which is
+// exact for ids below 2^24.
+//   logits ─Equal(max)─Where(V−1−id, −1)─ReduceMax─► (V−1) − · ─Cast─► top1_ids [N]
+//   best ──────────────────────────────────────────────────────────────► top1_logprobs [N]
+function topToken(g: GraphBuilder, logits: string, max: string, best: string, vocab: number): { ids: string; logprobs: string } {
+  return g.scope('top1', () => {
+    const reversed = g.namedConstant(`/model/constants/FLOAT/${vocab}/reversed_ids`, 'float32', [vocab], Array.from({ length: vocab }, (_, i) => vocab - 1 - i));
+    const atMax = g.node('Equal', [logits, max], { name: 'at_max' });
+    const marks = g.node('Where', [atMax, reversed, g.scalar(-1)], { name: 'marks' });
+    const first = g.node('ReduceMax', [marks, g.ints([1])], { name: 'first_mark', attrs: { keepdims: 0 } });
+    const id = g.node('Sub', [g.scalar(vocab - 1), first], { name: 'id' });
+    return { ids: g.cast(id, 'int64', 'float32', 'ids'), logprobs: best };
+  });
 }

@@ -8,6 +8,7 @@
 // Skips, saying so, where no Vulkan driver is installed (.ci/run installs lavapipe).
 import fs from 'node:fs';
 import path from 'node:path';
+import ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, type ForwardRequest, type PastKV } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
@@ -21,6 +22,7 @@ import { GraphBuilder, type NormRows } from '../src/graph/builder.js';
 import { readModelConfig } from '../src/model/config.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { probeTap } from '../kernels/probe-tap.js';
+import { logprobKernel } from '../kernels/logprobs.js';
 import { rng } from '../src/common/random.js';
 import { maxOf } from '../src/common/sequences.js';
 import { loadModel } from '../src/serving/repository.js';
@@ -187,6 +189,49 @@ maybe('WebGPU reductions at real widths: a row alone is the bits it gets among o
       expect(alone).toEqual(batched);
     } finally {
       await engine.release();
+    }
+  });
+});
+
+// A greedy step's token on WebGPU comes from top1_* (kernels/logprobs.ts), not TopK: the
+// same id (the lowest on a tie, as TopK orders) and the bits of TopK's first log-prob.
+maybe('WebGPU: the top token without TopK', () => {
+  it.each([300, 49152])('over %i logits, ties and ends included, equals TopK(1) and the first maximum', async (vocab) => {
+    const g = new GraphBuilder('webgpu');
+    const logits = g.input('logits', 'float32', ['N', vocab]);
+    const k = logprobKernel(g, logits, vocab, g.input('target_ids', 'int32', ['N']), g.input('top_k', 'int64', [1]), g.input('next_rows', 'int32', ['M']));
+    g.output('top1_ids', k.top1!.ids, 'int64', ['N']);
+    g.output('top1_logprobs', k.top1!.logprobs, 'float32', ['N']);
+    g.output('topk_ids', k.topkIds, 'int64', ['N', 'k']);
+    g.output('topk_logprobs', k.topkLogprobs, 'float32', ['N', 'k']);
+    const session = await ort.InferenceSession.create(g.encode('top1'), { executionProviders: ['webgpu'] });
+    try {
+      const r = rng(vocab);
+      const N = 8;
+      const data = Float32Array.from({ length: N * vocab }, () => (r() - 0.5) * 20);
+      const put = (row: number, ids: number[]) => ids.forEach((id) => (data[row * vocab + id] = 50));
+      put(0, [0]);
+      put(1, [vocab - 1]);
+      put(2, [7, 9]); // a tie: 7
+      put(3, [vocab - 1, vocab - 2, 5]); // 5
+      put(4, [0, vocab - 1]); // 0
+      const feeds = {
+        logits: new ort.Tensor('float32', data, [N, vocab]),
+        target_ids: new ort.Tensor('int32', new Int32Array(N), [N]),
+        top_k: new ort.Tensor('int64', BigInt64Array.from([1n]), [1]),
+        next_rows: new ort.Tensor('int32', new Int32Array(0), [0]),
+      };
+      const out = await session.run(feeds);
+      const firstMax = Array.from({ length: N }, (_, n) => {
+        const row = data.subarray(n * vocab, (n + 1) * vocab);
+        return BigInt(row.indexOf(maxOf(row)));
+      });
+      expect(Array.from(out.top1_ids!.data as BigInt64Array)).toEqual(firstMax);
+      expect(Array.from(out.topk_ids!.data as BigInt64Array)).toEqual(firstMax);
+      expect(Array.from(out.top1_logprobs!.data as Float32Array)).toEqual(Array.from(out.topk_logprobs!.data as Float32Array));
+      expect(firstMax.slice(0, 5)).toEqual([0n, BigInt(vocab - 1), 7n, 5n, 0n]);
+    } finally {
+      await session.release();
     }
   });
 });

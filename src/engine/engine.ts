@@ -403,6 +403,10 @@ export class Engine {
       });
     });
     const N = req.scored.length;
+    // On WebGPU a pass that wants each position's top token only (a greedy decode step)
+    // reads it from top1_* and feeds TopK k = 0 (kernels/logprobs.ts: the provider's TopK
+    // sorts the whole vocabulary).
+    const topOne = this.device.kind === 'webgpu' && req.topK === 1;
     const probing = req.rows.some((r) => r.probe);
     if (req.raw && (!probing || B !== 1 || P > 0)) throw new Error('engine: raw attention is taken from one probe row without a past');
     const feeds: Record<string, HostTensor> = {
@@ -411,7 +415,7 @@ export class Engine {
       key_positions: int64(keyPositions, [B, P + T]),
       // WebGPU's graph reads where its keys lie from the session thread (kv_rows, kv_steps).
       ...(this.device.kind === 'webgpu' ? {} : { past_lengths: int64(BigInt64Array.from(pastLengths, BigInt), [B]) }),
-      ...this.scoreFeeds(req.scored, T, req.topK, req.next),
+      ...this.scoreFeeds(req.scored, T, topOne ? 0 : req.topK, req.next),
       // A graph with the probe tap reads its inputs on every pass (an idle row when none
       // probes); the WebGPU scoring graph has none.
       ...(probing ? probeFeeds(req, P, T) : this.probeGraph ? {} : idleProbeFeeds(B, P + T)),
@@ -427,7 +431,7 @@ export class Engine {
     }
     const fetches: string[] = [];
     if (N > 0) fetches.push('logprobs', 'greedy');
-    if (N > 0 && req.topK > 0) fetches.push('topk_logprobs', 'topk_ids');
+    if (N > 0 && req.topK > 0) fetches.push(...(topOne ? ['top1_logprobs', 'top1_ids'] : ['topk_logprobs', 'topk_ids']));
     const M = req.next?.length ?? 0;
     if (M > 0) {
       if (req.next!.some((i) => !(i >= 0 && i < N))) throw new Error('engine: next names a position that is not scored');
@@ -490,7 +494,11 @@ export class Engine {
       greedy: N > 0 ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
       topK: 0,
     };
-    if (N > 0 && req.topK > 0) {
+    if (N > 0 && topOne) {
+      result.topK = 1;
+      result.topkLogprobs = out.top1_logprobs!.data as Float32Array;
+      result.topkIds = out.top1_ids!.data as BigInt64Array;
+    } else if (N > 0 && req.topK > 0) {
       result.topK = out.topk_ids!.dims[1]!;
       result.topkLogprobs = out.topk_logprobs!.data as Float32Array;
       result.topkIds = out.topk_ids!.data as BigInt64Array;

@@ -348,19 +348,37 @@ export class GraphBuilder {
   }
 
   /** log Σ exp over the rows of `x` [N, width], float32, as [N, 1], with the rows' maxima:
-   *   x ─ReduceMax─► max;  x − max ─Exp─MatMul(column of ones)─Log─+ max─► lse
+   *   x ─ReduceMax─► max;  x − max ─Exp─► sum of a row ─Log─+ max─► lse
    * The WebGPU provider's ReduceLogSumExp (like its ReduceMean, rowMean) sums a tensor of
    * one row in another order: over 32,000 to 49,152 logits, 2–4 of 12 rows alone differed
    * from themselves among others (lavapipe), so a token scored alone, or sampled by one
    * stream, was not the bits of the same token in a batch. A maximum is exact in any
-   * order; MatMul rows sum alike whatever their number. */
+   * order; MatMul rows sum alike whatever their number (`rowSum`). */
   logSumExp(x: string, width: number, name = 'log_sum_exp'): { max: string; lse: string } {
     return this.scope(name, () => {
       const max = this.node('ReduceMax', [x, this.ints([1])], { name: 'max', attrs: { keepdims: 1 } });
       const exp = this.node('Exp', [this.node('Sub', [x, max], { name: 'shifted' })], { name: 'exp' });
-      const sum = this.node('MatMul', [exp, this.constant('float32', [width, 1], new Array<number>(width).fill(1))], { name: 'sum' });
+      const sum = this.rowSum(exp, width);
       return { max, lse: this.node('Add', [this.node('Log', [sum], { name: 'log_sum' }), max], { name: 'lse' }) };
     });
+  }
+
+  /** The sum of each row of `x` [N, width] as [N, 1], by MatMuls with columns of ones:
+   *   narrow (or no divisor in [256, 2048]): x ─MatMul(ones [width, 1])─►
+   *   wide:  x ─Reshape [N, G, C]─MatMul(ones [C, 1])─Reshape [N, G]─MatMul(ones [G, 1])─►
+   * The provider's MatMul gives a product of one column one workgroup per 32 rows, which
+   * walks the whole width 32 at a time: 1,536 steps in a row over 49,152 logits, each a
+   * round trip to memory, in every pass (a decode step too). In chunks of C, each row's
+   * chunks run side by side and a step walks C / 32. Rows still sum alike whatever their
+   * number: every row is its own batch of the first product and a row of the second. */
+  rowSum(x: string, width: number, name = 'sum'): string {
+    const ones = (n: number) => this.constant('float32', [n, 1], new Array<number>(n).fill(1));
+    const C = [...Array(2048 - 255).keys()].map((i) => 2048 - i).find((c) => width % c === 0);
+    if (width <= 4096 || C === undefined) return this.node('MatMul', [x, ones(width)], { name });
+    const G = width / C;
+    const chunks = this.node('Reshape', [x, this.ints([0, G, C])], { name: `${name}_chunks` });
+    const partial = this.node('MatMul', [chunks, ones(C)], { name: `${name}_of_chunks` });
+    return this.node('MatMul', [this.node('Reshape', [partial, this.ints([0, G])], { name: `${name}_partials` }), ones(G)], { name });
   }
 
   /** One-hot float32 over a new last axis of `depth` ([1] int64) for non-negative indices:

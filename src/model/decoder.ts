@@ -196,6 +196,10 @@ class DecoderBuilder extends ModelOps {
     g.output('topk_logprobs', k.topkLogprobs, 'float32', ['scored', 'k']);
     g.output('topk_ids', k.topkIds, 'int64', ['scored', 'k']);
     g.output('next_logprobs', k.nextLogprobs, 'float32', ['next', c.vocabSize]);
+    if (k.top1) {
+      g.output('top1_ids', k.top1.ids, 'int64', ['scored']);
+      g.output('top1_logprobs', k.top1.logprobs, 'float32', ['scored']);
+    }
   }
 
   // input_ids ──Gather(embed)──► x ──(+ Gather(wpe, position_ids) for learned positions)
