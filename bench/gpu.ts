@@ -12,10 +12,11 @@
 //   node bench/gpu.js [--device webgpu|cpu|cuda] [--dtype float32|float16] [--shape 360m|tiny]
 //                     [--only score,probe,generate,contracts,profile] [--probe-lengths 4096,8192] [--dir DIR]
 // `profile` (not in the default set) loads the model again with onnxruntime's profiler on,
-// runs a pass scoring 8 × 512 tokens and a 1-stream decode, and prints where a pass's time goes: each
-// op type's time per run, from the profile's node events (on WebGPU a node's time is what
-// the host spends on it: dispatch, and any wait for the device). KEEP_PROFILE=1 keeps the
-// profile files (their folder is printed) for a closer look.
+// runs passes scoring 512 tokens, decode steps of 1 and of 16 streams and an 8k probe, and
+// prints where a pass's time goes: each op type's time per run, from the profile's node
+// events (on WebGPU a node's time is what the host spends on it: dispatch, and any wait for
+// the device), and on WebGPU the device's own per op type and per node (layers together).
+// KEEP_PROFILE=1 keeps the profile files (their folder is printed) for a closer look.
 // (bench/gpu.js runs the compiled dist/bench/gpu.js: `npm run build` first; from a checkout,
 // `npx tsx bench/gpu.ts` does the same.)
 import fs from 'node:fs';
@@ -183,17 +184,18 @@ if (only.has('score')) {
 }
 
 // ---- probes: a dialogue of 12 rounds, chunk statistics and a heatmap --------------------
+/** A dialogue of `T` tokens in 12 rounds, as a probe sample. */
+const dialogue = (T: number) => {
+  const ids = randomIds(T, T, vocab);
+  const per = Math.floor(T / 12);
+  const chunkIds = Array.from({ length: 12 }, (_, r) => ({
+    label: r === 0 ? 'system' : `${r % 2 ? 'user' : 'assistant'}#${Math.ceil(r / 2)}`,
+    ids: ids.slice(r * per, r === 11 ? T : (r + 1) * per),
+  }));
+  return [{ chunkIds, excludePositions: [0] }];
+};
 if (only.has('probe')) {
   const prober = new Prober(engine);
-  const dialogue = (T: number) => {
-    const ids = randomIds(T, T, vocab);
-    const per = Math.floor(T / 12);
-    const chunkIds = Array.from({ length: 12 }, (_, r) => ({
-      label: r === 0 ? 'system' : `${r % 2 ? 'user' : 'assistant'}#${Math.ceil(r / 2)}`,
-      ids: ids.slice(r * per, r === 11 ? T : (r + 1) * per),
-    }));
-    return [{ chunkIds, excludePositions: [0] }];
-  };
   // One warm-up on a 1k dialogue (kernels compiled, buffers pooled), then each length once:
   // a warm-up at 32k would double the longest run, and a lent GPU host gives minutes.
   await prober.probe(dialogue(1024));
@@ -303,11 +305,30 @@ if (only.has('profile')) {
   const prefix = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-profile-')), 'run');
   const profiled = await Engine.load(dir, { device: args.device, ...(dtype ? { dtype } : {}), threads, profilePrefix: prefix });
   const scorer = new Scorer(profiled, { prefixCacheBytes: 0 });
-  const scoreRuns = 4; // a warm-up, then three
-  // 8 × 512 tokens: one pass of score_16x512's two.
+  // The model session's runs, phase by phase: where each phase's runs start and end.
+  let modelRuns = 0;
+  profiled.onPass((p) => void (p.kind === 'score' && modelRuns++));
+  const phase = async (work: () => Promise<unknown>) => {
+    const first = modelRuns;
+    await work();
+    return { first, end: modelRuns };
+  };
+  // 8 texts of 512 tokens, a pass each: a warm-up call, then the passes of a second.
   const texts = Array.from({ length: 8 }, (_, i) => ({ text: randomIds(7 + i, 512, vocab) }));
-  for (let i = 0; i < scoreRuns; i++) await directScoring(scorer).rolling(texts);
-  await generate(profiled, scorer, [randomIds(11, 128, vocab)], 32);
+  await directScoring(scorer).rolling(texts);
+  const scoring = await phase(() => directScoring(scorer).rolling(texts));
+  // Decode steps of one stream and of 16 (a prompt of 128, then 32 tokens): the last 24.
+  const decode1 = await phase(() => generate(profiled, new Scorer(profiled), [randomIds(11, 128, vocab)], 32));
+  const decode16 = await phase(() =>
+    generate(
+      profiled,
+      new Scorer(profiled),
+      Array.from({ length: 16 }, (_, i) => randomIds(40 + i, 128, vocab)),
+      32,
+    ),
+  );
+  // A probe of 8k tokens in 12 rounds (its own session, its own profile): its passes.
+  await new Prober(profiled).probe(dialogue(8192));
   await profiled.release();
   const files = fs.readdirSync(path.dirname(prefix)).map((f) => path.join(path.dirname(prefix), f));
   type Event = { cat: string; name: string; ts: number; dur: number; args?: { op_name?: string; provider?: string } };
@@ -316,10 +337,9 @@ if (only.has('profile')) {
   const profiles = files.map((f) => JSON.parse(fs.readFileSync(f, 'utf8')) as Event[]);
   const runsOf = (events: Event[]) => events.filter((e) => e.cat === 'Session' && e.name === 'model_run');
   const isModel = (events: Event[]) => events.some((e) => e.cat === 'Node' && e.name.startsWith('/model/'));
-  const events = profiles.find(isModel) ?? [];
-  const runs = runsOf(events);
+  // The probe session's graph has the tap (its nodes under /probe/ or /tap/).
+  const isProbe = (events: Event[]) => events.some((e) => e.cat === 'Node' && /\/(probe|tap)\//.test(e.name));
   const layoutRuns = profiles.filter((p) => !isModel(p)).flatMap(runsOf);
-  const nodes = events.filter((e) => e.cat === 'Node' && e.name.endsWith('_kernel_time'));
   /** Events of `runs` runs by `keyOf`, per run: milliseconds and count, the top 15 and the sums. */
   const byOp = (events: Event[], runs: number, keyOf: (e: Event) => string) => {
     const ops = new Map<string, { ms: number; count: number }>();
@@ -336,38 +356,54 @@ if (only.has('profile')) {
       top: Object.fromEntries(top.map(([k, a]) => [k, { ms: +a.ms.toFixed(2), count: +a.count.toFixed(1) }])),
     };
   };
-  const account = (name: string, window: Event[], device: Record<string, unknown>) => {
+  /** One session's profile, runs [first, end) of it: the host's time per op type (node
+   * events), and the device's (on WebGPU, timestamp queries: 'Api' events, one a program
+   * run, written after the run's nodes) per op type and per node, layers taken together. */
+  const account = (name: string, events: Event[], first: number, end: number) => {
+    const runs = runsOf(events);
+    const window = runs.slice(first, end);
+    const nodes = events.filter((e) => e.cat === 'Node' && e.name.endsWith('_kernel_time'));
     const inWindow = nodes.filter((n) => window.some((r) => n.ts >= r.ts && n.ts <= r.ts + r.dur));
     const host = byOp(inWindow, window.length, (n) => `${n.args?.op_name}@${n.args?.provider === 'CPUExecutionProvider' ? 'cpu' : 'gpu'}`);
+    // The device's programs come in run order, each run's starting at every pass's first
+    // program: the split of its index feeds (index-feeds.ts), or in a graph without them
+    // the token embedding.
+    const programs = events.filter((e) => e.cat === 'Api');
+    const start = programs.some((e) => e.name.startsWith('/model/index_feeds/split')) ? '/model/index_feeds/split' : '/model/embed_tokens';
+    const perRun: Event[][] = [];
+    for (const e of programs) {
+      if (e.name.startsWith(start) || perRun.length === 0) perRun.push([]);
+      perRun.at(-1)!.push(e);
+    }
+    const device = (() => {
+      if (perRun.length !== runs.length) return {};
+      const mine = perRun.slice(first, end);
+      const byType = byOp(mine.flat(), mine.length, (e) => e.name.split('&')[1] ?? e.name);
+      const byNode = byOp(mine.flat(), mine.length, (e) => e.name.split('&')[0]!.replace(/layers\.\d+\//, 'layers.*/'));
+      // Programs the device ran a run: the dispatches the host paid for (aliases such as
+      // Reshape are nodes with none).
+      return {
+        deviceMsPerRun: +byType.ms.toFixed(2),
+        dispatchesPerRun: Math.round(byType.count),
+        topDeviceOpsMsPerRun: byType.top,
+        topDeviceNodesMsPerRun: byNode.top,
+      };
+    })();
     line(name, {
       runs: window.length,
-      msPerRun: +(window.reduce((n, r) => n + r.dur, 0) / 1000 / window.length).toFixed(2),
+      msPerRun: +(window.reduce((n, r) => n + r.dur, 0) / 1000 / Math.max(1, window.length)).toFixed(2),
       nodesPerRun: Math.round(host.count),
       topOpsMsPerRun: host.top,
       ...device,
     });
   };
-  // The device's own times (on WebGPU, timestamp queries: 'Api' events, one a program run,
-  // written after the run's nodes). They come in run order, each run's starting at every
-  // pass's first program: the split of its index feeds (index-feeds.ts), or in a graph
-  // without them the token embedding.
-  const programs = events.filter((e) => e.cat === 'Api');
-  const first = programs.some((e) => e.name.startsWith('/model/index_feeds/split')) ? '/model/index_feeds/split' : '/model/embed_tokens';
-  const perRun: Event[][] = [];
-  for (const e of programs) {
-    if (e.name.startsWith(first) || perRun.length === 0) perRun.push([]);
-    perRun.at(-1)!.push(e);
-  }
-  const onDevice = (first: number, end: number) => {
-    const window = perRun.slice(first, end);
-    const device = byOp(window.flat(), window.length, (e) => e.name.split('&')[1] ?? e.name);
-    // Programs the device ran a run: the dispatches the host paid for (aliases such as
-    // Reshape are nodes with none).
-    return { deviceMsPerRun: +device.ms.toFixed(2), dispatchesPerRun: Math.round(device.count), topDeviceOpsMsPerRun: device.top };
-  };
-  account('profile_score_8x512', runs.slice(1, scoreRuns), perRun.length === runs.length ? onDevice(1, scoreRuns) : {});
-  // The generation's runs: its prompt, then one a token; the last 24 are decode steps.
-  account('profile_decode_step', runs.slice(-24), perRun.length === runs.length ? onDevice(runs.length - 24, runs.length) : {});
+  const model = profiles.find((p) => isModel(p) && !isProbe(p)) ?? [];
+  account('profile_score_512', model, scoring.first, scoring.end);
+  account('profile_decode_step', model, decode1.end - 24, decode1.end);
+  account('profile_decode_step_16', model, decode16.end - 24, decode16.end);
+  // The probe's passes after its first (12 rounds of 8k: the later ones see the most keys).
+  const probe = profiles.find((p) => isModel(p) && isProbe(p));
+  if (probe) account('profile_probe_8192', probe, Math.max(1, runsOf(probe).length - 6), runsOf(probe).length);
   // KV layouts (a past gathered from kept pieces, a new token's cache segment): separate
   // session runs, between and inside the passes.
   line('profile_layouts', {
