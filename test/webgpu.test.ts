@@ -23,6 +23,7 @@ import { readModelConfig } from '../src/model/config.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { probeTap } from '../kernels/probe-tap.js';
 import { logprobKernel } from '../kernels/logprobs.js';
+import { firstMax } from '../kernels/attention.js';
 import { rng } from '../src/common/random.js';
 import { maxOf } from '../src/common/sequences.js';
 import { loadModel } from '../src/serving/repository.js';
@@ -236,6 +237,38 @@ maybe('WebGPU: the top token without TopK', () => {
   });
 });
 
+// The probe's votes take each query row's first most attended key (kernels/attention.ts,
+// firstMax): on WebGPU by reductions, not the provider's one-thread-a-row ArgMax.
+maybe("WebGPU: a row's first maximum without ArgMax", () => {
+  it.each([300, 8192])('over %i keys, ties and ends included, equals ArgMax on the CPU and the first maximum', async (S) => {
+    const run = async (target: 'webgpu' | 'cpu', data: Float32Array, R: number) => {
+      const g = new GraphBuilder(target);
+      const x = g.input('x', 'float32', ['R', S]);
+      const ids = target === 'webgpu' ? g.cast(g.node('Range', [g.constant('int32', [], [0]), g.constant('int32', [], [S]), g.constant('int32', [], [1])]), 'float32', 'int32') : undefined;
+      g.output('index', firstMax(g, x, ids, 'first'), 'int64', ['R', 1]);
+      const session = await ort.InferenceSession.create(g.encode('first'), { executionProviders: [target] });
+      try {
+        return Array.from((await session.run({ x: new ort.Tensor('float32', data, [R, S]) })).index!.data as BigInt64Array);
+      } finally {
+        await session.release();
+      }
+    };
+    const r = rng(S);
+    const R = 6;
+    const data = Float32Array.from({ length: R * S }, () => r() / S);
+    const put = (row: number, ids: number[]) => ids.forEach((id) => (data[row * S + id] = 0.5));
+    put(0, [0]);
+    put(1, [S - 1]);
+    put(2, [7, 9]);
+    put(3, [S - 1, S - 2, 5]);
+    put(4, [0, S - 1]);
+    const firsts = Array.from({ length: R }, (_, n) => BigInt(data.subarray(n * S, (n + 1) * S).indexOf(maxOf(data.subarray(n * S, (n + 1) * S)))));
+    expect(firsts.slice(0, 5)).toEqual([0n, BigInt(S - 1), 7n, 5n, 0n]);
+    expect(await run('webgpu', data, R)).toEqual(firsts);
+    expect(await run('cpu', data, R)).toEqual(firsts);
+  });
+});
+
 maybe('WebGPU against the CPU provider, every family', () => {
   for (const family of Object.keys(FAMILY_FIXTURES)) {
     describe(family, () => {
@@ -386,6 +419,48 @@ maybe('the contracts on the device', () => {
     engine.dropPast(probed.present!);
   });
 
+  // The prefix cache takes a running generation's row whole every 16 tokens (runner.ts,
+  // COMPACT_PIECES); 16 streams made 16 layout runs of ~12 ms each on the H100.
+  it("the rows of a pass taken whole at once are one layout, each row's KV continuing to Score's bits", async () => {
+    const vocab = engine.config.vocabSize;
+    const r = rng(29);
+    const prompts = [randomTokens(r, 11, vocab), randomTokens(r, 7, vocab), randomTokens(r, 9, vocab)];
+    const next = prompts.map(() => randomTokens(r, 1, vocab)[0]!);
+    const last = prompts.map(() => randomTokens(r, 1, vocab)[0]!);
+    const first = await engine.forward({
+      rows: prompts.map((tokens, b) => ({ tokens, startPosition: 0, pastRow: b })),
+      scored: [],
+      topK: 0,
+      keepPresent: true,
+    });
+    // A decode step on that past: its present holds the past and the step's new KV apart.
+    const step = await engine.forward({
+      rows: prompts.map((p, b) => ({ tokens: [next[b]!], startPosition: p.length, pastRow: b })),
+      past: first.present!,
+      scored: [],
+      topK: 0,
+      keepPresent: true,
+    });
+    const before = await engine.kvLayoutRuns();
+    const whole = await engine.gatherPasts(prompts.map((p, b) => [[{ handle: step.present!.handle, row: b, offset: 0, count: p.length + 1 }]]));
+    expect((await engine.kvLayoutRuns()) - before).toBe(1);
+    const uncached = directScoring(new Scorer(engine, { prefixSharing: false, prefixCacheBytes: 0 }));
+    for (const [b, p] of prompts.entries()) {
+      const out = await engine.forward({
+        rows: [{ tokens: [last[b]!], startPosition: p.length + 1, pastRow: 0 }],
+        past: whole[b]!,
+        scored: [{ row: 0, index: 0, target: 5 }],
+        topK: 1,
+        keepPresent: false,
+      });
+      const [score] = await uncached.loglikelihood([{ context: [...p, next[b]!, last[b]!], continuations: [[5]], topK: 1 }]);
+      expect(out.logprobs[0]).toBe(score![0]!.tokenLogprobs[0]);
+      expect(Number(out.topkIds![0])).toBe(score![0]!.topK![0]!.ids[0]);
+      expect(out.topkLogprobs![0]).toBe(score![0]!.topK![0]!.logprobs[0]);
+    }
+    for (const p of [first.present!, step.present!, ...whole]) engine.dropPast(p);
+  });
+
   it('a decode step reads the step before it as it lies, with no layout of its past, one stream or several, and keeps the contracts', async () => {
     const vocab = engine.config.vocabSize;
     const r = rng(23);
@@ -415,6 +490,30 @@ maybe('the contracts on the device', () => {
           ]);
           expect(choice!.logprobs[k]).toBe(score![0]!.tokenLogprobs[0]);
         }
+      }
+    }
+  });
+
+  it("greedy streams without alternatives (each token from top1, not TopK) past the cache's compaction: Score's token and bits", async () => {
+    const vocab = engine.config.vocabSize;
+    const r = rng(31);
+    const prompts = [randomTokens(r, 14, vocab), randomTokens(r, 5, vocab), randomTokens(r, 9, vocab)];
+    const scorer = new Scorer(engine);
+    const batcher = new Batcher('m', scorer);
+    const before = await engine.kvLayoutRuns();
+    const together = await runGenerations(
+      prompts.map((p) => new Generation(generationModel(engine, scorer), p, { ...GREEDY, logprobs: 0, maxTokens: 20 })),
+      (u, c) => batcher.submit(u, { continuing: c }).result,
+    );
+    expect((await engine.kvLayoutRuns()) - before).toBeGreaterThan(0);
+    const uncached = directScoring(new Scorer(engine, { prefixSharing: false, prefixCacheBytes: 0 }));
+    for (const [i, [choice]] of together.entries()) {
+      expect(choice!.tokens).toHaveLength(20);
+      const seq = prompts[i]!.concat(choice!.tokens);
+      for (const [k, token] of choice!.tokens.entries()) {
+        const [score] = await uncached.loglikelihood([{ context: seq.slice(0, prompts[i]!.length + k), continuations: [[token]], topK: 2 }]);
+        expect(choice!.logprobs[k]).toBe(score![0]!.tokenLogprobs[0]);
+        expect(score![0]!.topK![0]!.ids[0]).toBe(token);
       }
     }
   });

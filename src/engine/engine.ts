@@ -282,6 +282,11 @@ export class Engine {
     return this.host.laidOutBytes();
   }
 
+  /** Test hook: KV layout graph runs on the device so far. */
+  kvLayoutRuns(): Promise<number> {
+    return this.host.layoutRuns();
+  }
+
   /** Test hook (CTXPROBE_TEST_HOOKS): make the session thread die. */
   exitHostForTest(): void {
     this.host.exitForTest();

@@ -117,6 +117,11 @@ export class SessionHost {
     return (await this.call<{ bytes: number }>({ op: 'laidOutBytes' })).bytes;
   }
 
+  /** Test hook: KV layout graph runs since the thread started (on the device). */
+  async layoutRuns(): Promise<number> {
+    return (await this.call<{ runs: number }>({ op: 'laidOutBytes' })).runs;
+  }
+
   /** Test hook: end the worker as a crash would. */
   exitForTest(): void {
     void this.call({ op: 'exitForTest' }).catch(() => {});
