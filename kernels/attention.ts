@@ -24,6 +24,8 @@ export interface ProbeInputs {
   rawQueries: string; // [Q] int64
   wantHeatmap: string; // [1] bool: compute the per-row maps the heatmap is made of
   heatRows: HeatRows;
+  /** WebGPU: each key's index, float32 [S] (exact below 2^24), for `firstMax`. */
+  keyIds?: string;
 }
 
 /** How a pass without a heatmap skips its per-row maps: an If (CPU, CUDA), or, on WebGPU,
@@ -117,7 +119,37 @@ export function probeInputs(
       rawQueries,
       wantHeatmap,
       heatRows: heatRows(g, wantHeatmap),
+      ...(g.target === 'webgpu' ? { keyIds: keyIds(g) } : {}),
     };
+  });
+}
+
+//   size.total ─Squeeze─Cast(int32)─Range(0, S)─Cast(float32)─► key ids [S]
+// (from the host input, like the heat rows: the keys' count read off a device tensor would
+// be a wait for it; the int32 Range and the Cast run on the device).
+function keyIds(g: GraphBuilder): string {
+  return g.scope('key_ids', () => {
+    const S = g.cast(g.node('Squeeze', [g.size('total'), g.ints([0])], { name: 'count' }), 'int32', 'int64', 'count_int32');
+    const ids = g.node('Range', [g.constant('int32', [], [0]), S, g.constant('int32', [], [1])], { name: 'ids' });
+    return g.cast(ids, 'float32', 'int32', 'ids_float');
+  });
+}
+
+/** The index of each row's first maximum over the last axis, int64, kept as an axis of 1:
+ *   cpu, cuda: ArgMax
+ *   webgpu:    x ─Equal(ReduceMax)─Where(key ids, 2^30)─ReduceMin─Cast(int64)─►
+ * The provider's ArgMax walks a row in one thread: at 8k keys its two a layer took 36 of a
+ * probe pass's 145 ms on the device (H100, 2026-11-27), and a row's time grows with its
+ * keys. Its reductions spread a row over a workgroup, and a maximum and a minimum are exact
+ * in any order: the same index, the first of equal maxima. */
+export function firstMax(g: GraphBuilder, x: string, keyIds: string | undefined, name: string): string {
+  if (!keyIds) return g.node('ArgMax', [x], { name, attrs: { axis: -1, keepdims: 1 } });
+  return g.scope(name, () => {
+    const max = g.node('ReduceMax', [x, g.ints([-1])], { name: 'max', attrs: { keepdims: 1 } });
+    const atMax = g.node('Equal', [x, max], { name: 'at_max' });
+    const ids = g.node('Where', [atMax, keyIds, g.scalar(2 ** 30)], { name: 'ids_at_max' });
+    const first = g.node('ReduceMin', [ids, g.ints([-1])], { name: 'first', attrs: { keepdims: 1 } });
+    return g.cast(first, 'int64', 'float32', 'index');
   });
 }
 
@@ -151,7 +183,7 @@ export function layerProbe(g: GraphBuilder, probs: string, p: ProbeInputs, heads
     // ArgMax keeps the first of equal maxima, as the reference does. The kept argmax
     // subtracts 2 from excluded keys' probabilities (at most 1): the argmax over the rest.
     const atArgmax = (x: string, perKey: string, name: string) =>
-      g.node('GatherND', [perKey, g.node('ArgMax', [x], { name, attrs: { axis: -1, keepdims: 1 } })], {
+      g.node('GatherND', [perKey, firstMax(g, x, p.keyIds, name)], {
         name: `${name}_at`,
         attrs: { batch_dims: 1 },
       });

@@ -42,6 +42,7 @@ const SAME_AS_INPUT: Record<string, number> = {
       'Softmax',
       'LogSoftmax',
       'ReduceMax',
+      'ReduceMin',
       'ReduceMean',
       'ReduceSum',
       'Gather',
