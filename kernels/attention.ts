@@ -10,7 +10,7 @@ import type { GraphBuilder } from '../src/graph/builder.js';
 
 /** Inputs shared by every layer's probe, made once per graph. */
 export interface ProbeInputs {
-  keyBin: string; // [B, S] int64
+  keyBin: string; // [B, S] int64 (WebGPU: int32)
   keyBinsOneHot3: string; // [B, S, bins] float
   keyBinsOneHot: string; // [B, 1, 1, S, bins] float
   keyExcluded: string; // [B, S] float: 1 at excluded keys, 0 elsewhere
@@ -95,9 +95,10 @@ export function probeInputs(
   return g.scope('probe_inputs', () => {
     const bins = g.node('Squeeze', [numBins, g.ints([0])], { name: 'bins_scalar' });
     const excludedBin = g.node('Sub', [bins, g.int(2)], { name: 'excluded_bin' });
-    const oneHot = g.oneHot(keyBin, numBins, 'key_bins_onehot');
+    const oneHot = g.oneHot(keyBin, numBins, 'key_bins_onehot', g.indexType);
     const keyBinsOneHot = g.node('Unsqueeze', [oneHot, g.ints([1, 2])], { name: 'key_bins_onehot_5d' });
-    const keyExcluded = g.cast(g.node('Equal', [keyBin, excludedBin], { name: 'key_is_excluded' }), 'float32', 'bool', 'key_excluded');
+    const excludedBinOfKeys = g.cast(excludedBin, g.indexType, 'int64', 'excluded_bin_index');
+    const keyExcluded = g.cast(g.node('Equal', [keyBin, excludedBinOfKeys], { name: 'key_is_excluded' }), 'float32', 'bool', 'key_excluded');
     const excludedPenalty = g.node('Unsqueeze', [g.node('Mul', [keyExcluded, g.scalar(2)], { name: 'excluded_penalty_2d' }), g.ints([1, 2, 3])], {
       name: 'excluded_penalty',
     });

@@ -23,7 +23,10 @@ export function probeTap(): DecoderTap {
     begin(builder, m) {
       g = builder;
       model = m;
-      const keyBin = g.input('key_bin', 'int64', ['batch', 'total']);
+      // On WebGPU the key bins are an index feed (int32, in the pass's one upload): the
+      // heatmap's per-query copy of them (Expand) and its ScatterElements then run on the
+      // device, where int64 ones ran on the CPU and sent 2 × 18 MB up a pass (H100, 8k probe).
+      const keyBin = g.target === 'webgpu' ? g.indexInput('key_bin', ['batch', 'total']) : g.input('key_bin', 'int64', ['batch', 'total']);
       const queryRows = g.input('query_rows', 'int64', ['query_rows']);
       const queryWeight = g.input('query_weight', 'float32', ['batch', 'query_rows']);
       const numBins = g.input('num_bins', 'int64', [1]);

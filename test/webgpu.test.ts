@@ -100,6 +100,10 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
     expect(placed.waits!.filter((w) => !(moe && routing(w)))).toEqual([]);
     if (moe) expect(placed.waits!.length).toBeGreaterThan(0);
     expect((placed.byProvider.get('WebGpuExecutionProvider') ?? []).length).toBeGreaterThan(100);
+    // The probe's key bins are int32 on the device: the heatmap's copy of them per query
+    // row (an Expand of [B, T, S]) was made on the CPU and sent up, 2 × 18 MB a pass of an
+    // 8k probe on the H100.
+    expect(placed.cpuOps.Expand ?? 0).toBe(0);
     // The MatMuls are the device's.
     expect(placed.byProvider.get('WebGpuExecutionProvider')!.some((n) => n.op === 'MatMul')).toBe(true);
   });

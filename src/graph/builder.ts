@@ -381,14 +381,17 @@ export class GraphBuilder {
     return this.node('MatMul', [this.node('Reshape', [partial, this.ints([0, G])], { name: `${name}_partials` }), ones(G)], { name });
   }
 
-  /** One-hot float32 over a new last axis of `depth` ([1] int64) for non-negative indices:
+  /** One-hot float32 over a new last axis of `depth` ([1] int64) for non-negative indices
+   * (int64, or on WebGPU `indexType`'s int32: the ids are then int32 too):
    *   cpu, cuda: OneHot(indices, depth, [0, 1])
    *   webgpu:    Cast(Equal(Unsqueeze(indices, -1), Range(0, depth))) */
-  oneHot(indices: string, depth: string, name: string): string {
+  oneHot(indices: string, depth: string, name: string, indicesType: 'int64' | 'int32' = 'int64'): string {
     if (this.target !== 'webgpu')
       return this.node('OneHot', [indices, depth, this.constant('float32', [2], [0, 1])], { name, attrs: { axis: -1 } });
     return this.scope(name, () => {
-      const ids = this.node('Range', [this.int(0), this.node('Squeeze', [depth, this.ints([0])], { name: 'depth' }), this.int(1)], {
+      const count = this.cast(this.node('Squeeze', [depth, this.ints([0])], { name: 'depth' }), indicesType, 'int64', 'depth_int32');
+      const [zero, one] = [0, 1].map((v) => this.constant(indicesType, [], [v])) as [string, string];
+      const ids = this.node('Range', [zero, count, one], {
         name: 'ids',
       });
       const hit = this.node('Equal', [this.node('Unsqueeze', [indices, this.ints([-1])], { name: 'indices' }), ids], { name: 'hit' });
