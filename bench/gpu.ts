@@ -397,13 +397,18 @@ if (only.has('profile')) {
       ...device,
     });
   };
-  const model = profiles.find((p) => isModel(p) && !isProbe(p)) ?? [];
+  // On WebGPU probes run a session of their own (its profile apart); on the CPU one session
+  // runs both, its probe passes after the rest.
+  const models = profiles.filter(isModel);
+  const model = models.find((p) => !isProbe(p)) ?? models[0] ?? [];
+  const probeOwn = models.length > 1 ? models.find(isProbe) : undefined;
   account('profile_score_512', model, scoring.first, scoring.end);
   account('profile_decode_step', model, decode1.end - 24, decode1.end);
   account('profile_decode_step_16', model, decode16.end - 24, decode16.end);
   // The probe's passes after its first (12 rounds of 8k: the later ones see the most keys).
-  const probe = profiles.find((p) => isModel(p) && isProbe(p));
-  if (probe) account('profile_probe_8192', probe, Math.max(1, runsOf(probe).length - 6), runsOf(probe).length);
+  const probe = probeOwn ?? model;
+  const probeRuns = runsOf(probe).length;
+  account('profile_probe_8192', probe, Math.max(probeOwn ? 1 : decode16.end + 1, probeRuns - 6), probeRuns);
   // KV layouts (a past gathered from kept pieces, a new token's cache segment): separate
   // session runs, between and inside the passes.
   line('profile_layouts', {

@@ -138,20 +138,14 @@ function keyIds(g: GraphBuilder): string {
 
 /** The index of each row's first maximum over the last axis, int64, kept as an axis of 1:
  *   cpu, cuda: ArgMax
- *   webgpu:    x ─Equal(ReduceMax)─Where(key ids, 2^30)─ReduceMin─Cast(int64)─►
+ *   webgpu:    the builder's firstMaxIndex over the key ids
  * The provider's ArgMax walks a row in one thread: at 8k keys its two a layer took 36 of a
  * probe pass's 145 ms on the device (H100, 2026-11-27), and a row's time grows with its
- * keys. Its reductions spread a row over a workgroup, and a maximum and a minimum are exact
- * in any order: the same index, the first of equal maxima. */
+ * keys. */
 export function firstMax(g: GraphBuilder, x: string, keyIds: string | undefined, name: string): string {
   if (!keyIds) return g.node('ArgMax', [x], { name, attrs: { axis: -1, keepdims: 1 } });
-  return g.scope(name, () => {
-    const max = g.node('ReduceMax', [x, g.ints([-1])], { name: 'max', attrs: { keepdims: 1 } });
-    const atMax = g.node('Equal', [x, max], { name: 'at_max' });
-    const ids = g.node('Where', [atMax, keyIds, g.scalar(2 ** 30)], { name: 'ids_at_max' });
-    const first = g.node('ReduceMin', [ids, g.ints([-1])], { name: 'first', attrs: { keepdims: 1 } });
-    return g.cast(first, 'int64', 'float32', 'index');
-  });
+  const max = g.scope(name, () => g.node('ReduceMax', [x, g.ints([-1])], { name: 'max', attrs: { keepdims: 1 } }));
+  return g.firstMaxIndex(x, max, keyIds, true, name);
 }
 
 /** Sum over query tokens, weighted: [B,kv,G,Q(,bins)] → [B,H(,bins)]. */

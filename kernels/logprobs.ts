@@ -76,18 +76,12 @@ function fromLogits(g: GraphBuilder, logits: string, vocab: number, targetIds: s
 // The provider's TopK sorts a whole row whatever k is: 49,152 logits padded to 65,536 and
 // sorted by 136 dispatches of a bitonic network (138 with its copies in and out; H100,
 // 2026-11-27: 1.6 ms of a greedy decode step's 22 ms of device time, and the host's cost of
-// 138 dispatches). Its ArgMax walks a row in one thread. A greedy step wants the top token
-// only: the lowest id whose logit is the row's maximum, in float32 arithmetic, which is
-// exact for ids below 2^24.
-//   logits ─Equal(max)─Where(V−1−id, −1)─ReduceMax─► (V−1) − · ─Cast─► top1_ids [N]
-//   best ──────────────────────────────────────────────────────────────► top1_logprobs [N]
+// 138 dispatches). A greedy step wants the top token only: the row's first maximum
+// (`firstMaxIndex`), and the best log-prob the greedy flag has.
+//   logits, max ─firstMaxIndex(token ids)─► top1_ids [N];   best ─► top1_logprobs [N]
 function topToken(g: GraphBuilder, logits: string, max: string, best: string, vocab: number): { ids: string; logprobs: string } {
   return g.scope('top1', () => {
-    const reversed = g.namedConstant(`/model/constants/FLOAT/${vocab}/reversed_ids`, 'float32', [vocab], Array.from({ length: vocab }, (_, i) => vocab - 1 - i));
-    const atMax = g.node('Equal', [logits, max], { name: 'at_max' });
-    const marks = g.node('Where', [atMax, reversed, g.scalar(-1)], { name: 'marks' });
-    const first = g.node('ReduceMax', [marks, g.ints([1])], { name: 'first_mark', attrs: { keepdims: 0 } });
-    const id = g.node('Sub', [g.scalar(vocab - 1), first], { name: 'id' });
-    return { ids: g.cast(id, 'int64', 'float32', 'ids'), logprobs: best };
+    const ids = g.namedConstant(`/model/constants/FLOAT/${vocab}/token_ids`, 'float32', [vocab], Array.from({ length: vocab }, (_, i) => i));
+    return { ids: g.firstMaxIndex(logits, max, ids, false, 'ids'), logprobs: best };
   });
 }

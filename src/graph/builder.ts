@@ -373,12 +373,30 @@ export class GraphBuilder {
    * number: every row is its own batch of the first product and a row of the second. */
   rowSum(x: string, width: number, name = 'sum'): string {
     const ones = (n: number) => this.constant('float32', [n, 1], new Array<number>(n).fill(1));
-    const C = [...Array(2048 - 255).keys()].map((i) => 2048 - i).find((c) => width % c === 0);
-    if (width <= 4096 || C === undefined) return this.node('MatMul', [x, ones(width)], { name });
+    let C = 2048;
+    while (C >= 256 && width % C !== 0) C--;
+    if (width <= 4096 || C < 256) return this.node('MatMul', [x, ones(width)], { name });
     const G = width / C;
     const chunks = this.node('Reshape', [x, this.ints([0, G, C])], { name: `${name}_chunks` });
     const partial = this.node('MatMul', [chunks, ones(C)], { name: `${name}_of_chunks` });
     return this.node('MatMul', [this.node('Reshape', [partial, this.ints([0, G])], { name: `${name}_partials` }), ones(G)], { name });
+  }
+
+  /** The index of each row's first maximum over the last axis of `x` (its maxima `max`,
+   * kept as an axis of 1), from `ids`, each position's index as float32 (exact below 2^24),
+   * int64, the axis kept or not:
+   *   x ─Equal(max)─Where(ids, 2^30)─ReduceMin─Cast(int64)─►
+   * For WebGPU, whose ArgMax walks a row in one thread and whose TopK sorts the whole row
+   * whatever k is: reductions spread a row over a workgroup, and a maximum and a minimum
+   * are exact in any order, so this is the index ArgMax and TopK give (the first of equal
+   * maxima). */
+  firstMaxIndex(x: string, max: string, ids: string, keepdims: boolean, name = 'first_max'): string {
+    return this.scope(name, () => {
+      const atMax = this.node('Equal', [x, max], { name: 'at_max' });
+      const idsAtMax = this.node('Where', [atMax, ids, this.scalar(2 ** 30)], { name: 'ids_at_max' });
+      const first = this.node('ReduceMin', [idsAtMax, this.ints([-1])], { name: 'first', attrs: { keepdims: keepdims ? 1 : 0 } });
+      return this.cast(first, 'int64', 'float32', 'index');
+    });
   }
 
   /** One-hot float32 over a new last axis of `depth` ([1] int64) for non-negative indices

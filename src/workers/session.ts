@@ -604,24 +604,50 @@ async function rowView(kv: KvEntry & { kind: 'laidOut' }, row: number): Promise<
   return tensors.map((t) => new ort.Tensor(t.type, t.data.subarray(row * n, (row + 1) * n), [1, H, S, D]) as KvTensor);
 }
 
-/** rows[b]: pieces laid end to end, right-padded to `length`, kept under a new handle. */
-// One row whose first piece is a whole one-part row (the prefix cache's compacted copy of
-// a sequence, a prompt's KV) keeps that piece where it lies and lays out only the pieces
-// after it (the tokens generated since): a decode step with a 1900-token past copied 61 MiB
-// outside the graph before it ran (measured: the gather 8–25 ms of a 40 ms step).
-async function gather(rows: KvPieceRef[][], length: number): Promise<{ handle: number }> {
-  const whole = deviceKv ? fullFor(rows, length) : undefined;
-  if (whole) return { handle: keep({ kind: 'laidOut', parts: [whole], pieces: rows }) };
+/** How `gather` makes rows[b] (pieces laid end to end, right-padded to `length`):
+ * - `full`: the last decode pass's keys and values whole (its rows continued, `fullFor`);
+ * - `view`: one piece of a few slots, kept as it lies (`viewOf`);
+ * - `keptRow`: one row whose first piece is a whole one-part row (the prefix cache's
+ *   compacted copy of a sequence, a prompt's KV), read where it lies, and only the pieces
+ *   after it (the tokens generated since) laid out: a decode step with a 1900-token past
+ *   copied 61 MiB outside the graph before it ran (measured: the gather 8–25 ms of a 40 ms
+ *   step);
+ * - `copy`: a layout of every piece. */
+type GatherWay =
+  | { way: 'full'; tensors: KvTensor[] }
+  | { way: 'view'; view: Omit<KvEntry & { kind: 'view' }, 'length'> }
+  | { way: 'keptRow'; kv: KvEntry & { kind: 'laidOut' }; first: KvPieceRef; rest: KvPieceRef[] }
+  | { way: 'copy' };
+
+function gatherWay(rows: KvPieceRef[][], length: number): GatherWay {
+  const tensors = deviceKv ? fullFor(rows, length) : undefined;
+  if (tensors) return { way: 'full', tensors };
   const [first, ...rest] = rows[0]!;
-  const kv = first && kept(first.handle);
-  const view = deviceKv && rows.length === 1 && rest.length === 0 && first ? viewOf(first) : undefined;
-  let entry: KvEntry;
-  if (view) entry = { ...view, length };
-  else if (rows.length === 1 && kv?.kind === 'laidOut' && kv.parts.length === 1 && first!.offset === 0 && first!.count === width(kv)) {
-    const base = await rowView(kv, first!.row);
-    entry = { kind: 'laidOut', parts: rest.length > 0 ? [base, await layOut([rest], length - first!.count, kv)] : [base], ...(deviceKv ? { pieces: rows } : {}) };
-  } else entry = { kind: 'laidOut', parts: [await layOut(rows, length, kept(rows.flat()[0]!.handle))], ...(deviceKv ? { pieces: rows } : {}) };
-  return { handle: keep(entry) };
+  if (rows.length !== 1 || !first) return { way: 'copy' };
+  const view = deviceKv && rest.length === 0 ? viewOf(first) : undefined;
+  if (view) return { way: 'view', view };
+  const kv = kept(first.handle);
+  if (kv.kind === 'laidOut' && kv.parts.length === 1 && first.offset === 0 && first.count === width(kv)) return { way: 'keptRow', kv, first, rest };
+  return { way: 'copy' };
+}
+
+/** rows[b]: pieces laid end to end, right-padded to `length`, kept under a new handle. */
+async function gather(rows: KvPieceRef[][], length: number): Promise<{ handle: number }> {
+  const w = gatherWay(rows, length);
+  const pieces = deviceKv ? { pieces: rows } : {};
+  switch (w.way) {
+    case 'full':
+      return { handle: keep({ kind: 'laidOut', parts: [w.tensors], pieces: rows }) };
+    case 'view':
+      return { handle: keep({ ...w.view, length }) };
+    case 'keptRow': {
+      const base = await rowView(w.kv, w.first.row);
+      const parts = w.rest.length > 0 ? [base, await layOut([w.rest], length - w.first.count, w.kv)] : [base];
+      return { handle: keep({ kind: 'laidOut', parts, ...pieces }) };
+    }
+    case 'copy':
+      return { handle: keep({ kind: 'laidOut', parts: [await layOut(rows, length, kept(rows.flat()[0]!.handle))], ...pieces }) };
+  }
 }
 
 /** Pasts laid out from pieces, one handle per layout, as `gather` makes each. On the device,
@@ -631,7 +657,7 @@ async function gather(rows: KvPieceRef[][], length: number): Promise<{ handle: n
  * (H100, 16 streams: 16 such runs took 170–212 ms between two decode steps of 45 ms). */
 async function gatherEach(layouts: { rows: KvPieceRef[][]; length: number }[]): Promise<number[]> {
   const handles: (number | undefined)[] = new Array(layouts.length);
-  const together = deviceKv ? layouts.flatMap((l, i) => (l.rows.length === 1 && copiesOneRow(l.rows[0]!, l.length) ? [i] : [])) : [];
+  const together = deviceKv ? layouts.flatMap((l, i) => (l.rows.length === 1 && l.rows[0]!.length > 0 && gatherWay(l.rows, l.length).way === 'copy' ? [i] : [])) : [];
   if (together.length > 1) {
     const rows = together.map((i) => layouts[i]!.rows[0]!);
     const tensors = await layOutOnDevice(rows, Math.max(...together.map((i) => layouts[i]!.length)), kept(rows[0]![0]!.handle));
@@ -642,16 +668,6 @@ async function gatherEach(layouts: { rows: KvPieceRef[][]; length: number }[]): 
   }
   for (const [i, l] of layouts.entries()) handles[i] ??= (await gather(l.rows, l.length)).handle;
   return handles as number[];
-}
-
-/** Whether `gather` lays out this one row by copying it whole (no decode step's past to
- * reuse, no view of a few slots, no kept row to read as it lies). */
-function copiesOneRow(pieces: KvPieceRef[], length: number): boolean {
-  const [first, ...rest] = pieces;
-  if (!first || fullFor([pieces], length)) return false;
-  if (rest.length === 0 && viewOf(first)) return false;
-  const kv = kept(first.handle);
-  return !(kv.kind === 'laidOut' && kv.parts.length === 1 && first.offset === 0 && first.count === width(kv));
 }
 
 /** The most slots a tensor may have to be kept in part as a view: a decode step's new KV
