@@ -15,7 +15,8 @@
 // (lavapipe: --batch 1 --chain 2, or the 360M attention over 16 × 512 takes an hour)
 import { parseArgs } from 'node:util';
 import ort from 'onnxruntime-node';
-import { GraphBuilder, float, type GraphTarget } from '../src/graph/builder.js';
+import { GraphBuilder, float } from '../src/graph/builder.js';
+import type { ProviderKind } from '../src/common/providers.js';
 import { rng } from '../src/common/random.js';
 import { rowsThatDiffer } from '../test/row-bits.js';
 
@@ -29,7 +30,7 @@ const { values: args } = parseArgs({
     chain: { type: 'string', default: '8' },
   },
 });
-const target = String(args.device) as GraphTarget;
+const target = String(args.device) as ProviderKind;
 const SHAPES = { '360m': { hidden: 960, heads: 15, kv: 5, D: 64 }, tiny: { hidden: 64, heads: 4, kv: 2, D: 16 } };
 const { hidden, heads: H, kv: KV, D } = SHAPES[String(args.shape) as keyof typeof SHAPES];
 const G = H / KV;

@@ -41,7 +41,7 @@ export type HeatRows =
 //   want_heatmap ─Where(T, 1)─Range─► rows;  want_heatmap ─Cast─► keep
 // (T is the graph's size.seq, a host input: the shape of a device tensor is a wait for it.)
 function heatRows(g: GraphBuilder, wantHeatmap: string): HeatRows {
-  if (g.target !== 'webgpu') return { kind: 'if' };
+  if (g.provider.ifNodes) return { kind: 'if' };
   return g.scope('heat_rows', () => {
     const T = g.node('Squeeze', [g.size('seq'), g.ints([0])], { name: 'rows' });
     const count = g.node('Where', [g.node('Squeeze', [wantHeatmap, g.ints([0])], { name: 'want' }), T, g.int(1)], { name: 'count' });
@@ -120,7 +120,7 @@ export function probeInputs(
       rawQueries,
       wantHeatmap,
       heatRows: heatRows(g, wantHeatmap),
-      ...(g.target === 'webgpu' ? { keyIds: keyIds(g) } : {}),
+      ...(g.provider.argMax ? {} : { keyIds: keyIds(g) }),
     };
   });
 }

@@ -23,7 +23,7 @@ export interface LogprobOutputs {
 
 export function logprobKernel(g: GraphBuilder, logits: string, vocab: number, targetIds: string, topK: string, nextRows: string): LogprobOutputs {
   return g.scope('logprobs', () => {
-    const form = g.target === 'webgpu' ? fromLogits : fromLogSoftmax;
+    const form = g.provider.logSoftmax ? fromLogSoftmax : fromLogits;
     return form(g, logits, vocab, targetIds, topK, nextRows);
   });
 }
@@ -48,7 +48,7 @@ function fromLogSoftmax(g: GraphBuilder, logits: string, vocab: number, targetId
   return { logprobs, greedy, topkLogprobs: topkLogprobs!, topkIds: topkIds!, nextLogprobs };
 }
 
-// On WebGPU the log-softmax is never a tensor: each value the outputs hold is its logit
+// Without a LogSoftmax kernel (WebGPU) the log-softmax is never a tensor: each value the outputs hold is its logit
 // minus the row's lse, gathered first and subtracted after — the bits x − lse has in
 // the whole [N,V] tensor. A tensor of the logits' size is a buffer the provider makes for
 // the pass (over its cache's largest size, 160 MiB, from about 850 scored rows at 49,152
@@ -70,7 +70,8 @@ function fromLogits(g: GraphBuilder, logits: string, vocab: number, targetIds: s
   const nextLogits = g.node('Gather', [logits, nextRows], { name: 'next_logits', attrs: { axis: 0 } });
   const nextLse = g.node('Gather', [lse, nextRows], { name: 'next_lse', attrs: { axis: 0 } });
   const nextLogprobs = g.node('Sub', [nextLogits, nextLse], { name: 'next_logprobs' });
-  return { logprobs, greedy, topkLogprobs, topkIds: topkIds!, nextLogprobs, top1: topToken(g, logits, max, best, vocab) };
+  const top1 = g.provider.topOneByReduction ? topToken(g, logits, max, best, vocab) : undefined;
+  return { logprobs, greedy, topkLogprobs, topkIds: topkIds!, nextLogprobs, ...(top1 ? { top1 } : {}) };
 }
 
 // The provider's TopK sorts a whole row whatever k is: 49,152 logits padded to 65,536 and

@@ -2,7 +2,8 @@
 // alone" and "decode = score" at the level of one op), shared by test/webgpu.test.ts and
 // bench/gpu-kernels.ts. No test-runner imports here.
 import ort from 'onnxruntime-node';
-import { GraphBuilder, type GraphTarget } from '../src/graph/builder.js';
+import { GraphBuilder } from '../src/graph/builder.js';
+import type { ProviderKind } from '../src/common/providers.js';
 import { rng } from '../src/common/random.js';
 
 /** An op over the rows of `x` [N, width]: its output has N rows. */
@@ -10,7 +11,7 @@ export type RowForm = (g: GraphBuilder, x: string, width: number) => string;
 
 /** Of `rows` random rows of `width`, how many give other bits through `form` in tensors of
  * `few` rows (1: alone) than in one tensor of all of them, on `target`'s provider. */
-export async function rowsThatDiffer(form: RowForm, width: number, rows = 24, few = 1, target: GraphTarget = 'webgpu'): Promise<number> {
+export async function rowsThatDiffer(form: RowForm, width: number, rows = 24, few = 1, target: ProviderKind = 'webgpu'): Promise<number> {
   const g = new GraphBuilder(target);
   const x = g.input('x', 'float32', ['N', width]);
   g.output('y', form(g, x, width), 'float32', ['N', 'out']);

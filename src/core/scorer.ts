@@ -62,36 +62,14 @@ export class Scorer {
     if (this.maxLength > engine.config.maxPositions) {
       throw new InvalidArgumentError('max_length', `${this.maxLength} exceeds the model's ${engine.config.maxPositions} positions`);
     }
-    // Measured on the CPU (56M Llama, CHARPEval shapes): 512–1024 tokens per pass beat
-    // 4096 by 25–40%, as larger attention and KV-gather tensors fall out of cache. Peak RSS
-    // follows the pass (bench/peer.ts, 2 threads, mmap threshold 1 MiB): 512 against 1024
-    // took multiple choice from 1.38–1.84 s / 675 MiB to 1.34–1.38 s / 596 MiB and
-    // 4 × 1024-token rolling from 2.56–2.71 s / 553–559 MiB to 2.87–2.98 s / 522–531 MiB
-    // (llama.cpp: 548). GPUs want large passes.
-    // WebGPU: 512, as on the CPU, for another reason. onnxruntime's WebGPU provider keeps
-    // freed buffers for reuse in size buckets up to 160 MiB (a few of each) and makes and
-    // frees anything larger every pass; a pass of thousands of tokens has many such tensors
-    // (logits of 49,152 tokens a row, attention scores). On the H100 (360M shape,
-    // 2026-11-27), 16 × 512 scored at 5.6k tokens/s in passes of 8192 tokens and 8.3k in
-    // passes of 512; 32 × 1024, 2.3k and 8.0k. (With the provider's 'simple' cache, which
-    // keeps every buffer size it ever freed, the large passes ran at 14.6k and 13.8k: fast,
-    // but device memory that grows with every new shape a server sees.)
-    const largePasses = engine.device.kind === 'cuda' || engine.device.bufferCache === 'simple';
-    this.maxBatchTokens = options.maxBatchTokens ?? (largePasses ? 8192 : 512);
+    // The provider's defaults, and the measurements behind them: common/providers.ts.
+    const defaults = engine.device.profile;
+    const { default: passTokens, simpleCache } = defaults.maxBatchTokens;
+    this.maxBatchTokens = options.maxBatchTokens ?? (simpleCache !== undefined && engine.device.bufferCache === 'simple' ? simpleCache : passTokens);
     this.prefixSharing = options.prefixSharing ?? true;
     this.maxTopK = options.maxTopK ?? 100;
-    // Measured with bench/long.ts (32k-token rolling scoring, 8 heads, glibc mmap threshold
-    // 1 MiB): peak above the model 2096 MiB / 220 s at 256 MiB, 1965 MiB / 233 s at 192,
-    // 1834 MiB / 299 s at 128 (smaller blocks copy the growing KV more often).
-    // On WebGPU 128 MiB, to stay within the provider's cached buffer sizes (above).
-    this.maxAttentionBytes = options.maxAttentionBytes ?? (engine.device.kind === 'webgpu' ? 128 : 192) * 2 ** 20;
-    // Measured with bench/peer.ts's multiple choice (4 × 6 continuations of 400-token
-    // contexts, mmap threshold 1 MiB), peak RSS / time, a context's continuations sharing
-    // its laid-out past (the graph gathers it per row): 32 MiB 488–491 MiB / 1.57–1.75 s,
-    // 16 MiB 480–485 / 1.54–1.83, 8 MiB 427–435 / 1.76–1.87 (llama.cpp 449–456), in-process
-    // 1.37–1.54 s at 8 and 1.32–1.51 at 16. Before they shared it (each row's past laid
-    // out): no bound 606 / 1.76–1.80, 16 MiB 497 / 1.52–1.59, 8 MiB 470 / 2.11–2.29.
-    this.maxPastBytes = options.maxPastBytes ?? (engine.device.kind === 'cpu' ? 8 * 2 ** 20 : Infinity);
+    this.maxAttentionBytes = options.maxAttentionBytes ?? defaults.maxAttentionBytes;
+    this.maxPastBytes = options.maxPastBytes ?? defaults.maxPastBytes;
     this.minSharedTokens = options.minSharedTokens ?? 8;
     // KV reused across sequences must be what each sequence would compute itself.
     if (this.prefixSharing && !reusableKv(engine.config)) {

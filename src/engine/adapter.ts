@@ -6,10 +6,14 @@
 // choose from, Mesa's lavapipe being a software GPU on the CPU.
 import fs from 'node:fs';
 import path from 'node:path';
+import type { ProviderProfile } from '../common/providers.js';
 
-export function describeAdapter(kind: 'cuda' | 'webgpu'): string {
+/** The device by the way its provider reaches it (common/providers.ts): none (the CPU), an
+ * NVIDIA GPU by its kernel driver, or the Vulkan drivers WebGPU can choose from. */
+export function describeAdapter(adapter: ProviderProfile['adapter']): string {
+  if (adapter === 'none') return '';
   const gpus = nvidiaGpus();
-  if (kind === 'cuda') return gpus.join(', ') || 'CUDA device (name not readable from /proc/driver/nvidia)';
+  if (adapter === 'nvidia') return gpus.join(', ') || 'CUDA device (name not readable from /proc/driver/nvidia)';
   // A hardware driver needs its device node; without one only software drivers can answer.
   const hardware = fs.existsSync('/dev/dri') && fs.readdirSync('/dev/dri').some((f) => f.startsWith('renderD'));
   const nvidia = gpus.length > 0 || fs.existsSync('/dev/nvidiactl');

@@ -5,6 +5,8 @@ import { createRequire } from 'node:module';
 import ort from 'onnxruntime-node';
 import { DeviceError } from '../common/errors.js';
 import type { ComputeDType } from '../common/dtypes.js';
+import { PROVIDERS, PROVIDER_KINDS, type ProviderKind, type ProviderProfile } from '../common/providers.js';
+import { unreachable } from '../common/unreachable.js';
 
 export interface DeviceOptions {
   /** `cpu` (default), `webgpu`, `cuda` or `cuda:N`. */
@@ -33,12 +35,15 @@ export interface DeviceOptions {
   gpuValidation?: 'disabled' | 'wgpuOnly' | 'basic' | 'full';
 }
 
-export type DeviceKind = 'cpu' | 'cuda' | 'webgpu';
 export type GpuBufferCache = 'bucket' | 'simple' | 'lazyRelease' | 'disabled';
 
 export interface ResolvedDevice {
-  kind: DeviceKind;
+  kind: ProviderKind;
+  /** What the provider can do, and the scheduler's defaults on it (common/providers.ts). */
+  profile: ProviderProfile;
   deviceId: number;
+  /** How ListModels names the device: `cuda:0`, `webgpu`, `cpu`. */
+  name: string;
   dtype: ComputeDType;
   /** Why this dtype (reported in ListModels and the load log). */
   dtypeReason: string;
@@ -59,19 +64,21 @@ const CUDA_HELP =
 
 export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   const spec = (options.device ?? 'cpu').trim().toLowerCase();
-  const match = /^(cpu|cuda|webgpu)(?::(\d+))?$/.exec(spec);
-  if (!match || (match[1] !== 'cuda' && match[2] !== undefined)) {
-    throw new DeviceError(`device ${JSON.stringify(options.device)} is not one of cpu, webgpu, cuda, cuda:N`);
+  const match = /^([a-z]+)(?::(\d+))?$/.exec(spec);
+  const kind = PROVIDER_KINDS.find((k) => k === match?.[1]);
+  if (!match || !kind || (!PROVIDERS[kind].numbered && match[2] !== undefined)) {
+    const names = PROVIDER_KINDS.flatMap((k) => (PROVIDERS[k].numbered ? [k, `${k}:N`] : [k]));
+    throw new DeviceError(`device ${JSON.stringify(options.device)} is not one of ${names.join(', ')}`);
   }
-  const kind = match[1] as DeviceKind;
+  const profile: ProviderProfile = PROVIDERS[kind];
   const deviceId = Number(match[2] ?? 0);
   const { dtype, reason: dtypeReason } = chooseDtype(kind, options.dtype, options.checkpointDtype);
-  if (kind !== 'cuda' && dtype === 'bfloat16') {
-    throw new DeviceError(
-      `dtype bfloat16 needs device cuda: the ${kind === 'cpu' ? 'CPU execution provider has no bfloat16 MatMul' : 'WebGPU provider has no bfloat16 type'}`,
-    );
+  const unsupported = profile.unsupportedDtypes[dtype];
+  if (unsupported) {
+    const where = PROVIDER_KINDS.filter((k) => !(dtype in PROVIDERS[k].unsupportedDtypes));
+    throw new DeviceError(`dtype ${dtype} needs device ${where.join(' or ')}: ${unsupported}`);
   }
-  if (kind !== 'webgpu' && options.bufferCache !== undefined)
+  if (!profile.gpuSettings && options.bufferCache !== undefined)
     throw new DeviceError(`gpuBufferCache (--gpu-buffer-cache) is a setting of device webgpu, not ${kind}`);
   const threads = options.threads ?? 0;
   if (!Number.isInteger(threads) || threads < 0) throw new DeviceError(`threads must be a whole number ≥ 0 (got ${threads})`);
@@ -83,60 +90,67 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
     enableCpuMemArena: options.cpuMemArena ?? CPU_MEM_ARENA_DEFAULT,
     ...(options.profilePrefix !== undefined && { enableProfiling: true, profileFilePrefix: options.profilePrefix }),
   };
-  if (kind === 'cuda') {
-    if (!cudaProviderInstalled()) throw new DeviceError(`device ${spec}: ${CUDA_HELP}`);
-    sessionOptions.executionProviders = [{ name: 'cuda', deviceId }];
-  } else if (kind === 'webgpu') {
-    if (!ort.listSupportedBackends().some((b) => b.name === 'webgpu' && b.bundled)) {
-      throw new DeviceError(`device webgpu: this build of onnxruntime-node has no WebGPU provider (${process.platform}-${process.arch})`);
-    }
-    sessionOptions.executionProviders = [
-      {
-        name: 'webgpu',
-        ...(options.bufferCache ? { storageBufferCacheMode: options.bufferCache } : {}),
-        ...(options.gpuValidation ? { validationMode: options.gpuValidation } : {}),
-      },
-    ];
-    // Its warning that some nodes run on the CPU says nothing of which: the load reports the
-    // placements itself (placements.ts).
-    sessionOptions.logSeverityLevel = 3;
-  } else {
-    sessionOptions.executionProviders = ['cpu'];
-  }
-  return { kind, deviceId, dtype, dtypeReason, sessionOptions, ...(kind === 'webgpu' ? { bufferCache: options.bufferCache ?? 'bucket' } : {}) };
+  const missing = missingProvider(profile);
+  if (missing) throw new DeviceError(`device ${spec}: ${missing}`);
+  sessionOptions.executionProviders = [executionProvider(profile, deviceId, options)];
+  if (profile.session.quiet) sessionOptions.logSeverityLevel = 3;
+  return {
+    kind,
+    profile,
+    deviceId,
+    name: profile.numbered ? `${kind}:${deviceId}` : kind,
+    dtype,
+    dtypeReason,
+    sessionOptions,
+    ...(profile.gpuSettings ? { bufferCache: options.bufferCache ?? 'bucket' } : {}),
+  };
 }
 
-/** The compute dtype and why: the one asked for; on the CPU float32 (its provider has no
- * half-precision MatMul worth using); on CUDA bfloat16 for a bfloat16 checkpoint (float16's
- * range is too small for some models' activations: Qwen2.5 and Gemma are known to
- * overflow), else float16. Norms, soft-caps, softmax and log-probs run in float32 in every
- * case (decoder.ts). */
+/** onnxruntime's execution provider entry for a device: its name, a CUDA device's index,
+ * WebGPU's buffer cache and validation mode when asked. */
+function executionProvider(profile: ProviderProfile, deviceId: number, options: DeviceOptions): ort.InferenceSession.ExecutionProviderConfig {
+  const name = profile.session.name;
+  if (profile.numbered) return { name, deviceId } as ort.InferenceSession.ExecutionProviderConfig;
+  if (!profile.gpuSettings) return name;
+  return {
+    name,
+    ...(options.bufferCache ? { storageBufferCacheMode: options.bufferCache } : {}),
+    ...(options.gpuValidation ? { validationMode: options.gpuValidation } : {}),
+  } as ort.InferenceSession.ExecutionProviderConfig;
+}
+
+/** Why the provider cannot be used here, if it cannot: the bundled CPU build lists cuda but
+ * cannot load it without the library the install script fetches. */
+function missingProvider(profile: ProviderProfile): string | undefined {
+  switch (profile.session.install) {
+    case 'bundled':
+      return undefined;
+    case 'listedBackend':
+      return ort.listSupportedBackends().some((b) => b.name === profile.session.name && b.bundled)
+        ? undefined
+        : `this build of onnxruntime-node has no WebGPU provider (${process.platform}-${process.arch})`;
+    case 'cudaLibrary':
+      return cudaProviderInstalled() ? undefined : CUDA_HELP;
+    default:
+      return unreachable(profile.session.install);
+  }
+}
+
+/** The compute dtype and why: the one asked for (with what it costs on the provider), else
+ * the provider's default for the checkpoint's dtype (common/providers.ts). Norms, soft-caps,
+ * softmax and log-probs run in float32 in every case (decoder.ts). */
 export function chooseDtype(
-  kind: DeviceKind,
+  kind: ProviderKind,
   requested: ComputeDType | undefined,
   checkpointDtype: string | undefined,
 ): { dtype: ComputeDType; reason: string } {
-  if (requested === 'float16' && kind === 'webgpu')
-    return { dtype: requested, reason: `asked for (--dtype or the model config): ${WEBGPU_FLOAT16}` };
-  if (requested) return { dtype: requested, reason: 'asked for (--dtype or the model config)' };
-  if (kind === 'cpu') return { dtype: 'float32', reason: 'CPU default' };
-  if (kind === 'webgpu')
-    return {
-      dtype: 'float32',
-      reason: 'WebGPU default: matrix products accumulate in float32 (its float16 MatMul accumulates in float16)',
-    };
-  if (checkpointDtype === 'bfloat16')
-    return {
-      dtype: 'bfloat16',
-      reason: 'CUDA default for a bfloat16 checkpoint (float16 can overflow where the model was trained in bfloat16)',
-    };
-  return { dtype: 'float16', reason: `CUDA default for a ${checkpointDtype ?? 'float32'} checkpoint` };
+  const profile: ProviderProfile = PROVIDERS[kind];
+  if (requested) {
+    const note = profile.dtypeNotes[requested];
+    return { dtype: requested, reason: `asked for (--dtype or the model config)${note ? `: ${note}` : ''}` };
+  }
+  return profile.defaultDtype(checkpointDtype);
 }
-
-/** What float16 costs on WebGPU: onnxruntime's WebGPU MatMul accumulates float16 products in
- * float16 (an all-ones 1×4096 · 4096×1 product gives 2048), so log-probs move by far more than
- * float32's rounding (README, "GPU hosts": the error measured on the fixtures). */
-export const WEBGPU_FLOAT16 = 'products accumulate in float16 on WebGPU, log-probs are approximate (README: GPU hosts)';
 
 /** The CUDA provider library (libonnxruntime_providers_cuda.so) ships only when the
  * install script fetched it; the bundled CPU build lists cuda but cannot load it. */

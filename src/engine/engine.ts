@@ -2,7 +2,7 @@
 // worker thread (session-host.ts) so passes never hold the event loop. A pass's rows may
 // score (log-probs, top-k), probe (attention statistics) or both. It knows rows,
 // positions and KV; it knows nothing of text, requests or clients.
-import { SessionHost, type HostTensor } from './session-host.js';
+import { SessionHost, type HostTensor, type KvPiece, type RunResult } from './session-host.js';
 import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
 import { readModelConfig } from '../model/config.js';
 import type { ModelConfig } from '../model/families.js';
@@ -15,129 +15,11 @@ import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
 import { DeviceError } from '../common/errors.js';
 import { TextTokenizer } from '../text/tokenizer.js';
-import { PROBE_OUTPUTS, idleProbeFeeds, probeBins, probeFeeds } from './probe-feeds.js';
+import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
+import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
 
-/** One row of new tokens, continuing row `pastRow` of the past KV (if any). */
-export interface Row {
-  tokens: number[];
-  /** Absolute position of tokens[0] (= the valid length of its past row). */
-  startPosition: number;
-  pastRow: number;
-  /** Length of the whole sequence this row belongs to (a query block's sequence runs
-   * past its end), when positions depend on it (longrope); default: its end. */
-  sequenceLength?: number;
-  /** Past positions [start, end) this row's queries must not see (a chunk knocked out of
-   * attention for every later query, attribution.ts); every range ends at or before
-   * `startPosition`. */
-  hidden?: KeyRange[];
-  /** Attention statistics over this row's queries (a probe row). */
-  probe?: RowProbe;
-}
-
-/** What a probe row brings: the bin of every key it sees and the weight of each query. */
-export interface RowProbe {
-  /** Per position from 0 to the row's end (its past, then its tokens): 0..C−1 a chunk,
-   * C excluded (an attention sink, its share reported apart). */
-  keyBins: number[];
-  /** C, this row's chunks (rows of one pass may have different counts). */
-  chunks: number;
-  /** Per token of the row: its weight as a query. */
-  queryWeights: number[];
-}
-
-/** Token positions [start, end). */
-export interface KeyRange {
-  start: number;
-  end: number;
-}
-
-/** KV cache of a prefix pass (per layer [rows, kv_heads, P, head_dim], right-padded),
- * kept in the session host under `handle` until `Engine.dropPast`. */
-export interface PastKV {
-  handle: number;
-  validLengths: number[];
-  length: number;
-  /** Zero slots laid out after `length` for the new tokens of the one pass that reads this
-   * past (its query width), which writes them in place. */
-  room?: number;
-}
-
-/** Positions [offset, offset + count) of row `row` of a kept KV. */
-export interface KvPiece {
-  handle: number;
-  row: number;
-  offset: number;
-  count: number;
-}
-
-export interface ScoredPosition {
-  row: number;
-  index: number; // position within the row's new tokens whose logits are scored
-  target: number;
-}
-
-/** One forward pass: rows that score, rows that probe, or both. */
-export interface ForwardRequest {
-  rows: Row[];
-  past?: PastKV;
-  scored: ScoredPosition[];
-  topK: number;
-  /** Indices into `scored` whose whole log-prob distribution comes back (`next`): what a
-   * generation step samples from. */
-  next?: number[];
-  keepPresent: boolean;
-  /** With probe rows: compute the per-row maps a heatmap is made of. */
-  heatmap?: boolean;
-  /** With one probe row and no past: raw probabilities of these layers, heads and query rows. */
-  raw?: { layers: number[]; heads: number[]; queries: number[] };
-}
-
-/** One forward pass as run: scoring only, or with probe rows; its rows and padded tokens. */
-export interface PassRecord {
-  kind: 'score' | 'probe';
-  rows: number;
-  tokens: number;
-  /** Bytes that crossed session.run: inputs (token ids, positions, masks; the past KV,
-   * which a CPU session reads where it lies) and outputs (log-probs, distributions,
-   * statistics; the new slots' KV when kept — the past stays where it is). On a GPU each
-   * would be a host transfer. */
-  bytes: { inputs: number; pastKv: number; outputs: number; presentKv: number };
-  /** Wall seconds of the run on the session thread, the hop there and back included: what
-   * a benchmark sets against its total to see where the rest of the time went. */
-  seconds: number;
-}
-
-export interface ForwardResult {
-  logprobs: Float32Array;
-  greedy: boolean[];
-  /** Alternatives per scored position, as run: the k asked, at most the vocabulary. */
-  topK: number;
-  topkLogprobs?: Float32Array; // [scored, topK]
-  topkIds?: BigInt64Array;
-  /** [next.length, vocab] log-probs, with `next`. */
-  next?: Float32Array;
-  present?: PastKV;
-  /** With probe rows: the pass's attention statistics. */
-  probe?: PassProbe;
-}
-
-/** A pass's attention statistics, every row in the pass's bins: C chunks (C the most of
- * any probe row; a row's own excluded bin is mapped to C), C+1 padding. */
-export interface PassProbe {
-  /** Query slots per row (the pass's padded row length). */
-  T: number;
-  bins: number;
-  votes: Float32Array; // [B, L, H, bins]
-  sinkVotes: Float32Array; // [B, L, H]
-  mass: Float32Array; // [B, L, H, bins]
-  sinkMass: Float32Array; // [B, L, H]
-  /** [B, T, bins] with `heatmap`, else [B, 1, bins] of zeros. */
-  heat: Record<'max' | 'mean', { keyMax: Float32Array; keySum: Float32Array }>;
-  keyCount: Float32Array;
-  raw: Map<number, Float32Array>; // layer → [B, Hr, Q, S]
-  /** Keys per row (past + T). */
-  S: number;
-}
+export type * from './pass-types.js';
+export type { KvPiece } from './session-host.js';
 
 export interface EngineInfo {
   family: string;
@@ -162,7 +44,8 @@ export interface EngineInfo {
   floatNodesOnCpu?: string[];
 }
 
-/** The model's onnxruntime session, and on WebGPU the probe graph's (see `Engine.load`). */
+/** The model's onnxruntime session, and with a separate probe session the probe graph's
+ * (see `Engine.load`). */
 const SESSION = 'model';
 const PROBE_SESSION = 'probe';
 
@@ -174,7 +57,7 @@ export class Engine {
     private readonly host: SessionHost,
     readonly device: ResolvedDevice,
     readonly info: EngineInfo,
-    /** On WebGPU: the probe graph, for a session of its own made on the first probe. */
+    /** With a separate probe session: the probe graph, for a session made on the first probe. */
     private readonly probeGraph?: { build: () => DecoderGraph; options: Record<string, unknown> },
   ) {}
 
@@ -182,6 +65,7 @@ export class Engine {
     const config = readModelConfig(dir);
     const ckpt = new SafetensorsCheckpoint(dir);
     const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? checkpointDtype(config.torchDtype, ckpt) });
+    const profile = device.profile;
     const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId });
     // On the CPU one graph and one session score and probe, so the weights are prepacked
     // once: the probe nodes cost a pass that only scores next to nothing (one gathered
@@ -190,23 +74,21 @@ export class Engine {
     // its device work 52 ms of it), and the probe tap is 54 of a layer's 97: scoring and
     // generation run a graph without it, and probes a second session, made on the first
     // probe (its own copy of the weights on the device from then on).
-    const separateProbe = device.kind === 'webgpu';
+    const separateProbe = profile.separateProbeSession;
     const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind);
     const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
     const started = performance.now();
     // No silent CPU fallback: where each node runs, from onnxruntime itself (placements.ts).
-    const placed =
-      device.kind === 'webgpu' ? await placements(graph.model, runOptions).catch((e: Error) => gpuFailure(device, e)) : undefined;
-    const host = new SessionHost();
+    const placed = profile.checkPlacements ? await placements(graph.model, runOptions).catch((e: Error) => sessionFailure(device, e)) : undefined;
+    const host = new SessionHost({
+      ...(profile.kvOnDevice ? { deviceKv: deviceKv(config, device) } : {}),
+      sharedDeviceLock: profile.sharedDeviceLock,
+    });
     try {
-      await host.create(SESSION, graph.model, runOptions, {
-        ...(device.kind === 'webgpu' ? { deviceKv: deviceKv(config, device) } : {}),
-        indexFeeds: graph.indexFeeds,
-      });
+      await host.create(SESSION, graph.model, runOptions, { keyLayout: graph.keyLayout, indexFeeds: graph.indexFeeds });
     } catch (e) {
       await host.close();
-      if (device.kind === 'webgpu') gpuFailure(device, e as Error);
-      throw e;
+      sessionFailure(device, e as Error);
     }
     const sessionSeconds = (performance.now() - started) / 1000;
     const info: EngineInfo = {
@@ -219,8 +101,8 @@ export class Engine {
       hidden: config.hiddenSize,
       vocab: config.vocabSize,
       maxLength: config.maxPositions,
-      device: device.kind === 'cuda' ? `cuda:${device.deviceId}` : device.kind,
-      adapter: device.kind === 'cpu' ? '' : describeAdapter(device.kind),
+      device: device.name,
+      adapter: describeAdapter(profile.adapter),
       dtype: device.dtype,
       dtypeReason: device.dtypeReason,
       graphNodes: graph.nodeCount,
@@ -233,19 +115,21 @@ export class Engine {
     return new Engine(dir, config, tokenizer, host, device, info, probeGraph);
   }
 
-  /** The session a pass runs in: the model's, or on WebGPU for a probing pass the probe
-   * graph's, made on first use. */
+  /** The session a pass runs in: the model's, or for a probing pass with a separate probe
+   * session the probe graph's, made on first use. */
   private sessionFor(probing: boolean): Promise<string> {
     if (!probing || !this.probeGraph) return Promise.resolve(SESSION);
     if (this.probeCreated) return this.probeCreated;
     const graph = this.probeGraph.build();
-    this.probeCreated = this.host.create(PROBE_SESSION, graph.model, this.probeGraph.options, { indexFeeds: graph.indexFeeds }).then(
-      () => PROBE_SESSION,
-      (e: Error) => {
-        this.probeCreated = undefined; // the next probe tries again
-        gpuFailure(this.device, e);
-      },
-    );
+    this.probeCreated = this.host
+      .create(PROBE_SESSION, graph.model, this.probeGraph.options, { keyLayout: graph.keyLayout, indexFeeds: graph.indexFeeds })
+      .then(
+        () => PROBE_SESSION,
+        (e: Error) => {
+          this.probeCreated = undefined; // the next probe tries again
+          sessionFailure(this.device, e);
+        },
+      );
     return this.probeCreated;
   }
   private probeCreated?: Promise<string>;
@@ -255,10 +139,6 @@ export class Engine {
   /** `listener` hears of every forward pass this engine runs (what metrics count). */
   onPass(listener: (pass: PassRecord) => void): void {
     this.passListeners.push(listener);
-  }
-
-  private passed(record: PassRecord): void {
-    for (const listener of this.passListeners) listener(record);
   }
 
   /** `listener` is called once if the thread that runs this model's sessions dies. */
@@ -327,15 +207,16 @@ export class Engine {
     return this.slots(Math.max(2, ...rows.map((r) => r.tokens.length)));
   }
 
-  /** `n` slots as a pass lays them out: on WebGPU a multiple of four, query and key slots
-   * alike. onnxruntime's WebGPU MatMul sums in fours along a dimension that is a multiple
-   * of four and one by one otherwise, so a row's rounding depended on its pass's shape
-   * (measured on lavapipe: a token scored after a cached past of 1–22 tokens differed from
-   * the same token in one pass in 35 of 253 cases, by an ulp; a decode row beside a longer
-   * past, in 1 of 16). With every pass's query and key slots rounded up to four (masked,
-   * so adding exact zeros), none differed. */
+  /** `n` slots as a pass lays them out: a multiple of the provider's slot alignment (four
+   * on WebGPU), query and key slots alike. onnxruntime's WebGPU MatMul sums in fours along
+   * a dimension that is a multiple of four and one by one otherwise, so a row's rounding
+   * depended on its pass's shape (measured on lavapipe: a token scored after a cached past
+   * of 1–22 tokens differed from the same token in one pass in 35 of 253 cases, by an ulp;
+   * a decode row beside a longer past, in 1 of 16). With every pass's query and key slots
+   * rounded up to four (masked, so adding exact zeros), none differed. */
   private slots(n: number): number {
-    return this.device.kind === 'webgpu' ? Math.ceil(n / 4) * 4 : n;
+    const align = this.device.profile.slotAlignment;
+    return Math.ceil(n / align) * align;
   }
 
   /** Pasts laid out from pieces, one per entry, in one round trip to the session thread. */
@@ -353,32 +234,36 @@ export class Engine {
     this.host.dropPast(past.handle);
   }
 
-  /** The empty past (P = 0) of a pass of `rows` rows starting at position 0. */
-  private emptyPast(rows: number): { type: 'float32' | 'float16'; dims: number[] } {
-    return { type: kvDType(this.device.dtype), dims: [rows, this.config.numKvHeads, 0, this.config.headDim] };
-  }
-
-  /** The log-prob head's inputs: which flat positions, which targets, how many
-   * alternatives. Reductions over an empty [0, vocab] tensor crash onnxruntime's CPU
-   * kernels (SIGFPE), so a pass that scores nothing scores one dummy position, unread;
-   * TopK runs whether or not its outputs are fetched, so k = 0 unless asked. */
-  private scoreFeeds(scored: ScoredPosition[], T: number, topK = 0, next: number[] = []): Record<string, HostTensor> {
-    const scoredOrDummy = scored.length > 0 ? scored : [{ row: 0, index: 0, target: 0 }];
-    const scoreRows = BigInt64Array.from(scoredOrDummy, (s) => BigInt(s.row * T + s.index));
-    const targetIds = BigInt64Array.from(scoredOrDummy, (s) => BigInt(s.target));
-    const k = Math.min(Math.max(0, topK), this.config.vocabSize);
-    return {
-      score_rows: int64(scoreRows, [scoreRows.length]),
-      target_ids: int64(targetIds, [targetIds.length]),
-      top_k: int64(BigInt64Array.from([BigInt(k)]), [1]),
-      next_rows: int64(BigInt64Array.from(next, BigInt), [next.length]),
-    };
-  }
-
+  /** One forward pass: its shape, feeds and fetches, the run on the session thread, and
+   * its answer read from the outputs. */
   async forward(req: ForwardRequest): Promise<ForwardResult> {
-    const c = this.config;
+    const shape = this.shapeOf(req);
+    const feeds = passFeeds(req, shape, { config: this.config, profile: this.device.profile, probeTapAlways: !this.probeGraph });
+    const fetches = passFetches(req, shape);
+    // Counted before the run: its buffers are transferred to the session thread (detached
+    // here after; the inputs counted 0 bytes until this was measured before it).
+    const inputBytes = bytesOf(Object.values(feeds));
+    const session = await this.sessionFor(shape.probing);
+    const started = performance.now();
+    const ran = await this.host.run({
+      session,
+      feeds,
+      fetches,
+      past: req.past?.handle,
+      pastRows: req.rows.map((r) => r.pastRow),
+      pastLengths: shape.pastLengths,
+      pastSlots: shape.P,
+      numLayers: this.config.numLayers,
+      keepPresent: req.keepPresent,
+      emptyPast: { type: kvDType(this.device.dtype), dims: [shape.B, this.config.numKvHeads, 0, this.config.headDim] },
+    });
+    if (this.passListeners.length > 0) this.recordPass(req, shape, ran, inputBytes, (performance.now() - started) / 1000);
+    return passResult(req, shape, ran.outputs, ran.present);
+  }
+
+  /** The pass's rows, query and past slots, each row's valid past, and what it asks. */
+  private shapeOf(req: ForwardRequest): PassShape {
     const past = req.past;
-    const B = req.rows.length;
     const T = this.queryWidth(req.rows);
     const P = past?.length ?? 0;
     if (
@@ -387,152 +272,47 @@ export class Engine {
     ) {
       throw new Error(`engine: a past laid out with room for ${past.room} new slots is read by a pass of ${T}, row for row`);
     }
-    // Row b's keys: its past's valid slots, then its new tokens, then padding — so the
-    // present's valid slots are a prefix of every row, and any pass can be continued.
-    const pastLengths = req.rows.map((row) => past?.validLengths[row.pastRow] ?? 0);
-
-    const inputIds = new BigInt64Array(B * T);
-    const positionIds = new BigInt64Array(B * T);
-    const keyPositions = new BigInt64Array(B * (P + T)).fill(-1n);
-    req.rows.forEach((row, b) => {
-      const valid = pastLengths[b]!;
-      for (let j = 0; j < valid; j++) keyPositions[b * (P + T) + j] = BigInt(j);
-      for (const h of row.hidden ?? []) {
-        if (h.end > row.startPosition || h.start < 0) throw new Error("engine: hidden keys must lie in the row's past");
-        for (let j = h.start; j < h.end; j++) keyPositions[b * (P + T) + j] = -1n;
-      }
-      row.tokens.forEach((tok, t) => {
-        inputIds[b * T + t] = BigInt(tok);
-        positionIds[b * T + t] = BigInt(row.startPosition + t);
-        keyPositions[b * (P + T) + valid + t] = BigInt(row.startPosition + t);
-      });
-    });
-    const N = req.scored.length;
-    // On WebGPU a pass that wants each position's top token only (a greedy decode step)
-    // reads it from top1_* and feeds TopK k = 0 (kernels/logprobs.ts: the provider's TopK
-    // sorts the whole vocabulary).
-    const topOne = this.device.kind === 'webgpu' && req.topK === 1;
     const probing = req.rows.some((r) => r.probe);
-    if (req.raw && (!probing || B !== 1 || P > 0)) throw new Error('engine: raw attention is taken from one probe row without a past');
-    const feeds: Record<string, HostTensor> = {
-      input_ids: int64(inputIds, [B, T]),
-      position_ids: int64(positionIds, [B, T]),
-      key_positions: int64(keyPositions, [B, P + T]),
-      // WebGPU's graph reads where its keys lie from the session thread (kv_rows, kv_steps).
-      ...(this.device.kind === 'webgpu' ? {} : { past_lengths: int64(BigInt64Array.from(pastLengths, BigInt), [B]) }),
-      ...this.scoreFeeds(req.scored, T, topOne ? 0 : req.topK, req.next),
-      // A graph with the probe tap reads its inputs on every pass (an idle row when none
-      // probes); the WebGPU scoring graph has none.
-      ...(probing ? probeFeeds(req, P, T) : this.probeGraph ? {} : idleProbeFeeds(B, P + T)),
+    if (req.raw && (!probing || req.rows.length !== 1 || P > 0)) throw new Error('engine: raw attention is taken from one probe row without a past');
+    return {
+      B: req.rows.length,
+      T,
+      P,
+      pastLengths: req.rows.map((row) => past?.validLengths[row.pastRow] ?? 0),
+      probing,
+      // A greedy pass (a decode step) that wants each position's top token only reads it
+      // from top1_* where the provider finds it by reductions (kernels/logprobs.ts).
+      topOne: this.device.profile.topOneByReduction && req.topK === 1,
     };
-    // On WebGPU a kept pass of decode steps (four query slots or fewer) also returns its keys
-    // and values whole: the next step's past as it lies, with no layout run (session.ts).
-    if (this.device.kind === 'webgpu') feeds.full_slots = int64(BigInt64Array.from([BigInt(req.keepPresent && T <= 4 ? P + T : 0)]), [1]);
-    if (c.rope?.long) {
-      feeds.sequence_lengths = int64(
-        BigInt64Array.from(req.rows, (r) => BigInt(r.sequenceLength ?? r.startPosition + r.tokens.length)),
-        [B],
-      );
-    }
-    const fetches: string[] = [];
-    if (N > 0) fetches.push('logprobs', 'greedy');
-    if (N > 0 && req.topK > 0) fetches.push(...(topOne ? ['top1_logprobs', 'top1_ids'] : ['topk_logprobs', 'topk_ids']));
-    const M = req.next?.length ?? 0;
-    if (M > 0) {
-      if (req.next!.some((i) => !(i >= 0 && i < N))) throw new Error('engine: next names a position that is not scored');
-      fetches.push('next_logprobs');
-    }
-    if (fetches.length === 0) fetches.push('logprobs');
-    if (probing) {
-      fetches.push(...PROBE_OUTPUTS);
-      for (const l of req.raw?.layers ?? []) fetches.push(`raw.${l}`);
-    }
+  }
 
-    // Counted before the run: its buffers are transferred to the session thread (detached
-    // here after; the inputs counted 0 bytes until this was measured before it).
-    const size = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
-    const inputBytes = size(Object.values(feeds));
-    const session = await this.sessionFor(probing);
-    const started = performance.now();
-    const {
-      outputs: out,
-      present,
-      moved,
-    } = await this.host.run({
-      session,
-      feeds,
-      fetches,
-      past: past?.handle,
-      pastRows: req.rows.map((r) => r.pastRow),
-      pastLengths,
-      pastSlots: P,
-      numLayers: c.numLayers,
-      keepPresent: req.keepPresent,
-      emptyPast: this.emptyPast(B),
-    });
-    if (this.passListeners.length > 0) {
-      this.passed({
-        kind: probing ? 'probe' : 'score',
-        rows: B,
-        tokens: B * T,
-        seconds: (performance.now() - started) / 1000,
-        // On a GPU what crosses is what the session thread moved between host and device (KV
-        // kept on the device moves nothing; a layout's slot index goes up with the inputs).
-        bytes:
-          this.device.kind === 'webgpu'
-            ? {
-                inputs: moved.inputs + moved.layoutIndex,
-                pastKv: moved.pastKv,
-                outputs: size(Object.values(out)),
-                presentKv: moved.presentKv,
-              }
-            : {
-                inputs: inputBytes,
-                pastKv: B * P * this.kvBytesPerToken,
-                outputs: size(Object.values(out)),
-                presentKv: req.keepPresent ? B * T * this.kvBytesPerToken : 0,
-              },
-      });
-    }
-    const result: ForwardResult = {
-      logprobs: N > 0 ? (out.logprobs!.data as Float32Array) : new Float32Array(0),
-      greedy: N > 0 ? Array.from(out.greedy!.data as Uint8Array, (v) => v !== 0) : [],
-      topK: 0,
+  /** What metrics count of a pass: its kind, rows, padded tokens, time, and the bytes that
+   * crossed session.run. With KV on the device, what crossed is what the session thread
+   * moved between host and device (KV kept there moves nothing; a layout's slot index goes
+   * up with the inputs); else the KV a CPU session reads in place counts as past. */
+  private recordPass(req: ForwardRequest, shape: PassShape, ran: RunResult, inputBytes: number, seconds: number): void {
+    const { B, T, P } = shape;
+    const moved = ran.moved;
+    const outputs = bytesOf(Object.values(ran.outputs));
+    const record: PassRecord = {
+      kind: shape.probing ? 'probe' : 'score',
+      rows: B,
+      tokens: B * T,
+      seconds,
+      bytes: this.device.profile.kvOnDevice
+        ? { inputs: moved.inputs + moved.layoutIndex, pastKv: moved.pastKv, outputs, presentKv: moved.presentKv }
+        : {
+            inputs: inputBytes,
+            pastKv: B * P * this.kvBytesPerToken,
+            outputs,
+            presentKv: req.keepPresent ? B * T * this.kvBytesPerToken : 0,
+          },
     };
-    if (N > 0 && topOne) {
-      result.topK = 1;
-      result.topkLogprobs = out.top1_logprobs!.data as Float32Array;
-      result.topkIds = out.top1_ids!.data as BigInt64Array;
-    } else if (N > 0 && req.topK > 0) {
-      result.topK = out.topk_ids!.dims[1]!;
-      result.topkLogprobs = out.topk_logprobs!.data as Float32Array;
-      result.topkIds = out.topk_ids!.data as BigInt64Array;
-    }
-    if (M > 0) result.next = out.next_logprobs!.data as Float32Array;
-    if (req.keepPresent) {
-      result.present = { handle: present!, validLengths: req.rows.map((r, b) => pastLengths[b]! + r.tokens.length), length: P + T };
-    }
-    if (probing) {
-      const f = (name: string) => out[name]!.data as Float32Array;
-      result.probe = {
-        T,
-        S: P + T,
-        bins: probeBins(req.rows),
-        votes: f('probe.votes'),
-        sinkVotes: f('probe.sink_votes'),
-        mass: f('probe.mass'),
-        sinkMass: f('probe.sink_mass'),
-        heat: {
-          max: { keyMax: f('heat.max.key_max'), keySum: f('heat.max.key_sum') },
-          mean: { keyMax: f('heat.mean.key_max'), keySum: f('heat.mean.key_sum') },
-        },
-        keyCount: f('heat.key_count'),
-        raw: new Map((req.raw?.layers ?? []).map((l) => [l, f(`raw.${l}`)])),
-      };
-    }
-    return result;
+    for (const listener of this.passListeners) listener(record);
   }
 }
+
+const bytesOf = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
 
 /** The checkpoint's dtype: config `torch_dtype` (or `dtype`), else the one its weights
  * are stored in when they agree. */
@@ -542,15 +322,15 @@ function checkpointDtype(configured: string | undefined, ckpt: SafetensorsCheckp
   return stored.size === 1 ? [...stored][0] : undefined;
 }
 
-/** onnxruntime session options: the device's, and where external weights live. On WebGPU
- * the new keys and values stay in device buffers (the next pass reads them there) and
- * everything else comes back to the host. */
+/** onnxruntime session options: the device's, and where external weights live. With KV on
+ * the device the new keys and values stay in device buffers (the next pass reads them
+ * there) and everything else comes back to the host. */
 function sessionOptions(weightsDir: string, device: ResolvedDevice, layers: number): Record<string, unknown> {
   const options: Record<string, unknown> = {
     ...device.sessionOptions,
     extra: { session: { model_external_initializers_file_folder_path: weightsDir } },
   };
-  if (device.kind === 'webgpu') {
+  if (device.profile.kvOnDevice) {
     const kv = Array.from({ length: layers }, (_, i) => [`new.${i}.key`, `new.${i}.value`, `full.${i}.key`, `full.${i}.value`]).flat();
     options.preferredOutputLocation = Object.fromEntries(kv.map((name) => [name, 'gpu-buffer']));
   }
@@ -569,15 +349,11 @@ function deviceKv(config: ModelConfig, device: ResolvedDevice) {
   };
 }
 
-/** A WebGPU session that could not be made: most often no Vulkan adapter (no loader or
- * driver on the host). */
-function gpuFailure(device: ResolvedDevice, e: Error): never {
-  throw new DeviceError(
-    `device ${device.kind}: onnxruntime could not create a WebGPU session (${e.message}). WebGPU on Linux runs on Vulkan: ` +
-      'the Vulkan loader (libvulkan1) and a driver (NVIDIA\'s, or Mesa\'s lavapipe from bookworm-backports for a software GPU) must be installed; see README, "GPU hosts"',
-  );
-}
-
-function int64(data: BigInt64Array, dims: number[]): HostTensor {
-  return { type: 'int64', data, dims };
+/** A session that could not be made: on a provider with advice to give (WebGPU: most often
+ * no Vulkan adapter, no loader or driver on the host), a DeviceError with it; else the
+ * error as it came. */
+function sessionFailure(device: ResolvedDevice, e: Error): never {
+  const help = device.profile.sessionFailureHelp;
+  if (!help) throw e;
+  throw new DeviceError(`device ${device.kind}: onnxruntime could not create a ${device.profile.label} session (${e.message}). ${help}`);
 }

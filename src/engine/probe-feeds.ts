@@ -2,7 +2,7 @@
 // bins and its queries' weights, or, for a pass that only scores, idle inputs on which the
 // probe nodes cost next to nothing; and the outputs a probing pass fetches.
 import type { HostTensor } from './session-host.js';
-import type { ForwardRequest, Row } from './engine.js';
+import type { ForwardRequest, Row } from './pass-types.js';
 
 const int64 = (data: BigInt64Array, dims: number[]): HostTensor => ({ type: 'int64', data, dims });
 

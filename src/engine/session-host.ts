@@ -11,7 +11,16 @@ import type { Worker } from 'node:worker_threads';
 import { UnavailableError } from '../common/errors.js';
 import { startWorker } from '../workers/start.js';
 import type { IndexFeedPlan } from '../graph/index-feeds.js';
-import type { DeviceKv, KvPieceRef, RunRequest, RunResult, SessionMessage, SessionReply } from '../workers/session.js';
+import type {
+  DeviceKv,
+  KeyLayoutKind,
+  KvPiece,
+  RunRequest,
+  RunResult,
+  SessionMessage,
+  SessionReply,
+  SessionThreadData,
+} from '../workers/session/protocol.js';
 
 // onnxruntime 1.30 starts Microsoft's telemetry client when it creates its environment (the
 // first session): it reads /proc/self/cmdline and matches it with std::regex, whose
@@ -23,10 +32,10 @@ import type { DeviceKv, KvPieceRef, RunRequest, RunResult, SessionMessage, Sessi
 // created, so it is set here, before any worker exists; a user cannot turn it back on.
 process.env.ORT_DISABLE_TELEMETRY = '1';
 
-export type { HostTensor, RunRequest, RunResult } from '../workers/session.js';
+export type { HostTensor, KvPiece, RunRequest, RunResult } from '../workers/session/protocol.js';
 
-/** One lock for GPU work across every session thread of the process (session.ts). */
-const GPU_LOCK = new SharedArrayBuffer(4);
+/** One lock for work on a shared device across every session thread of the process (session.ts). */
+const DEVICE_LOCK = new SharedArrayBuffer(4);
 
 export class SessionHost {
   private readonly worker: Worker;
@@ -37,8 +46,14 @@ export class SessionHost {
   private closing = false;
   private readonly lostListeners: ((err: Error) => void)[] = [];
 
-  constructor() {
-    this.worker = startWorker('session', { workerData: { gpuLock: GPU_LOCK } });
+  /** `deviceKv`: the thread keeps KV on the device and lays it out with these graphs;
+   * `sharedDeviceLock`: its work takes the process's one lock for the device. */
+  constructor(options: { deviceKv?: DeviceKv; sharedDeviceLock?: boolean } = {}) {
+    const workerData: SessionThreadData = {
+      ...(options.deviceKv ? { deviceKv: options.deviceKv } : {}),
+      ...(options.sharedDeviceLock ? { deviceLock: DEVICE_LOCK } : {}),
+    };
+    this.worker = startWorker('session', { workerData });
     this.worker.on('message', (msg: SessionReply) => {
       const p = this.pending.get(msg.id);
       this.pending.delete(msg.id);
@@ -70,14 +85,16 @@ export class SessionHost {
     });
   }
 
-  /** Create a session named `name` from a serialized model (session options as onnxruntime takes them). */
+  /** Create a session named `name` from a serialized model (session options as onnxruntime
+   * takes them), telling the thread what the graph reads: where its keys lie, and the index
+   * feeds it takes as one input. */
   create(
     name: string,
     model: Uint8Array,
     options: Extract<SessionMessage, { op: 'create' }>['options'],
-    more: { deviceKv?: DeviceKv; indexFeeds?: IndexFeedPlan } = {},
+    reads: { keyLayout: KeyLayoutKind; indexFeeds?: IndexFeedPlan },
   ): Promise<void> {
-    return this.call({ op: 'create', name, model, options, ...more });
+    return this.call({ op: 'create', name, model, options, ...reads });
   }
 
   run(run: RunRequest): Promise<RunResult> {
@@ -87,12 +104,12 @@ export class SessionHost {
 
   /** Lay pieces of kept KV end to end, one row per list, right-padded to `length`, and
    * keep the result under a new handle. */
-  async gather(rows: KvPieceRef[][], length: number): Promise<number> {
+  async gather(rows: KvPiece[][], length: number): Promise<number> {
     return (await this.call<{ handle: number }>({ op: 'gather', rows, length })).handle;
   }
 
   /** Several layouts in one message (a pass's rows going into the prefix cache). */
-  async gatherEach(layouts: { rows: KvPieceRef[][]; length: number }[]): Promise<number[]> {
+  async gatherEach(layouts: { rows: KvPiece[][]; length: number }[]): Promise<number[]> {
     return (await this.call<{ handles: number[] }>({ op: 'gatherEach', layouts })).handles;
   }
 

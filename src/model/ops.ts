@@ -2,10 +2,19 @@
 // weight layout, norms by role (RMSNorm, Gemma's 1 + w, LayerNorm), activations, soft caps,
 // casts between the compute dtype and float32, and the checkpoint's weights (each made
 // once). The decoder (decoder.ts) extends this and reads as the model alone.
-import { GraphBuilder, type GraphTarget, type NormRows } from '../graph/builder.js';
+import { GraphBuilder, type ExternalTensor, type NormRows } from '../graph/builder.js';
 import { kvDType, type ComputeDType, type DTypeName } from '../common/dtypes.js';
 import type { ModelConfig } from './families.js';
-import type { WeightSource } from './decoder.js';
+import type { ProviderKind } from '../common/providers.js';
+import { unreachable } from '../common/unreachable.js';
+
+/** Where the decoder gets its weights: a checkpoint, or a recorder (synthetic.ts). */
+export interface WeightSource {
+  /** The folder external initializers are resolved against. */
+  readonly weightsDir: string;
+  get(name: string, shape: number[]): ExternalTensor;
+  has(name: string): boolean;
+}
 
 export class ModelOps {
   readonly g: GraphBuilder;
@@ -15,10 +24,10 @@ export class ModelOps {
     protected readonly c: ModelConfig,
     protected readonly source: WeightSource,
     protected readonly dt: ComputeDType,
-    target: GraphTarget = 'cpu',
+    provider: ProviderKind = 'cpu',
   ) {
     this.spec = c.spec;
-    this.g = new GraphBuilder(target);
+    this.g = new GraphBuilder(provider);
   }
 
   protected activation(x: string): string {
@@ -158,10 +167,5 @@ export class ModelOps {
   protected fromFloat32(x: string): string {
     return this.g.cast(x, this.dt, 'float32', 'to_compute');
   }
-}
-
-/** For `switch` over a discriminated union: a new variant is a compile error here. */
-export function unreachable(value: never): never {
-  throw new Error(`unhandled variant ${JSON.stringify(value)}`);
 }
 

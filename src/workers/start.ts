@@ -6,15 +6,18 @@
 import fs from 'node:fs';
 import { Worker, type WorkerOptions } from 'node:worker_threads';
 
-/** Start the worker module `name` of src/workers/ (e.g. `session`). Worker modules import
- * packages only, never other files of ours, so the compiled file stands alone. */
+/** Start the worker module `name` of src/workers/ (e.g. `session`), with its parts in the
+ * folder of that name (src/workers/session/). */
 export function startWorker(name: string, options: WorkerOptions = {}): Worker {
   const fromSource = import.meta.url.endsWith('.ts');
   const module = new URL(`./${name}${fromSource ? '.ts' : '.js'}`, import.meta.url);
   if (!fromSource) return new Worker(module, options);
   const compiled = new URL(`../../dist/src/workers/${name}.js`, import.meta.url);
   const mtime = (url: URL) => fs.statSync(url, { throwIfNoEntry: false })?.mtimeMs ?? -1;
-  if (mtime(compiled) >= mtime(module)) return new Worker(compiled, options);
+  // The newest of the module and its parts: a part edited since the build makes dist/ stale.
+  const parts = new URL(`./${name}/`, import.meta.url);
+  const partTimes = fs.existsSync(parts) ? fs.readdirSync(parts).map((f) => mtime(new URL(f, parts))) : [];
+  if (mtime(compiled) >= Math.max(mtime(module), ...partTimes)) return new Worker(compiled, options);
   const boot = `import { tsImport } from ${JSON.stringify(import.meta.resolve('tsx/esm/api'))}; await tsImport(${JSON.stringify(module.href)}, import.meta.url);`;
   return new Worker(new URL(`data:text/javascript,${encodeURIComponent(boot)}`), options);
 }

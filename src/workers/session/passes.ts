@@ -1,0 +1,206 @@
+// The model's sessions and their passes on the session thread: the feeds a pass runs with
+// (its own, its past as kept KV, where its keys lie), the run, the outputs sent back, and
+// the pass's KV kept when asked.
+import ort from 'onnxruntime-node';
+import { packIndexFeeds, type IndexFeedPlan, type Int64Feed } from '../../graph/index-feeds.js';
+import { slotsOf, type KvStore, type KvTensor } from './kv-store.js';
+import type { KvGather } from './gather.js';
+import type { KvLayouts } from './layouts.js';
+import type { HostTensor, KeyLayoutKind, RunRequest, RunResult, SessionMessage } from './protocol.js';
+
+interface ModelSession {
+  session: ort.InferenceSession;
+  keyLayout: KeyLayoutKind;
+  /** Set when the graph takes its index feeds as one input (graph/index-feeds.ts). */
+  indexFeeds?: IndexFeedPlan;
+}
+
+const tensor = (t: HostTensor) => new ort.Tensor(t.type, t.data, t.dims);
+const plain = (t: ort.Tensor): HostTensor => ({
+  type: t.type as HostTensor['type'],
+  dims: [...t.dims],
+  data: (t.data as HostTensor['data']).slice(),
+});
+const hostBytes = (ts: ort.Tensor[]) => ts.reduce((n, t) => n + (t.location === 'cpu' ? (t.data as ArrayBufferView).byteLength : 0), 0);
+
+// onnxruntime caches a memory pattern per set of input shapes, keyed by an XOR of every
+// input dim, so unrelated passes collide (a 1024-token pass after 1024 cached has the key of
+// a 4 × 2048-token probe pass; a probe input of [B, S] cancels key_positions' S) and then
+// reuse a pattern that does not fit: every tensor falls back to its own allocation
+// (measured: 1100 ms instead of 700 for that pass, every time). The graphs take one more
+// input, unread, whose length is a hash of all the other shapes: it moves the XOR key.
+function shapeSalt(feeds: Record<string, ort.Tensor>): ort.Tensor {
+  let h = 2166136261;
+  for (const name of Object.keys(feeds).sort()) {
+    for (const c of name) h = Math.imul(h ^ c.charCodeAt(0), 16777619);
+    for (const d of feeds[name]!.dims) h = Math.imul(h ^ (d + 0x9e37), 16777619);
+  }
+  const length = 1 + ((h >>> 0) % 65521);
+  return new ort.Tensor('bool', new Uint8Array(length), [length]);
+}
+
+/** Where a `gather` graph's keys lie (model/past.ts: keySources), for its rows of past,
+ * recent and new K/V end to end, in rows of head_dim values: each row's [past length, past
+ * base, recent base, new base] (`kv_rows`) and [P₀, P₁, T, last row] (`kv_steps`). */
+function keySourceFeeds(
+  r: RunRequest,
+  past: KvTensor,
+  recent: KvTensor,
+  rows: number[],
+  ids: readonly number[],
+): Record<string, ort.Tensor> {
+  const [B, T] = ids as [number, number];
+  const kv = past.dims[1]!;
+  const [P0, P1] = [slotsOf(past), slotsOf(recent)];
+  const pastRows = past.dims[0]! * kv * P0;
+  const recentRows = recent.dims[0]! * kv * P1;
+  const bases = new BigInt64Array(B * 4);
+  for (let b = 0; b < B; b++) {
+    const length = r.pastLengths[b]!;
+    bases.set(
+      [length, rows[b]! * kv * P0, pastRows + rows[b]! * kv * P1 - P0, pastRows + recentRows + b * kv * T - length].map(BigInt),
+      4 * b,
+    );
+  }
+  const steps = BigInt64Array.from([P0, P1, T, pastRows + recentRows + B * kv * T - 1], BigInt);
+  return { kv_rows: new ort.Tensor('int64', bases, [B, 4]), kv_steps: new ort.Tensor('int64', steps, [4]) };
+}
+
+export class SessionPasses {
+  private readonly sessions = new Map<string, ModelSession>();
+
+  constructor(
+    private readonly store: KvStore,
+    private readonly layouts: KvLayouts,
+    private readonly gather: KvGather,
+  ) {}
+
+  async create(msg: Extract<SessionMessage, { op: 'create' }>): Promise<void> {
+    const session = await ort.InferenceSession.create(msg.model, msg.options);
+    const packed = msg.indexFeeds && msg.indexFeeds.feeds.length > 0 ? { indexFeeds: msg.indexFeeds } : {};
+    this.sessions.set(msg.name, { session, keyLayout: msg.keyLayout, ...packed });
+  }
+
+  async run(r: RunRequest): Promise<RunResult> {
+    const model = this.sessions.get(r.session);
+    if (!model) throw new Error(`no session ${r.session}`);
+    const { session } = model;
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const [k, v] of Object.entries(r.feeds)) feeds[k] = tensor(v);
+    const { past, recent, rows } = await this.pastFeeds(r);
+    // The pass holds what it reads until it ends: a past laid out for it is freed then unless
+    // its present keeps it, and a kept past dropped meanwhile stays until the pass is done.
+    const fed = [...past, ...recent];
+    this.store.hold(fed);
+    try {
+      this.addKvFeeds(model, r, feeds, past, recent, rows);
+      // What goes up with the pass besides its past: the feeds as fed (index feeds packed),
+      // but for the salt, which no node reads.
+      const inputBytes = hostBytes(
+        Object.entries(feeds)
+          .filter(([name, t]) => name !== 'shape_salt' && !fed.includes(t as KvTensor))
+          .map(([, t]) => t),
+      );
+      const fetches = [...r.fetches];
+      if (r.keepPresent) for (let i = 0; i < r.numLayers; i++) fetches.push(`new.${i}.key`, `new.${i}.value`);
+      if (r.keepPresent && this.layouts.onDevice) for (let i = 0; i < r.numLayers; i++) fetches.push(`full.${i}.key`, `full.${i}.value`);
+      const onDevice = this.layouts.onDevice;
+      const out = await session.run(feeds, onDevice ? session.outputNames : fetches);
+      const outputs: Record<string, HostTensor> = {};
+      for (const name of r.fetches) outputs[name] = plain(out[name]!);
+      // A session with outputs on the device runs through one IO binding that keeps every
+      // output it ever bound: an output fetched once and not the next time stays bound to the
+      // earlier run's tensor, which onnxruntime then takes as a preallocated output (a shape
+      // error, or the next run writing into a KV we keep). So such a session fetches every
+      // output every run, and frees the device ones nobody asked for.
+      if (onDevice)
+        for (const name of session.outputNames) if (!fetches.includes(name) && out[name]?.location === 'gpu-buffer') out[name]!.dispose();
+      // The layouts' slot maps since the last pass: this pass's past (laid out by a gather
+      // before it, or here) and the prefix cache's segments of the pass before.
+      const moved = { inputs: inputBytes, pastKv: onDevice ? hostBytes(fed) : 0, presentKv: 0, layoutIndex: this.layouts.takeIndexBytes() };
+      if (!r.keepPresent) return { outputs, moved };
+      const fresh: KvTensor[] = [];
+      for (let i = 0; i < r.numLayers; i++) fresh.push(out[`new.${i}.key`] as KvTensor, out[`new.${i}.value`] as KvTensor);
+      moved.presentKv = onDevice ? hostBytes(fresh) : 0;
+      if (onDevice) this.keepLastStep(r, out, fresh, rows);
+      const parts = [past, recent].filter((p) => slotsOf(p[0]!) > 0);
+      const present = this.store.keep(
+        parts.length === 0
+          ? { kind: 'laidOut', parts: [fresh] }
+          : { kind: 'extended', parts, pastSlots: r.pastSlots, pastRows: rows, pastLengths: r.pastLengths, fresh },
+      );
+      return { outputs, present, moved };
+    } finally {
+      this.store.unhold(fed);
+    }
+  }
+
+  async release(): Promise<void> {
+    for (const { session } of this.sessions.values()) {
+      // A profiled session writes its profile here (a no-op for the others).
+      session.endProfiling();
+      await session.release();
+    }
+    this.sessions.clear();
+  }
+
+  /** The past's tensors as `past.L.*` and `recent.L.*`, where its keys lie (per the graph's
+   * key layout), the shape salt, and the index feeds packed into one input. */
+  private addKvFeeds(
+    model: ModelSession,
+    r: RunRequest,
+    feeds: Record<string, ort.Tensor>,
+    past: KvTensor[],
+    recent: KvTensor[],
+    rows: number[],
+  ): void {
+    if (model.keyLayout === 'gather') Object.assign(feeds, keySourceFeeds(r, past[0]!, recent[0]!, rows, feeds.input_ids!.dims));
+    else feeds.past_rows = new ort.Tensor('int64', BigInt64Array.from(rows, BigInt), [rows.length]);
+    for (let i = 0; i < r.numLayers; i++) {
+      feeds[`past.${i}.key`] = past[2 * i]!;
+      feeds[`past.${i}.value`] = past[2 * i + 1]!;
+      feeds[`recent.${i}.key`] = recent[2 * i]!;
+      feeds[`recent.${i}.value`] = recent[2 * i + 1]!;
+    }
+    feeds.shape_salt = shapeSalt(feeds);
+    const plan = model.indexFeeds;
+    if (plan) {
+      const packed = packIndexFeeds(plan, feeds as Record<string, Int64Feed>);
+      for (const f of plan.feeds) delete feeds[f.name];
+      for (const [name, t] of Object.entries(packed)) feeds[name] = new ort.Tensor(t.type, t.data, t.dims);
+    }
+  }
+
+  /** On the device, a kept pass's keys and values whole, for the next decode step. */
+  private keepLastStep(r: RunRequest, out: Record<string, ort.Tensor>, fresh: KvTensor[], rows: number[]): void {
+    const full: KvTensor[] = [];
+    for (let i = 0; i < r.numLayers; i++) full.push(out[`full.${i}.key`] as KvTensor, out[`full.${i}.value`] as KvTensor);
+    this.gather.keepLastStep(r.past, full, fresh, rows);
+  }
+
+  /** The past a pass is fed, in two parts (past, recent), and the row of it each pass row
+   * continues: the kept parts themselves when they are laid out (a decode step's gathered
+   * past; the distinct pasts of rows that share them, which the graph gathers per row),
+   * else each pass row's past laid out once (a query block continuing the one before). */
+  private async pastFeeds(r: RunRequest): Promise<{ past: KvTensor[]; recent: KvTensor[]; rows: number[] }> {
+    const { type, dims } = r.emptyPast;
+    const B = r.pastRows.length;
+    const empty = (rows: number) =>
+      Array.from(
+        { length: 2 * r.numLayers },
+        () => new ort.Tensor(type, type === 'float16' ? new Uint16Array(0) : new Float32Array(0), [rows, ...dims.slice(1)]) as KvTensor,
+      );
+    const identity = Array.from({ length: B }, (_, b) => b);
+    if (r.past === undefined) return { past: empty(B), recent: empty(B), rows: identity };
+    const kv = this.store.get(r.past);
+    if (kv.kind === 'laidOut') {
+      const rows = kv.parts[0]![0]!.dims[0]!;
+      // As many rows as the pass: row b is row b (the graph reads past_rows only when the
+      // past has fewer rows than the pass).
+      if (rows === B && r.pastRows.every((row, b) => row === b))
+        return { past: kv.parts[0]!, recent: kv.parts[1] ?? empty(B), rows: identity };
+      if (rows < B) return { past: kv.parts[0]!, recent: kv.parts[1] ?? empty(rows), rows: r.pastRows };
+    }
+    return { past: await this.gather.layOutRows(r.past, r.pastRows), recent: empty(B), rows: identity };
+  }
+}
