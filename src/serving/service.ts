@@ -25,7 +25,7 @@ import {
   type AttributionSample,
   type SampleAttribution,
 } from '../requests/attribution.js';
-import { continuationScore, prepareChunkScores } from '../requests/chunk-scores.js';
+import { continuationScore, encodeChunked, prepareChunkScores } from '../requests/chunk-scores.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
 import type { Prepared, UnitScore } from '../core/units.js';
@@ -334,7 +334,7 @@ export class Service {
     const named = requests.map((r, i) => ({ ...r, field: r.field ?? `items[${i}]` }));
     const chunked = named.flatMap((r, i) => (r.contextChunks ? [i] : []));
     const plain = named.flatMap((r, i) => (r.contextChunks ? [] : [i]));
-    const pairs = await Promise.all(chunked.map((i) => m.encoder.encodeChunked(named[i]!, named[i]!.field)));
+    const pairs = await Promise.all(chunked.map((i) => encodeChunked(m.encoder, named[i]!, named[i]!.field)));
     const samples = await Promise.all(chunked.map((i, k) => prepareChunkScores(m.prober, named[i]!, pairs[k]!)));
     const preparedPlain = plain.length > 0 ? await m.encoder.prepareLoglikelihood(plain.map((i) => named[i]!)) : undefined;
     // One answer, one limit: the chunked items' continuation tokens count with the plain ones.
