@@ -25,7 +25,7 @@ import {
   type AttributionSample,
   type SampleAttribution,
 } from '../requests/attribution.js';
-import { continuationScore, encodeChunked, prepareChunkScores } from '../requests/chunk-scores.js';
+import { countUnits, prepareScore } from '../requests/score.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
 import type { Prepared, UnitScore } from '../core/units.js';
@@ -46,10 +46,6 @@ import {
 const DEADLINE_SLACK_MS = 20;
 /** The longest delay setTimeout keeps (a longer one fires after 1 ms). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/** How a Score item with a chunked context is probed: its continuation's log-probs, votes
- * and mass; no heatmap, so the context is a cached prefix. */
-const PROBE_FOR_SCORES = { pool: 'max', queryReduce: 'mean', keyReduce: 'max', perHead: false, heatmap: false, logprobs: true } as const;
 
 export interface ServedModel extends LoadedModel {
   batcher: Batcher;
@@ -325,39 +321,12 @@ export class Service {
       );
   }
 
-  /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`). */
+  /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`), items with a
+   * chunked context with their attention. */
   async score(m: ServedModel, requests: LoglikelihoodRequest[], call: CallContext): Promise<ContinuationScore[][]> {
     this.checkTextBytes(requests, 'items');
-    if (!requests.some((r) => r.contextChunks)) return this.scoreUnits(m, await m.encoder.prepareLoglikelihood(requests), call);
-    // Items with a chunked context are answered by probe passes (scores and attention from
-    // one pass), the others as usual; everything is validated before anything is queued.
-    const named = requests.map((r, i) => ({ ...r, field: r.field ?? `items[${i}]` }));
-    const chunked = named.flatMap((r, i) => (r.contextChunks ? [i] : []));
-    const plain = named.flatMap((r, i) => (r.contextChunks ? [] : [i]));
-    const pairs = await Promise.all(chunked.map((i) => encodeChunked(m.encoder, named[i]!, named[i]!.field)));
-    const samples = await Promise.all(chunked.map((i, k) => prepareChunkScores(m.prober, named[i]!, pairs[k]!)));
-    const preparedPlain = plain.length > 0 ? await m.encoder.prepareLoglikelihood(plain.map((i) => named[i]!)) : undefined;
-    // One answer, one limit: the chunked items' continuation tokens count with the plain ones.
-    const chunkedTokens = pairs.reduce((n, p) => n + p.continuations.reduce((a, c) => a + c.ids.length, 0), 0);
-    this.checkScoredTokens(chunkedTokens + (preparedPlain?.units.reduce((n, u) => n + u.targets.length, 0) ?? 0));
-    // One job: the plain items' units and the chunked items' probe units share the round's
-    // passes (and the prefix cache) like any other units.
-    const flat = samples.flat();
-    const probes = m.prober.units(flat, { ...PROBE_FOR_SCORES });
-    const plainUnits = preparedPlain?.units ?? [];
-    const outputs = await this.queued(m.batcher.submit([...plainUnits, ...probes.units]), call);
-    const plainScores = preparedPlain ? preparedPlain.finish(outputs.slice(0, plainUnits.length)) : [];
-    const probed = probes.finish(outputs.slice(plainUnits.length));
-    const model = m.entry.name;
-    this.metrics.itemsScored.inc({ model }, flat.length + plainUnits.length);
-    this.metrics.tokensScored.inc({ model }, chunkedTokens + plainUnits.reduce((n, u) => n + u.targets.length, 0));
-    const answers: ContinuationScore[][] = new Array(requests.length);
-    plain.forEach((i, k) => (answers[i] = plainScores[k]!));
-    let next = 0;
-    chunked.forEach(
-      (i, k) => (answers[i] = pairs[k]!.continuations.map((_, j) => continuationScore(pairs[k]!, j, probed.samples[next++]!))),
-    );
-    return answers;
+    const job = await prepareScore(m.encoder, m.prober, requests);
+    return this.scoreUnits(m, job, call, job.counted);
   }
 
   /** Rolling log-likelihoods (perplexity, mean loss, Min-K% Prob). */
@@ -379,18 +348,13 @@ export class Service {
     return this.scoreUnits(m, m.encoder.prepareEcho(prompts, k), call, counted);
   }
 
-  private async scoreUnits<T>(
-    m: ServedModel,
-    prepared: Prepared<T>,
-    call: CallContext,
-    counted?: { items: number; tokens: number },
-  ): Promise<T> {
-    const scored = prepared.units.reduce((n, u) => n + u.targets.length, 0);
-    this.checkScoredTokens(scored);
+  /** Check the per-answer limit, queue the units, count what was scored, answer. */
+  private async scoreUnits<T>(m: ServedModel, prepared: Prepared<T>, call: CallContext, counted = countUnits(prepared.units)): Promise<T> {
+    this.checkScoredTokens(counted.tokens);
     const scores = await this.queued(m.batcher.submit(prepared.units), call);
     const model = m.entry.name;
-    this.metrics.itemsScored.inc({ model }, counted?.items ?? prepared.units.length);
-    this.metrics.tokensScored.inc({ model }, counted?.tokens ?? scored);
+    this.metrics.itemsScored.inc({ model }, counted.items);
+    this.metrics.tokensScored.inc({ model }, counted.tokens);
     return prepared.finish(scores);
   }
 
