@@ -1,20 +1,12 @@
 // The serving layer both transports share: the served models and their batchers, model
 // lookup, every operation a client can ask for (tokenise, score, probe, …) with its
-// queueing, cancellation and deadline, the metrics of scored items, and the
+// queueing, cancellation and deadline (call.ts), the metrics of scored items, and the
 // bookkeeping of calls (in flight, counted, logged). gRPC (src/grpc/) and HTTP
 // (src/http/) validate and translate their wire formats into these calls; they never
 // touch an engine, and neither imports the other. Errors are the ones of src/errors.ts;
 // each transport maps them to its statuses.
-import { Batcher, type BatcherOptions, type Submitted } from '../core/batcher.js';
-import {
-  CancelledError,
-  DeadlineExceededError,
-  InvalidArgumentError,
-  NotFoundError,
-  UnavailableError,
-  checkTokenIds,
-  errorMessage,
-} from '../common/errors.js';
+import { Batcher, type BatcherOptions } from '../core/batcher.js';
+import { InvalidArgumentError, NotFoundError, UnavailableError, checkTokenIds, errorMessage } from '../common/errors.js';
 import type { Metrics } from './metrics.js';
 import type { EngineInfo } from '../engine/engine.js';
 import type { LoadedModel } from './repository.js';
@@ -28,7 +20,8 @@ import {
 import { countUnits, prepareScore } from '../requests/score.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
-import type { Prepared, UnitScore } from '../core/units.js';
+import type { Prepared } from '../core/units.js';
+import { checkCall, queued, type CallContext } from './call.js';
 import {
   checkSampling,
   Generation,
@@ -43,20 +36,11 @@ import {
   type TokenEvent,
 } from '../requests/generate.js';
 
-const DEADLINE_SLACK_MS = 20;
-/** The longest delay setTimeout keeps (a longer one fires after 1 ms). */
-const MAX_TIMER_MS = 2 ** 31 - 1;
+// The transports name a call's context as the service's.
+export type { CallContext };
 
 export interface ServedModel extends LoadedModel {
   batcher: Batcher;
-}
-
-/** What one call brings to the serving layer: how to learn the caller went away, and
- * when its answer stops being useful. */
-export interface CallContext {
-  signal?: AbortSignal;
-  /** Milliseconds since the epoch; absent or Infinity: no deadline. */
-  deadline?: number;
 }
 
 export interface ServiceOptions {
@@ -351,7 +335,7 @@ export class Service {
   /** Check the per-answer limit, queue the units, count what was scored, answer. */
   private async scoreUnits<T>(m: ServedModel, prepared: Prepared<T>, call: CallContext, counted = countUnits(prepared.units)): Promise<T> {
     this.checkScoredTokens(counted.tokens);
-    const scores = await this.queued(m.batcher.submit(prepared.units), call);
+    const scores = await queued(m.batcher.submit(prepared.units), call);
     const model = m.entry.name;
     this.metrics.itemsScored.inc({ model }, counted.items);
     this.metrics.tokensScored.inc({ model }, counted.tokens);
@@ -365,7 +349,7 @@ export class Service {
     this.checkTextBytes(samples, 'samples');
     const { prepared, opts } = await m.prober.prepareAll(samples, options);
     const job = m.prober.units(prepared, opts);
-    const answer = job.finish(await this.queued(m.batcher.submit(job.units), call));
+    const answer = job.finish(await queued(m.batcher.submit(job.units), call));
     this.metrics.itemsScored.inc({ model: m.entry.name }, prepared.length);
     return answer;
   }
@@ -394,7 +378,7 @@ export class Service {
   async rawAttention(m: ServedModel, sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4, call: CallContext): Promise<RawSlice[]> {
     this.checkTextBytes(sample, 'sample');
     const job = await m.prober.prepareRaw(sample, req, bytesPerValue);
-    return job.finish(await this.queued(m.batcher.submit(job.units), call));
+    return job.finish(await queued(m.batcher.submit(job.units), call));
   }
 
   // ---- generation ----------------------------------------------------------------------
@@ -420,7 +404,7 @@ export class Service {
     };
     return runGenerations(
       generations,
-      (units, continuing) => this.queued(m.batcher.submit(units, { continuing }), call),
+      (units, continuing) => queued(m.batcher.submit(units, { continuing }), call),
       counted,
       () => checkCall(call),
     );
@@ -441,44 +425,6 @@ export class Service {
       checkSampling(params, p.length, model, m.scorer.maxTopK, names);
     });
   }
-
-  /** Wait for queued work; the caller going away or its deadline takes it out of the queue. */
-  private async queued(submitted: Submitted, call: CallContext): Promise<UnitScore[]> {
-    const cancel = () => submitted.cancel();
-    let expired = false;
-    const deadline = call.deadline ?? Infinity;
-    // A delay over 2³¹−1 ms becomes 1 ms in setTimeout: a deadline 25 days out (or
-    // grpc-timeout 597H) expired at once. That far, it is no deadline.
-    const timer =
-      Number.isFinite(deadline) && deadline - Date.now() <= MAX_TIMER_MS
-        ? setTimeout(
-            () => {
-              expired = true;
-              cancel();
-            },
-            Math.max(0, deadline - Date.now()),
-          )
-        : undefined;
-    if (call.signal?.aborted) cancel();
-    call.signal?.addEventListener('abort', cancel);
-    try {
-      return await submitted.result;
-    } catch (err) {
-      // grpc-js cancels a call at its deadline, sometimes a little before our own timer:
-      // a cancellation that close to the deadline is the deadline.
-      if (err instanceof CancelledError && (expired || Date.now() >= deadline - DEADLINE_SLACK_MS)) throw new DeadlineExceededError();
-      throw err;
-    } finally {
-      clearTimeout(timer);
-      call.signal?.removeEventListener('abort', cancel);
-    }
-  }
-}
-
-/** Throw if the call has gone away or run out of time: work being prepared stops there. */
-function checkCall(call: CallContext): void {
-  if (call.signal?.aborted) throw new CancelledError();
-  if (call.deadline !== undefined && Date.now() >= call.deadline) throw new DeadlineExceededError();
 }
 
 /** Which tokens of `ids` (an encoding with special tokens) the plain encoding lacks: it
