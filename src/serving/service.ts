@@ -23,7 +23,6 @@ import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest
 import type { Prepared } from '../core/units.js';
 import { checkCall, queued, type CallContext } from './call.js';
 import {
-  checkSampling,
   Generation,
   generationModel,
   preparePrompt,
@@ -31,10 +30,9 @@ import {
   type ChoiceResult,
   type PreparedPrompt,
   type PromptBins,
-  type SamplingFieldNames,
-  type SamplingParams,
   type TokenEvent,
 } from '../requests/generate.js';
+import { checkSampling, type SamplingFieldNames, type SamplingParams } from '../requests/sampling.js';
 
 // The transports name a call's context as the service's.
 export type { CallContext };
