@@ -14,7 +14,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { Batcher } from '../src/core/batcher.js';
-import { Generation, generationModel, runGenerations, type GenerationModel, type SamplingParams } from '../src/requests/generate.js';
+import { Generation, generationModel, runGenerations, type GenerationModel } from '../src/requests/generate.js';
+import type { SamplingParams } from '../src/requests/sampling.js';
 import { benchModelDir, randomIds } from './model.js';
 
 const THREADS = Number(process.env.BENCH_THREADS ?? 2);

@@ -8,14 +8,8 @@ import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import type { Unit, UnitScore } from '../src/core/units.js';
 import { rng } from '../src/common/random.js';
-import {
-  Generation,
-  generationModel,
-  runGenerations,
-  sampleToken,
-  type GenerationModel,
-  type SamplingParams,
-} from '../src/requests/generate.js';
+import { Generation, generationModel, runGenerations, type GenerationModel } from '../src/requests/generate.js';
+import { sampleToken, type SamplingParams } from '../src/requests/sampling.js';
 import type { LoadedModel } from '../src/serving/repository.js';
 import type { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, familyEngine, makeFixture } from './fixtures.js';

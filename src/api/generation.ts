@@ -2,7 +2,8 @@
 // layer's generate call (every step a unit of the model's one scheduler), one message per
 // generated token as it is made.
 import { InvalidArgumentError } from '../common/errors.js';
-import type { SamplingParams, TokenEvent } from '../requests/generate.js';
+import type { TokenEvent } from '../requests/generate.js';
+import type { SamplingParams } from '../requests/sampling.js';
 import type { Service } from '../serving/service.js';
 import type { GenerationHandlers } from './generated/ctxprobe/v1/Generation.js';
 import type { GenerateResponse } from './generated/ctxprobe/v1/GenerateResponse.js';

@@ -3,7 +3,7 @@
 // prefix cache carrying the KV). JSON out, or the text as it comes with --stream.
 import fs from 'node:fs';
 import { Command, InvalidArgumentError } from 'commander';
-import type { SamplingParams } from '../requests/generate.js';
+import type { SamplingParams } from '../requests/sampling.js';
 import { chunkArguments, entriesFrom, int, serveInProcess, textArgument, withModelFlags } from './common.js';
 
 const number = (name: string) => (value: string) => {

@@ -12,7 +12,7 @@ import type { Engine } from '../engine/engine.js';
 import { findTrunks, plan, rowKind, type PlanOptions, type ScoreRow, type Trunk } from './planner.js';
 import type { Match, PrefixCache } from './prefix-cache.js';
 import { emptyScore, runPlan, type PlanResult, type RunOptions, type Work } from './runner.js';
-import { maskedFrom, scoredIndex, type Unit } from './units.js';
+import { maskedFrom, scoredIndex, type Unit, type UnitScore } from './units.js';
 import { maxOf } from '../common/sequences.js';
 
 /** Nested sharing levels run into the cache before the rows themselves (a guard: real
@@ -74,29 +74,8 @@ export async function scoreWithCache(
     const rows: ScoreRow[] = [];
     units.forEach((u, i) => {
       const start = starts[i]!;
-      const seq = seqs[i]!;
-      work.tokensReused += Math.min(start, seq.length);
-      if (start >= seq.length) return;
-      const first = Math.max(start, u.prefix.length);
-      rows.push({
-        unit: i,
-        tokens: seq.slice(start),
-        startPosition: start,
-        scoredFrom: first - start,
-        targetFrom: first - u.prefix.length,
-        targetCount: seq.length - first,
-        pastRow: 0,
-        ...(start > 0 ? { cached: cache.pieces(matches[i]!, start) } : {}),
-        // With no budget a row's KV could not stay: do not copy it out of the pass. A
-        // probe row's KV is not kept (its prefix is; copying its rows out costs more
-        // than a later probe of the same rows would save).
-        // A generation step's row is kept whatever it asks: the next step continues it;
-        // with `keep`, whatever the budget too.
-        ...((cache.budget > 0 || u.keep) && !u.hidden?.length && (!u.probe || u.next) ? { path: seq } : {}),
-        ...(u.hidden?.length ? { hidden: u.hidden } : {}),
-        ...(u.sequenceLength !== undefined ? { sequenceLength: u.sequenceLength } : {}),
-        ...rowKind(u),
-      });
+      work.tokensReused += Math.min(start, seqs[i]!.length);
+      if (start < seqs[i]!.length) rows.push(unitRow(cache, u, i, seqs[i]!, start, matches[i]!));
     });
     const scores = await runRows(rows);
     // Positions before a unit's start come from the cache (its match is still pinned).
@@ -106,14 +85,7 @@ export async function scoreWithCache(
         res.prefixReused = Math.min(reusedAtStart[i]!, u.prefix.length);
         return; // its scored positions all lie in its own rows
       }
-      const end = Math.min(starts[i]!, seqs[i]!.length);
-      for (let t = 0; t < u.targets.length && u.prefix.length + scoredIndex(u, t) < end; t++) {
-        const pos = u.prefix.length + scoredIndex(u, t);
-        const hit = cache.score(matches[i]!, pos, u.targets[t]!, u.topK)!;
-        res.logprobs[t] = hit.logprob;
-        res.greedy[t] = hit.greedy;
-        if (u.topK > 0) res.topK![t] = hit.topK!;
-      }
+      fillFromCache(cache, u, matches[i]!, Math.min(starts[i]!, seqs[i]!.length), res);
     });
     // Kept sequences go to their units' outputs, each pin released by whoever holds it.
     for (const [i, m] of kept) {
@@ -154,6 +126,42 @@ function firstToCompute(cache: PrefixCache, unit: Unit, match: Match): number {
   // Every target cached: nothing left to compute; a step still computes what the cache
   // does not hold and its last token.
   return unit.next ? kv : n;
+}
+
+/** A unit's row: its sequence from `start`, the positions before it from the cache. */
+function unitRow(cache: PrefixCache, u: Unit, i: number, seq: number[], start: number, match: Match): ScoreRow {
+  const first = Math.max(start, u.prefix.length);
+  return {
+    unit: i,
+    tokens: seq.slice(start),
+    startPosition: start,
+    scoredFrom: first - start,
+    targetFrom: first - u.prefix.length,
+    targetCount: seq.length - first,
+    pastRow: 0,
+    ...(start > 0 ? { cached: cache.pieces(match, start) } : {}),
+    // With no budget a row's KV could not stay: do not copy it out of the pass. A
+    // probe row's KV is not kept (its prefix is; copying its rows out costs more
+    // than a later probe of the same rows would save).
+    // A generation step's row is kept whatever it asks: the next step continues it;
+    // with `keep`, whatever the budget too.
+    ...((cache.budget > 0 || u.keep) && !u.hidden?.length && (!u.probe || u.next) ? { path: seq } : {}),
+    ...(u.hidden?.length ? { hidden: u.hidden } : {}),
+    ...(u.sequenceLength !== undefined ? { sequenceLength: u.sequenceLength } : {}),
+    ...rowKind(u),
+  };
+}
+
+/** The scores of a unit's targets before `end` (its first computed position), read from
+ * its cache match into `res`. */
+function fillFromCache(cache: PrefixCache, u: Unit, match: Match, end: number, res: UnitScore): void {
+  for (let t = 0; t < u.targets.length && u.prefix.length + scoredIndex(u, t) < end; t++) {
+    const pos = u.prefix.length + scoredIndex(u, t);
+    const hit = cache.score(match, pos, u.targets[t]!, u.topK)!;
+    res.logprobs[t] = hit.logprob;
+    res.greedy[t] = hit.greedy;
+    if (u.topK > 0) res.topK![t] = hit.topK!;
+  }
 }
 
 /** A trunk as a row: its tokens after the cached past, every member's scored positions

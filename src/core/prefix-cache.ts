@@ -20,7 +20,7 @@
 import type { TopK } from './units.js';
 
 /** A KV tensor in the session host: `tokens` positions, freed by `drop` when unused. */
-export interface Segment {
+export interface KvSegment {
   handle: number;
   tokens: number;
   refs: number;
@@ -49,7 +49,7 @@ class Node {
     /** Absolute position of tokens[0]. */
     public depth: number,
     public tokens: number[],
-    public segment: Segment | undefined,
+    public segment: KvSegment | undefined,
     public offset: number,
   ) {
     this.scores = new Array(tokens.length);
@@ -80,11 +80,11 @@ export interface CacheStats {
 export class PrefixCache {
   private readonly root = new Node(undefined, 0, [], undefined, 0);
   private clock = 0;
-  private segments = new Set<Segment>();
+  private segments = new Set<KvSegment>();
   /** Matches not yet released: a split must keep their paths and pins right. */
   private live = new Set<Match>();
   /** Segments `rebase` left unused, freed by `settle`. */
-  private retired: Segment[] = [];
+  private retired: KvSegment[] = [];
   bytes = 0;
   entries = 0;
   evictions = 0;
@@ -179,7 +179,7 @@ export class PrefixCache {
   ): Match | undefined {
     const end = from + count;
     const match = this.match(tokens.slice(0, end));
-    const segment: Segment = { handle, tokens: count, refs: 0 };
+    const segment: KvSegment = { handle, tokens: count, refs: 0 };
     if (match.depth < from) {
       this.release(match);
       this.drop(handle);

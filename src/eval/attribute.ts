@@ -18,7 +18,7 @@ export interface ChunkDelta {
   mask?: number;
 }
 
-export interface SampleResult {
+export interface AttributionSampleResult {
   id: string;
   labels: string[];
   target: string;
@@ -32,7 +32,7 @@ export interface SampleResult {
 export interface AttributeReport {
   model: string;
   interventions: Intervention[];
-  samples: SampleResult[];
+  samples: AttributionSampleResult[];
   /** Mean Δ per chunk label over every chunk with it (in first-seen order). */
   meanByLabel: { label: string; chunks: number; remove?: number; mask?: number }[];
   meanSweep: { keep: number; samples: number; remove?: number; mask?: number }[];
@@ -45,7 +45,7 @@ export async function runAttribute(
 ): Promise<AttributeReport> {
   const interventions = options.interventions?.length ? options.interventions : (['remove', 'mask'] as Intervention[]);
   const samples = records.map((r, i) => ({ id: r.id ?? String(i), ...toAttributionSample(r, `line ${i + 1}`) }));
-  const results: SampleResult[] = new Array(samples.length);
+  const results: AttributionSampleResult[] = new Array(samples.length);
   let model = '';
   await forEachBatch(samples, options.batch ?? 4, 1, 'attribution', async (chunk, start) => {
     const res = await client.attribute({

@@ -51,7 +51,7 @@ export function demonstrationsFor(index: number, samples: CharpSample[], pool: C
   return demos;
 }
 
-export interface SampleResult {
+export interface CharpSampleResult {
   id: string;
   logprobs: Record<ResponseType, number>;
   numChars: Record<ResponseType, number>;
@@ -73,16 +73,16 @@ export interface CharpReport {
   /** Share of samples whose top-ranked response is of each type (the paper's Tables 2 and 4). */
   topRankedByType: Record<ResponseType, number>;
   topRankedByTypeNorm: Record<ResponseType, number>;
-  results: SampleResult[];
+  results: CharpSampleResult[];
   attention?: { labels: string[]; votes: number[][]; mass: number[][]; layers: number; heads: number };
 }
 
 const argmax = (values: Record<ResponseType, number>) =>
   RESPONSE_TYPES.reduce((best, t) => (values[t] > values[best] ? t : best), RESPONSE_TYPES[0]);
 
-export function summarise(results: SampleResult[]): Pick<CharpReport, 'acc' | 'accNorm' | 'topRankedByType' | 'topRankedByTypeNorm'> {
+export function summarise(results: CharpSampleResult[]): Pick<CharpReport, 'acc' | 'accNorm' | 'topRankedByType' | 'topRankedByTypeNorm'> {
   const n = results.length;
-  const share = (pick: (r: SampleResult) => ResponseType) =>
+  const share = (pick: (r: CharpSampleResult) => ResponseType) =>
     Object.fromEntries(RESPONSE_TYPES.map((t) => [t, results.filter((r) => pick(r) === t).length / n])) as Record<ResponseType, number>;
   return {
     acc: results.filter((r) => r.correct).length / n,
@@ -100,7 +100,7 @@ export async function runCharpeval(
   samples.forEach((s, i) => validateSample(s, `sample ${i + 1}`));
   const shots = options.shots ?? 0;
   const prompts = samples.map((s, i) => buildPrompt(s, demonstrationsFor(i, samples, options.demos, shots)));
-  const results: SampleResult[] = new Array(samples.length);
+  const results: CharpSampleResult[] = new Array(samples.length);
   await forEachBatch(samples, options.batch ?? 8, options.concurrency ?? 4, 'CHARPEval', async (chunk, start) => {
     const res = await client.score({
       model: options.model ?? '',

@@ -204,6 +204,8 @@ export function resolveAttributionOptions(options: AttributionOptions): Resolved
   return { ...options, interventions, subsets, subsetIntervention };
 }
 
+/** One sample's variants, each a unit added to the job (`add`), and how its answer comes
+ * from their scores. */
 async function prepareSample(
   engine: Engine,
   sample: AttributionSample,
@@ -216,64 +218,17 @@ async function prepareSample(
   const seg = await segmentSample(engine, sample, field);
   if (seg.ids.length > engine.config.maxPositions)
     throw new InvalidArgumentError(field, `${seg.ids.length} tokens, over the model's ${engine.config.maxPositions} positions`);
-  const labels = seg.segments.map((s) => s.label);
-  const target = sample.target === undefined || sample.target === '' ? labels.length - 1 : labels.lastIndexOf(sample.target);
-  if (target < 0)
-    throw new InvalidArgumentError(
-      `${field}.target`,
-      `no chunk is labelled ${JSON.stringify(sample.target)} (labels: ${labels.join(', ')})`,
-    );
-  if (target === 0)
-    throw new InvalidArgumentError(`${field}.target`, 'the target is the first chunk: nothing comes before it to attribute');
-  const before = labels.slice(0, target).map((_, k) => k);
-  let ablate = before;
-  if (sample.ablate?.length) {
-    sample.ablate.forEach((label, k) => {
-      if (!labels.slice(0, target).includes(label))
-        throw new InvalidArgumentError(`${field}.ablate[${k}]`, `no chunk before the target is labelled ${JSON.stringify(label)}`);
-    });
-    ablate = before.filter((k) => sample.ablate!.includes(labels[k]!));
-  }
-  const bos = engine.tokenizer.bosId;
-  const sink = seg.ids[0] === bos ? 1 : 0; // a BOS at 0 stays visible
-  const lead = { bos, eos: engine.tokenizer.eosId };
-  const base = variantOf(seg, target, `${field}`, lead);
-  const baseIndex = add(base);
+  const { labels, target, before, ablate } = chosenChunks(seg, sample, field);
+  const lead = { bos: engine.tokenizer.bosId, eos: engine.tokenizer.eosId };
+  const baseVariant = variantOf(seg, target, `${field}`, lead);
+  const base = { index: add(baseVariant), targets: baseVariant.targets };
+  const plan = variantPlanner({ engine, sample, seg, labels, target, field, lead, add, checkStop }, baseVariant, options.interventions);
 
-  const masked = (dropped: number[]): Variant => {
-    const hidden: KeyRange[] = dropped
-      .map((k) => ({ start: Math.max(sink, seg.segments[k]!.start), end: seg.segments[k]!.end }))
-      .filter((r) => r.end > r.start);
-    return { unit: { ...base.unit, hidden }, targets: base.targets };
-  };
-  const removed = async (dropped: number[]): Promise<Variant> => {
-    const { variant, target: t } = withoutChunks(sample, target, dropped);
-    let vseg: Segmented;
-    try {
-      vseg = await segmentSample(engine, variant, field);
-    } catch (e) {
-      const what = dropped.map((k) => `${k} (${labels[k]})`).join(', ');
-      throw new InvalidArgumentError(field, `without chunk ${what}: ${e instanceof InvalidArgumentError ? e.message : String(e)}`);
-    }
-    return variantOf(vseg, t, `${field} without chunk ${dropped.join(', ')}`, lead);
-  };
-  // Each requested variant: its unit's index and target tokens, per intervention.
-  type Planned = Partial<Record<Intervention, { index: number; targets: number[] }>>;
-  const plan = async (dropped: number[], which: Intervention[] = options.interventions): Promise<Planned> => {
-    const out: Planned = {};
-    for (const v of which) {
-      checkStop();
-      const variant = v === 'mask' ? masked(dropped) : await removed(dropped);
-      out[v] = { index: add(variant), targets: variant.targets };
-    }
-    return out;
-  };
-
-  const perChunk: { k: number; planned: Planned }[] = [];
+  const perChunk: PlannedSample['perChunk'] = [];
   for (const k of ablate) perChunk.push({ k, planned: await plan([k]) });
   const keepOnly = options.keepOnly ? { kept: ablate, planned: await plan(before.filter((k) => !ablate.includes(k))) } : undefined;
   const history = historyTurns(sample, labels, target, options.historyLabels);
-  const sweep: { keep: number; dropped: number[]; planned: Planned }[] = [];
+  const sweep: PlannedSample['sweep'] = [];
   for (const h of options.historySweep ?? []) {
     const dropped = history.slice(0, Math.max(0, history.length - h));
     sweep.push({ keep: h, dropped, planned: await plan(dropped) });
@@ -293,46 +248,144 @@ async function prepareSample(
       patternUnits.push(planned[options.subsetIntervention]!.index);
     }
   }
+  const planned: PlannedSample = { seg, target, ablate, base, perChunk, keepOnly, sweep, patterns, patternUnits };
+  return (scores) => sampleAttribution(planned, options, scores);
+}
 
-  return (scores) => {
-    const sum = (i: number) => scores[i]!.logprobs.reduce((a, b) => a + b, 0);
-    const baseLogprobs = scores[baseIndex]!.logprobs;
-    const baseSum = sum(baseIndex);
-    const n = baseLogprobs.length;
-    const effect = (p: { index: number; targets: number[] }): Effect => {
-      const lp = scores[p.index]!.logprobs;
-      const same = p.targets.length === base.targets.length && p.targets.every((t, j) => t === base.targets[j]);
-      const s = sum(p.index);
-      return {
-        logprob: s,
-        numTokens: lp.length,
-        delta: s - baseSum,
-        meanDelta: s / lp.length - baseSum / n,
-        tokenDeltas: same ? lp.map((v, j) => v - baseLogprobs[j]!) : [],
-      };
-    };
-    const effects = (planned: Planned) =>
-      Object.fromEntries(Object.entries(planned).map(([v, p]) => [v, effect(p!)])) as Partial<Record<Intervention, Effect>>;
-    const answer: SampleAttribution = {
-      spans: seg.segments,
-      numTokens: seg.ids.length,
-      target,
-      base: { logprob: baseSum, numTokens: n, tokenLogprobs: baseLogprobs },
-      chunks: perChunk.map(({ k, planned }) => ({ index: k, ...seg.segments[k]!, ...effects(planned) })),
-    };
-    if (keepOnly) answer.keepOnly = { kept: keepOnly.kept, ...effects(keepOnly.planned) };
-    if (options.historySweep?.length) answer.sweep = sweep.map((s) => ({ keep: s.keep, dropped: s.dropped, ...effects(s.planned) }));
-    if (options.subsets > 0) {
-      const y = patternUnits.map(sum);
-      const fit = leastSquares(
-        patterns.map((p) => p.map((kept) => (kept ? 1 : 0))),
-        y,
-        1e-6,
-      );
-      answer.subsets = { intervention: options.subsetIntervention, chunks: ablate, patterns, logprobs: y, ...fit };
-    }
-    return answer;
+/** The target chunk (default: the last) and the chunks to ablate (default: every one before
+ * it), by index among the sample's segments; refused with the field that names them. */
+function chosenChunks(seg: Segmented, sample: AttributionSample, field: string) {
+  const labels = seg.segments.map((s) => s.label);
+  const target = sample.target === undefined || sample.target === '' ? labels.length - 1 : labels.lastIndexOf(sample.target);
+  if (target < 0)
+    throw new InvalidArgumentError(
+      `${field}.target`,
+      `no chunk is labelled ${JSON.stringify(sample.target)} (labels: ${labels.join(', ')})`,
+    );
+  if (target === 0)
+    throw new InvalidArgumentError(`${field}.target`, 'the target is the first chunk: nothing comes before it to attribute');
+  const before = labels.slice(0, target).map((_, k) => k);
+  let ablate = before;
+  if (sample.ablate?.length) {
+    sample.ablate.forEach((label, k) => {
+      if (!labels.slice(0, target).includes(label))
+        throw new InvalidArgumentError(`${field}.ablate[${k}]`, `no chunk before the target is labelled ${JSON.stringify(label)}`);
+    });
+    ablate = before.filter((k) => sample.ablate!.includes(labels[k]!));
+  }
+  return { labels, target, before, ablate };
+}
+
+/** What making a sample's variants needs to know of it. */
+interface SampleContext {
+  engine: Engine;
+  sample: AttributionSample;
+  seg: Segmented;
+  labels: string[];
+  target: number;
+  field: string;
+  lead: { bos?: number; eos?: number };
+  add: (v: Variant) => number;
+  checkStop: () => void;
+}
+
+/** Where a variant's unit is in the job, and its target's tokens. */
+interface PlannedVariant {
+  index: number;
+  targets: number[];
+}
+
+/** A variant under each intervention asked for. */
+type Planned = Partial<Record<Intervention, PlannedVariant>>;
+
+/** Every variant of a sample, planned: the base, per ablated chunk, keep-only, each point
+ * of the history sweep, each random pattern. */
+interface PlannedSample {
+  seg: Segmented;
+  target: number;
+  ablate: number[];
+  base: PlannedVariant;
+  perChunk: { k: number; planned: Planned }[];
+  keepOnly?: { kept: number[]; planned: Planned };
+  sweep: { keep: number; dropped: number[]; planned: Planned }[];
+  patterns: boolean[][];
+  patternUnits: number[];
+}
+
+/** How the chunks `dropped` are taken out of a sample, under each intervention asked for
+ * (default `interventions`): each variant's unit is added to the job as it is made. */
+function variantPlanner(ctx: SampleContext, base: Variant, interventions: Intervention[]) {
+  const { engine, sample, seg, labels, target, field, lead } = ctx;
+  const sink = seg.ids[0] === lead.bos ? 1 : 0; // a BOS at 0 stays visible
+  const masked = (dropped: number[]): Variant => {
+    const hidden: KeyRange[] = dropped
+      .map((k) => ({ start: Math.max(sink, seg.segments[k]!.start), end: seg.segments[k]!.end }))
+      .filter((r) => r.end > r.start);
+    return { unit: { ...base.unit, hidden }, targets: base.targets };
   };
+  const removed = async (dropped: number[]): Promise<Variant> => {
+    const { variant, target: t } = withoutChunks(sample, target, dropped);
+    let vseg: Segmented;
+    try {
+      vseg = await segmentSample(engine, variant, field);
+    } catch (e) {
+      const what = dropped.map((k) => `${k} (${labels[k]})`).join(', ');
+      throw new InvalidArgumentError(field, `without chunk ${what}: ${e instanceof InvalidArgumentError ? e.message : String(e)}`);
+    }
+    return variantOf(vseg, t, `${field} without chunk ${dropped.join(', ')}`, lead);
+  };
+  return async (dropped: number[], which: Intervention[] = interventions): Promise<Planned> => {
+    const out: Planned = {};
+    for (const v of which) {
+      ctx.checkStop();
+      const variant = v === 'mask' ? masked(dropped) : await removed(dropped);
+      out[v] = { index: ctx.add(variant), targets: variant.targets };
+    }
+    return out;
+  };
+}
+
+/** A sample's answer from its variants' scores: each variant's effect against the base,
+ * and the random patterns' least-squares fit. */
+function sampleAttribution(p: PlannedSample, options: Resolved, scores: UnitScore[]): SampleAttribution {
+  const { seg, base } = p;
+  const sum = (i: number) => scores[i]!.logprobs.reduce((a, b) => a + b, 0);
+  const baseLogprobs = scores[base.index]!.logprobs;
+  const baseSum = sum(base.index);
+  const n = baseLogprobs.length;
+  const effect = (variant: PlannedVariant): Effect => {
+    const lp = scores[variant.index]!.logprobs;
+    const same = variant.targets.length === base.targets.length && variant.targets.every((t, j) => t === base.targets[j]);
+    const s = sum(variant.index);
+    return {
+      logprob: s,
+      numTokens: lp.length,
+      delta: s - baseSum,
+      meanDelta: s / lp.length - baseSum / n,
+      tokenDeltas: same ? lp.map((v, j) => v - baseLogprobs[j]!) : [],
+    };
+  };
+  const effects = (planned: Planned) =>
+    Object.fromEntries(Object.entries(planned).map(([v, variant]) => [v, effect(variant!)])) as Partial<Record<Intervention, Effect>>;
+  const answer: SampleAttribution = {
+    spans: seg.segments,
+    numTokens: seg.ids.length,
+    target: p.target,
+    base: { logprob: baseSum, numTokens: n, tokenLogprobs: baseLogprobs },
+    chunks: p.perChunk.map(({ k, planned }) => ({ index: k, ...seg.segments[k]!, ...effects(planned) })),
+  };
+  if (p.keepOnly) answer.keepOnly = { kept: p.keepOnly.kept, ...effects(p.keepOnly.planned) };
+  if (options.historySweep?.length) answer.sweep = p.sweep.map((s) => ({ keep: s.keep, dropped: s.dropped, ...effects(s.planned) }));
+  if (options.subsets > 0) {
+    const y = p.patternUnits.map(sum);
+    const fit = leastSquares(
+      p.patterns.map((kept) => kept.map((k) => (k ? 1 : 0))),
+      y,
+      1e-6,
+    );
+    answer.subsets = { intervention: options.subsetIntervention, chunks: p.ablate, patterns: p.patterns, logprobs: y, ...fit };
+  }
+  return answer;
 }
 
 /** The target chunk's tokens as a unit: each predicted from everything before it. */

@@ -4,12 +4,9 @@
 // runs the model.
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { InvalidArgumentError, checkTokenIds } from '../common/errors.js';
-import { segmentIds, segmentText, type Segment } from './segments.js';
 import type { Prepared, Unit, UnitScore } from '../core/units.js';
 import type { Scorer } from '../core/scorer.js';
 import {
-  CONTINUATION_LABEL,
-  type ChunkedPair,
   type ContextScore,
   type ContinuationScore,
   type EchoScore,
@@ -24,9 +21,12 @@ export * from './scoring-types.js';
 // Python's str.isspace() set, for the harness's rstrip().
 const TRAILING_WS = /[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/u;
 
+/** The whitespace at the end of `text` that the harness's rstrip() takes off. */
+export const trailingWhitespace = (text: string): string => TRAILING_WS.exec(text)?.[0] ?? '';
+
 /** A promise whose rejection is handled where it is awaited, and never reported as
  * unhandled if validation stops before that (it would take the process down). */
-function quiet<T>(p: Promise<T>): Promise<T> {
+export function quiet<T>(p: Promise<T>): Promise<T> {
   p.catch(() => {});
   return p;
 }
@@ -68,93 +68,6 @@ export function directScoring(scorer: Scorer) {
 }
 
 export class RequestEncoder {
-  /** Encode an item whose context comes as labelled chunks. The continuations are encoded
-   * as `prepareLoglikelihood` encodes them (the whole context, trailing whitespace moved to
-   * the continuation); the chunks' spans come from tokenising the (stripped) chunk texts as
-   * one text, which is that same context encoding. Refuses what the probe pass cannot
-   * answer: top-k, the context's own or unconditional scores, and a context cut to fit. */
-  async encodeChunked(req: LoglikelihoodRequest, field: string): Promise<ChunkedPair> {
-    const chunks = req.contextChunks!;
-    const refuse = (name: string, what: string) => {
-      throw new InvalidArgumentError(
-        `${field}.${name}`,
-        `${what} is not available with context_chunks (the attention pass scores the continuations only)`,
-      );
-    };
-    if ((req.topK ?? 0) > 0) refuse('top_k', 'top-k');
-    if (req.contextLogprobs) refuse('context_logprobs', "the context's own log-probs");
-    if (req.unconditionalContext !== undefined) refuse('unconditional', 'unconditional scoring');
-    if (req.continuations.length === 0) throw new InvalidArgumentError(`${field}.continuations`, 'at least one continuation is needed');
-    if (req.continuations.length > this.maxContinuations)
-      throw new InvalidArgumentError(
-        `${field}.continuations`,
-        `${req.continuations.length} continuations, over the limit of ${this.maxContinuations} per item`,
-      );
-    const text = chunks.every((c) => c.text !== undefined && c.ids === undefined);
-    const ids = chunks.every((c) => c.ids !== undefined && c.text === undefined);
-    if (!text && !ids) throw new InvalidArgumentError(`${field}.context_chunks`, 'chunks must all be text or all be token ids');
-    chunks.forEach((c, k) => {
-      if (c.label === CONTINUATION_LABEL)
-        throw new InvalidArgumentError(
-          `${field}.context_chunks[${k}].label`,
-          `${JSON.stringify(CONTINUATION_LABEL)} is the continuation's own label`,
-        );
-      if (c.ids) this.checkTokens(c.ids, `${field}.context_chunks[${k}].ids`);
-    });
-    const conts = req.continuations.map((cont, j) => {
-      const cfield = `${field}.continuations[${j}]`;
-      if (cont.length === 0) throw new InvalidArgumentError(cfield, 'continuation is empty');
-      if ((typeof cont === 'string') !== text)
-        throw new InvalidArgumentError(cfield, 'context chunks and continuations must both be text or both be token ids');
-      if (typeof cont !== 'string') this.checkTokens(cont, cfield);
-      return { cfield, cont };
-    });
-    let context: number[];
-    let segments: Segment[];
-    let encoded: number[][];
-    const addBos = req.addBos ?? false;
-    if (text) {
-      // The whitespace _encode_pair moves to the continuation comes off the last chunks.
-      const joined = chunks.map((c) => c.text!).join('');
-      let strip = (TRAILING_WS.exec(joined)?.[0] ?? '').length;
-      const stripped = chunks.map((c) => ({ label: c.label, text: c.text! })).reverse();
-      for (const c of stripped) {
-        const cut = Math.min(strip, c.text.length);
-        c.text = c.text.slice(0, c.text.length - cut);
-        strip -= cut;
-      }
-      stripped.reverse();
-      const shared = quiet(this.tokenizer.encodeAsync(stripped.map((c) => c.text).join(''), addBos));
-      const [seg, pairs] = await Promise.all([
-        segmentText(this.tokenizer, stripped, addBos, `${field}.context_chunks`),
-        Promise.all(conts.map(({ cont }) => this.encodePair(joined, cont as string, addBos, shared))),
-      ]);
-      ({ ids: context, segments } = seg);
-      if (pairs.some((p) => p.context.length !== context.length || p.context.some((t, i) => t !== context[i])))
-        throw new InvalidArgumentError(`${field}.context_chunks`, 'the chunks do not tokenise as the context does');
-      encoded = pairs.map((p) => p.continuation);
-    } else {
-      ({ ids: context, segments } = segmentIds(
-        chunks.map((c) => ({ label: c.label, ids: c.ids! })),
-        `${field}.context_chunks`,
-      ));
-      encoded = conts.map(({ cont }) => cont as number[]);
-    }
-    const continuations = conts.map(({ cfield, cont }, j) => {
-      const ids = encoded[j]!;
-      if (ids.length === 0) throw new InvalidArgumentError(cfield, 'continuation adds no tokens after the context');
-      const total = context.length + ids.length - 1;
-      if (total > this.maxLength)
-        throw new InvalidArgumentError(
-          cfield,
-          `context + continuation is ${total} tokens, over the maximum length ${this.maxLength}: attention statistics need the whole context, so it is not truncated`,
-        );
-      const shown = typeof cont === 'string' ? cont : this.tokenizer.decode(cont);
-      return { field: cfield, ids, numChars: [...shown].length, numBytes: Buffer.byteLength(shown, 'utf8') };
-    });
-    return { field, context, segments, continuations };
-  }
-
   readonly vocabSize: number;
   readonly maxLength: number;
   readonly maxTopK: number;
@@ -174,15 +87,10 @@ export class RequestEncoder {
    * continuation's tokens are those of encode(context + continuation) past the context's.
    * `contextIds`: the context's encoding when the caller already asked for it (several
    * continuations of one context). */
-  async encodePair(
-    context: string,
-    continuation: string,
-    addBos = false,
-    contextIds?: Promise<number[]>,
-  ): Promise<{ context: number[]; continuation: number[] }> {
+  async encodePair(context: string, continuation: string, addBos = false, contextIds?: Promise<number[]>): Promise<EncodedPair> {
     const tok = this.tokenizer;
     if (context === '') return { context: [tok.prefixTokenId], continuation: await tok.encodeAsync(continuation, addBos) };
-    const spaces = TRAILING_WS.exec(context)?.[0] ?? '';
+    const spaces = trailingWhitespace(context);
     const stripped = context.slice(0, context.length - spaces.length);
     const [whole, ctx0] = await Promise.all([
       tok.encodeAsync(stripped + spaces + continuation, addBos),
@@ -196,7 +104,7 @@ export class RequestEncoder {
   /** The context as encodePair encodes it, to share among its continuations. */
   private contextEncoding(context: string, addBos: boolean): Promise<number[]> | undefined {
     if (context === '') return undefined;
-    const spaces = TRAILING_WS.exec(context)?.[0] ?? '';
+    const spaces = trailingWhitespace(context);
     return quiet(this.tokenizer.encodeAsync(context.slice(0, context.length - spaces.length), addBos));
   }
 
@@ -231,147 +139,111 @@ export class RequestEncoder {
   /** Validate and encode requests into units (throws InvalidArgumentError before any work is
    * queued); `finish` turns the units' scores into answers. */
   async prepareLoglikelihood(requests: LoglikelihoodRequest[]): Promise<Prepared<ContinuationScore[][]>> {
-    const units: Unit[] = [];
+    const items = requests.map((req, i) => this.checkLoglikelihood(req, i));
     // Every text encoding of the request is asked for first (the tokenizer's workers take
-    // them in a stream), then awaited; checks on the results run in field order.
-    interface Pending {
-      field: string;
-      topK: number;
-      truncation: 'left' | 'error';
-      text: string;
-      pair: Promise<{ context: number[]; continuation: number[] }>;
-      /** The same continuation after the neutral context. */
-      unconditional?: Promise<{ context: number[]; continuation: number[] }>;
+    // them in a stream), then awaited together; checks on the tokens run item by item.
+    const encoded = await encodedItems(items.map((item) => this.encodeContinuations(item)));
+    return jointJob(items.map((item, i) => this.loglikelihoodJob(item, encoded[i]!)));
+  }
+
+  /** An item's checks, in field order, before anything of the request is encoded. */
+  private checkLoglikelihood(req: LoglikelihoodRequest, index: number): CheckedItem {
+    const field = req.field ?? `items[${index}]`;
+    const topK = req.topK ?? 0;
+    if (!Number.isInteger(topK) || topK < 0 || topK > this.maxTopK) {
+      throw new InvalidArgumentError(`${field}.top_k`, `must be a whole number in [0, ${this.maxTopK}] (got ${topK})`);
     }
-    const items: { pending: Pending[]; contextLogprobs: boolean }[] = [];
-    requests.forEach((req, i) => {
-      const field = req.field ?? `items[${i}]`;
-      const topK = req.topK ?? 0;
-      if (!Number.isInteger(topK) || topK < 0 || topK > this.maxTopK) {
-        throw new InvalidArgumentError(`${field}.top_k`, `must be a whole number in [0, ${this.maxTopK}] (got ${topK})`);
-      }
-      const truncation = req.truncation ?? 'left';
-      if (truncation !== 'left' && truncation !== 'error')
-        throw new InvalidArgumentError(`${field}.truncation`, `must be left or error (got ${truncation})`);
-      if (req.continuations.length === 0) throw new InvalidArgumentError(`${field}.continuations`, 'at least one continuation is needed');
-      if (req.continuations.length > this.maxContinuations) {
+    const truncation = req.truncation ?? 'left';
+    if (truncation !== 'left' && truncation !== 'error')
+      throw new InvalidArgumentError(`${field}.truncation`, `must be left or error (got ${truncation})`);
+    if (req.continuations.length === 0) throw new InvalidArgumentError(`${field}.continuations`, 'at least one continuation is needed');
+    if (req.continuations.length > this.maxContinuations) {
+      throw new InvalidArgumentError(
+        `${field}.continuations`,
+        `${req.continuations.length} continuations, over the limit of ${this.maxContinuations} per item`,
+      );
+    }
+    const tokCtx = typeof req.context === 'string' ? undefined : req.context;
+    if (tokCtx) this.checkTokens(tokCtx, `${field}.context_ids`);
+    const neutral = req.unconditionalContext;
+    if (neutral !== undefined) {
+      if (typeof neutral !== typeof req.context || Array.isArray(neutral) !== Array.isArray(req.context))
         throw new InvalidArgumentError(
-          `${field}.continuations`,
-          `${req.continuations.length} continuations, over the limit of ${this.maxContinuations} per item`,
+          `${field}.unconditional`,
+          'the neutral context must be of the same kind as the context (text or token ids)',
         );
-      }
-      const tokCtx = typeof req.context === 'string' ? undefined : req.context;
-      if (tokCtx) this.checkTokens(tokCtx, `${field}.context_ids`);
-      const neutral = req.unconditionalContext;
-      if (neutral !== undefined) {
-        if (typeof neutral !== typeof req.context || Array.isArray(neutral) !== Array.isArray(req.context))
-          throw new InvalidArgumentError(
-            `${field}.unconditional`,
-            'the neutral context must be of the same kind as the context (text or token ids)',
-          );
-        if (Array.isArray(neutral)) this.checkTokens(neutral, `${field}.unconditional_ids`);
-      }
-      const addBos = req.addBos ?? false;
-      const sharedContext = typeof req.context === 'string' ? this.contextEncoding(req.context, addBos) : undefined;
-      const sharedNeutral = typeof neutral === 'string' ? this.contextEncoding(neutral, addBos) : undefined;
-      const pending: Pending[] = [];
-      req.continuations.forEach((cont, j) => {
-        const cfield = `${field}.continuations[${j}]`;
-        if (cont.length === 0) throw new InvalidArgumentError(cfield, 'continuation is empty');
-        if (typeof cont === 'string' && typeof req.context === 'string') {
-          pending.push({
-            field: cfield,
-            topK,
-            truncation,
-            text: cont,
-            pair: quiet(this.encodePair(req.context, cont, addBos, sharedContext)),
-            ...(typeof neutral === 'string' ? { unconditional: quiet(this.encodePair(neutral, cont, addBos, sharedNeutral)) } : {}),
-          });
-        } else if (typeof cont !== 'string' && tokCtx) {
-          this.checkTokens(cont, cfield);
-          const orPrefix = (ids: number[]) => (ids.length > 0 ? ids : [this.tokenizer.prefixTokenId]);
-          pending.push({
-            field: cfield,
-            topK,
-            truncation,
-            text: this.tokenizer.decode(cont),
-            pair: Promise.resolve({ context: orPrefix(tokCtx), continuation: cont }),
-            ...(Array.isArray(neutral) ? { unconditional: Promise.resolve({ context: orPrefix(neutral), continuation: cont }) } : {}),
-          });
-        } else {
-          throw new InvalidArgumentError(cfield, 'context and continuations must both be text or both be token ids');
-        }
-      });
-      items.push({ pending, contextLogprobs: req.contextLogprobs ?? false });
-    });
-    const all = items.flatMap((it) => it.pending);
-    const [pairs, neutralPairs] = await Promise.all([Promise.all(all.map((p) => p.pair)), Promise.all(all.map((p) => p.unconditional))]);
-    /** Where each answer's scores are: unit indices. */
-    const plans: { main: number; unconditional?: number; meta: { numChars: number; numBytes: number; truncated: number } }[][] = [];
-    const contexts: ({ tokens: number[]; first: number; count: number } | undefined)[] = [];
-    let n = 0;
-    for (const item of items) {
-      const plan = item.pending.map(({ field, topK, truncation, text }) => {
-        const { context, continuation } = pairs[n]!;
-        const neutralPair = neutralPairs[n++];
-        if (continuation.length === 0) throw new InvalidArgumentError(field, 'continuation adds no tokens after the context');
-        const { unit, truncated } = this.toUnit(context, continuation, topK, truncation, field);
-        const main = units.push(unit) - 1;
-        const unconditional = neutralPair
-          ? units.push(
-              this.toUnit(neutralPair.context, neutralPair.continuation, 0, truncation, `${field} (after the neutral context)`).unit,
-            ) - 1
-          : undefined;
-        return { main, unconditional, meta: { numChars: [...text].length, numBytes: Buffer.byteLength(text, 'utf8'), truncated } };
-      });
-      plans.push(plan);
-      if (!item.contextLogprobs) {
-        contexts.push(undefined);
-        continue;
-      }
-      // The context as encoded for its continuations; a long one in rolling windows.
-      const ctx = pairs[n - item.pending.length]!.context;
-      const windows = ctx.length > 1 ? rollingWindows(ctx.slice(1), ctx[0]!, this.maxLength) : [];
-      contexts.push({ tokens: ctx, first: units.length, count: windows.length });
-      for (const [c, t] of windows) units.push(this.toUnit(c, t, 0, 'left', item.pending[0]!.field).unit);
+      if (Array.isArray(neutral)) this.checkTokens(neutral, `${field}.unconditional_ids`);
     }
-    const finish = (scored: UnitScore[]) => {
-      const sum = (v: number[]) => v.reduce((a, b) => a + b, 0);
-      return plans.map((plan, i) => {
-        const c = contexts[i];
-        const contextLogprobs = c ? scored.slice(c.first, c.first + c.count).flatMap((s) => s.logprobs) : undefined;
-        const context: ContextScore | undefined = c && {
-          tokenIds: c.tokens.slice(1),
-          tokenLogprobs: contextLogprobs!,
-          logprob: sum(contextLogprobs!),
-          numTokens: contextLogprobs!.length,
+    req.continuations.forEach((cont, j) => {
+      const cfield = `${field}.continuations[${j}]`;
+      if (cont.length === 0) throw new InvalidArgumentError(cfield, 'continuation is empty');
+      if (typeof cont === 'string' && typeof req.context === 'string') return;
+      if (typeof cont !== 'string' && tokCtx) this.checkTokens(cont, cfield);
+      else throw new InvalidArgumentError(cfield, 'context and continuations must both be text or both be token ids');
+    });
+    return { request: req, field, topK, truncation };
+  }
+
+  /** Ask for a checked item's encodings, one (context, continuation) pair per continuation
+   * and its pair after the neutral context; token ids are their own encoding. */
+  private encodeContinuations({ request: req, field }: CheckedItem): ContinuationEncoding[] {
+    const { context, unconditionalContext: neutral } = req;
+    const addBos = req.addBos ?? false;
+    if (typeof context === 'string') {
+      const sharedContext = this.contextEncoding(context, addBos);
+      const sharedNeutral = typeof neutral === 'string' ? this.contextEncoding(neutral, addBos) : undefined;
+      return req.continuations.map((cont, j) => {
+        const text = cont as string; // checked: the same kind as the context
+        return {
+          field: `${field}.continuations[${j}]`,
+          text,
+          pair: quiet(this.encodePair(context, text, addBos, sharedContext)),
+          ...(typeof neutral === 'string' ? { unconditional: quiet(this.encodePair(neutral, text, addBos, sharedNeutral)) } : {}),
         };
-        return plan.map(({ main, unconditional, meta }) => {
-          const s = scored[main]!;
-          const unit = units[main]!;
-          const logprob = sum(s.logprobs);
-          const answer: ContinuationScore = {
-            logprob,
-            isGreedy: s.greedy.every(Boolean),
-            tokenIds: unit.targets,
-            tokenLogprobs: s.logprobs,
-            tokenGreedy: s.greedy,
-            numTokens: unit.targets.length,
-            numChars: meta.numChars,
-            numBytes: meta.numBytes,
-            topK: s.topK,
-            truncatedTokens: meta.truncated,
-            meanLogprob: logprob / unit.targets.length,
-          };
-          if (context) answer.context = context;
-          if (unconditional !== undefined) {
-            const u = scored[unconditional]!;
-            const ulp = sum(u.logprobs);
-            answer.unconditional = { logprob: ulp, numTokens: u.logprobs.length, tokenLogprobs: u.logprobs, difference: logprob - ulp };
-          }
-          return answer;
-        });
       });
+    }
+    const orPrefix = (ids: number[]) => (ids.length > 0 ? ids : [this.tokenizer.prefixTokenId]);
+    return req.continuations.map((cont, j) => {
+      const ids = cont as number[]; // checked: the same kind as the context
+      return {
+        field: `${field}.continuations[${j}]`,
+        text: this.tokenizer.decode(ids),
+        pair: Promise.resolve({ context: orPrefix(context), continuation: ids }),
+        ...(Array.isArray(neutral) ? { unconditional: Promise.resolve({ context: orPrefix(neutral), continuation: ids }) } : {}),
+      };
+    });
+  }
+
+  /** One item's units — each continuation's, followed by its unconditional one, then the
+   * context's windows — and its answers from their scores. */
+  private loglikelihoodJob(item: CheckedItem, continuations: EncodedContinuation[]): Prepared<ContinuationScore[]> {
+    const units: Unit[] = [];
+    const planned = continuations.map(({ field, text, pair, unconditional }): PlannedContinuation => {
+      if (pair.continuation.length === 0) throw new InvalidArgumentError(field, 'continuation adds no tokens after the context');
+      const { unit, truncated } = this.toUnit(pair.context, pair.continuation, item.topK, item.truncation, field);
+      const main = units.push(unit) - 1;
+      const neutralUnit =
+        unconditional &&
+        this.toUnit(unconditional.context, unconditional.continuation, 0, item.truncation, `${field} (after the neutral context)`).unit;
+      return {
+        main,
+        unconditional: neutralUnit ? units.push(neutralUnit) - 1 : undefined,
+        numChars: [...text].length,
+        numBytes: Buffer.byteLength(text, 'utf8'),
+        truncated,
+      };
+    });
+    // The context as encoded for its continuations; a long one in rolling windows.
+    let context: PlannedContext | undefined;
+    if (item.request.contextLogprobs) {
+      const tokens = continuations[0]!.pair.context;
+      const windows = tokens.length > 1 ? rollingWindows(tokens.slice(1), tokens[0]!, this.maxLength) : [];
+      context = { tokens, first: units.length, count: windows.length };
+      for (const [c, t] of windows) units.push(this.toUnit(c, t, 0, 'left', continuations[0]!.field).unit);
+    }
+    const finish = (scores: UnitScore[]) => {
+      const contextAnswer = context && contextScore(context, scores);
+      return planned.map((p) => continuationAnswer(p, units[p.main]!, scores, contextAnswer));
     };
     return { units, finish };
   }
@@ -463,6 +335,116 @@ export class RequestEncoder {
       });
     return { units, finish };
   }
+}
+
+/** A (context, continuation) pair as tokens. */
+interface EncodedPair {
+  context: number[];
+  continuation: number[];
+}
+
+/** A loglikelihood item whose fields passed their checks. */
+interface CheckedItem {
+  request: LoglikelihoodRequest;
+  /** How error messages name it. */
+  field: string;
+  topK: number;
+  truncation: 'left' | 'error';
+}
+
+/** A continuation whose encodings have been asked for. */
+interface ContinuationEncoding {
+  field: string;
+  /** The continuation as text: its length in characters and bytes is answered. */
+  text: string;
+  pair: Promise<EncodedPair>;
+  /** The same continuation after the neutral context. */
+  unconditional?: Promise<EncodedPair>;
+}
+
+/** A continuation with its encodings. */
+interface EncodedContinuation {
+  field: string;
+  text: string;
+  pair: EncodedPair;
+  unconditional?: EncodedPair;
+}
+
+/** Where a continuation's answer comes from: its unit (and its unconditional one) in its
+ * item's units, and what the answer tells of the continuation as given. */
+interface PlannedContinuation {
+  main: number;
+  unconditional?: number;
+  numChars: number;
+  numBytes: number;
+  truncated: number;
+}
+
+/** An item's context scored on its own: its tokens and its windows' units in the item's. */
+interface PlannedContext {
+  tokens: number[];
+  first: number;
+  count: number;
+}
+
+/** Every item's encodings awaited at once (a request fails with the first that fails),
+ * each item's continuations back in their places. */
+async function encodedItems(items: ContinuationEncoding[][]): Promise<EncodedContinuation[][]> {
+  const all = items.flat();
+  const [pairs, neutralPairs] = await Promise.all([Promise.all(all.map((c) => c.pair)), Promise.all(all.map((c) => c.unconditional))]);
+  const encoded = all.map(({ field, text }, k) => ({ field, text, pair: pairs[k]!, unconditional: neutralPairs[k] }));
+  let end = 0;
+  return items.map((item) => encoded.slice(end, (end += item.length)));
+}
+
+/** Jobs run as one: their units one after another, each job finished from its own range of
+ * the outputs. */
+function jointJob<T>(jobs: Prepared<T>[]): Prepared<T[]> {
+  let end = 0;
+  const ranges = jobs.map((job) => ({ job, start: end, end: (end += job.units.length) }));
+  return {
+    units: jobs.flatMap((job) => job.units),
+    finish: (scores) => ranges.map(({ job, start, end }) => job.finish(scores.slice(start, end))),
+  };
+}
+
+const sum = (v: number[]) => v.reduce((a, b) => a + b, 0);
+
+/** The context's own log-likelihood, from its windows' scores. */
+function contextScore(context: PlannedContext, scores: UnitScore[]): ContextScore {
+  const tokenLogprobs = scores.slice(context.first, context.first + context.count).flatMap((s) => s.logprobs);
+  return { tokenIds: context.tokens.slice(1), tokenLogprobs, logprob: sum(tokenLogprobs), numTokens: tokenLogprobs.length };
+}
+
+/** A continuation's answer from its unit's scores (and its unconditional unit's). */
+function continuationAnswer(
+  planned: PlannedContinuation,
+  unit: Unit,
+  scores: UnitScore[],
+  context: ContextScore | undefined,
+): ContinuationScore {
+  const s = scores[planned.main]!;
+  const logprob = sum(s.logprobs);
+  const answer: ContinuationScore = {
+    logprob,
+    isGreedy: s.greedy.every(Boolean),
+    tokenIds: unit.targets,
+    tokenLogprobs: s.logprobs,
+    tokenGreedy: s.greedy,
+    numTokens: unit.targets.length,
+    numChars: planned.numChars,
+    numBytes: planned.numBytes,
+    topK: s.topK,
+    truncatedTokens: planned.truncated,
+    meanLogprob: logprob / unit.targets.length,
+  };
+  if (context) answer.context = context;
+  if (planned.unconditional !== undefined) {
+    const u = scores[planned.unconditional]!;
+    const ulp = sum(u.logprobs);
+    answer.unconditional = { logprob: ulp, numTokens: u.logprobs.length, tokenLogprobs: u.logprobs, difference: logprob - ulp };
+  }
+  return answer;
 }
 
 /** Min-K% Prob from ascending token log-probs: the mean of the lowest ⌊n·k/100⌋; with

@@ -1,20 +1,12 @@
 // The serving layer both transports share: the served models and their batchers, model
 // lookup, every operation a client can ask for (tokenise, score, probe, …) with its
-// queueing, cancellation and deadline, the metrics of scored items, and the
+// queueing, cancellation and deadline (call.ts), the metrics of scored items, and the
 // bookkeeping of calls (in flight, counted, logged). gRPC (src/grpc/) and HTTP
 // (src/http/) validate and translate their wire formats into these calls; they never
 // touch an engine, and neither imports the other. Errors are the ones of src/errors.ts;
 // each transport maps them to its statuses.
-import { Batcher, type BatcherOptions, type Submitted } from '../core/batcher.js';
-import {
-  CancelledError,
-  DeadlineExceededError,
-  InvalidArgumentError,
-  NotFoundError,
-  UnavailableError,
-  checkTokenIds,
-  errorMessage,
-} from '../common/errors.js';
+import { Batcher, type BatcherOptions } from '../core/batcher.js';
+import { InvalidArgumentError, NotFoundError, UnavailableError, checkTokenIds, errorMessage } from '../common/errors.js';
 import type { Metrics } from './metrics.js';
 import type { EngineInfo } from '../engine/engine.js';
 import type { LoadedModel } from './repository.js';
@@ -25,12 +17,12 @@ import {
   type AttributionSample,
   type SampleAttribution,
 } from '../requests/attribution.js';
-import { continuationScore, prepareChunkScores } from '../requests/chunk-scores.js';
+import { countUnits, prepareScore } from '../requests/score.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
-import type { Prepared, UnitScore } from '../core/units.js';
+import type { Prepared } from '../core/units.js';
+import { checkCall, queued, type CallContext } from './call.js';
 import {
-  checkSampling,
   Generation,
   generationModel,
   preparePrompt,
@@ -38,29 +30,15 @@ import {
   type ChoiceResult,
   type PreparedPrompt,
   type PromptBins,
-  type SamplingFieldNames,
-  type SamplingParams,
   type TokenEvent,
 } from '../requests/generate.js';
+import { checkSampling, type SamplingFieldNames, type SamplingParams } from '../requests/sampling.js';
 
-const DEADLINE_SLACK_MS = 20;
-/** The longest delay setTimeout keeps (a longer one fires after 1 ms). */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/** How a Score item with a chunked context is probed: its continuation's log-probs, votes
- * and mass; no heatmap, so the context is a cached prefix. */
-const PROBE_FOR_SCORES = { pool: 'max', queryReduce: 'mean', keyReduce: 'max', perHead: false, heatmap: false, logprobs: true } as const;
+// The transports name a call's context as the service's.
+export type { CallContext };
 
 export interface ServedModel extends LoadedModel {
   batcher: Batcher;
-}
-
-/** What one call brings to the serving layer: how to learn the caller went away, and
- * when its answer stops being useful. */
-export interface CallContext {
-  signal?: AbortSignal;
-  /** Milliseconds since the epoch; absent or Infinity: no deadline. */
-  deadline?: number;
 }
 
 export interface ServiceOptions {
@@ -325,39 +303,12 @@ export class Service {
       );
   }
 
-  /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`). */
+  /** Continuation log-likelihoods (lm-evaluation-harness `loglikelihood`), items with a
+   * chunked context with their attention. */
   async score(m: ServedModel, requests: LoglikelihoodRequest[], call: CallContext): Promise<ContinuationScore[][]> {
     this.checkTextBytes(requests, 'items');
-    if (!requests.some((r) => r.contextChunks)) return this.scoreUnits(m, await m.encoder.prepareLoglikelihood(requests), call);
-    // Items with a chunked context are answered by probe passes (scores and attention from
-    // one pass), the others as usual; everything is validated before anything is queued.
-    const named = requests.map((r, i) => ({ ...r, field: r.field ?? `items[${i}]` }));
-    const chunked = named.flatMap((r, i) => (r.contextChunks ? [i] : []));
-    const plain = named.flatMap((r, i) => (r.contextChunks ? [] : [i]));
-    const pairs = await Promise.all(chunked.map((i) => m.encoder.encodeChunked(named[i]!, named[i]!.field)));
-    const samples = await Promise.all(chunked.map((i, k) => prepareChunkScores(m.prober, named[i]!, pairs[k]!)));
-    const preparedPlain = plain.length > 0 ? await m.encoder.prepareLoglikelihood(plain.map((i) => named[i]!)) : undefined;
-    // One answer, one limit: the chunked items' continuation tokens count with the plain ones.
-    const chunkedTokens = pairs.reduce((n, p) => n + p.continuations.reduce((a, c) => a + c.ids.length, 0), 0);
-    this.checkScoredTokens(chunkedTokens + (preparedPlain?.units.reduce((n, u) => n + u.targets.length, 0) ?? 0));
-    // One job: the plain items' units and the chunked items' probe units share the round's
-    // passes (and the prefix cache) like any other units.
-    const flat = samples.flat();
-    const probes = m.prober.units(flat, { ...PROBE_FOR_SCORES });
-    const plainUnits = preparedPlain?.units ?? [];
-    const outputs = await this.queued(m.batcher.submit([...plainUnits, ...probes.units]), call);
-    const plainScores = preparedPlain ? preparedPlain.finish(outputs.slice(0, plainUnits.length)) : [];
-    const probed = probes.finish(outputs.slice(plainUnits.length));
-    const model = m.entry.name;
-    this.metrics.itemsScored.inc({ model }, flat.length + plainUnits.length);
-    this.metrics.tokensScored.inc({ model }, chunkedTokens + plainUnits.reduce((n, u) => n + u.targets.length, 0));
-    const answers: ContinuationScore[][] = new Array(requests.length);
-    plain.forEach((i, k) => (answers[i] = plainScores[k]!));
-    let next = 0;
-    chunked.forEach(
-      (i, k) => (answers[i] = pairs[k]!.continuations.map((_, j) => continuationScore(pairs[k]!, j, probed.samples[next++]!))),
-    );
-    return answers;
+    const job = await prepareScore(m.encoder, m.prober, requests);
+    return this.scoreUnits(m, job, call, job.counted);
   }
 
   /** Rolling log-likelihoods (perplexity, mean loss, Min-K% Prob). */
@@ -379,18 +330,13 @@ export class Service {
     return this.scoreUnits(m, m.encoder.prepareEcho(prompts, k), call, counted);
   }
 
-  private async scoreUnits<T>(
-    m: ServedModel,
-    prepared: Prepared<T>,
-    call: CallContext,
-    counted?: { items: number; tokens: number },
-  ): Promise<T> {
-    const scored = prepared.units.reduce((n, u) => n + u.targets.length, 0);
-    this.checkScoredTokens(scored);
-    const scores = await this.queued(m.batcher.submit(prepared.units), call);
+  /** Check the per-answer limit, queue the units, count what was scored, answer. */
+  private async scoreUnits<T>(m: ServedModel, prepared: Prepared<T>, call: CallContext, counted = countUnits(prepared.units)): Promise<T> {
+    this.checkScoredTokens(counted.tokens);
+    const scores = await queued(m.batcher.submit(prepared.units), call);
     const model = m.entry.name;
-    this.metrics.itemsScored.inc({ model }, counted?.items ?? prepared.units.length);
-    this.metrics.tokensScored.inc({ model }, counted?.tokens ?? scored);
+    this.metrics.itemsScored.inc({ model }, counted.items);
+    this.metrics.tokensScored.inc({ model }, counted.tokens);
     return prepared.finish(scores);
   }
 
@@ -401,7 +347,7 @@ export class Service {
     this.checkTextBytes(samples, 'samples');
     const { prepared, opts } = await m.prober.prepareAll(samples, options);
     const job = m.prober.units(prepared, opts);
-    const answer = job.finish(await this.queued(m.batcher.submit(job.units), call));
+    const answer = job.finish(await queued(m.batcher.submit(job.units), call));
     this.metrics.itemsScored.inc({ model: m.entry.name }, prepared.length);
     return answer;
   }
@@ -430,7 +376,7 @@ export class Service {
   async rawAttention(m: ServedModel, sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4, call: CallContext): Promise<RawSlice[]> {
     this.checkTextBytes(sample, 'sample');
     const job = await m.prober.prepareRaw(sample, req, bytesPerValue);
-    return job.finish(await this.queued(m.batcher.submit(job.units), call));
+    return job.finish(await queued(m.batcher.submit(job.units), call));
   }
 
   // ---- generation ----------------------------------------------------------------------
@@ -456,7 +402,7 @@ export class Service {
     };
     return runGenerations(
       generations,
-      (units, continuing) => this.queued(m.batcher.submit(units, { continuing }), call),
+      (units, continuing) => queued(m.batcher.submit(units, { continuing }), call),
       counted,
       () => checkCall(call),
     );
@@ -477,44 +423,6 @@ export class Service {
       checkSampling(params, p.length, model, m.scorer.maxTopK, names);
     });
   }
-
-  /** Wait for queued work; the caller going away or its deadline takes it out of the queue. */
-  private async queued(submitted: Submitted, call: CallContext): Promise<UnitScore[]> {
-    const cancel = () => submitted.cancel();
-    let expired = false;
-    const deadline = call.deadline ?? Infinity;
-    // A delay over 2³¹−1 ms becomes 1 ms in setTimeout: a deadline 25 days out (or
-    // grpc-timeout 597H) expired at once. That far, it is no deadline.
-    const timer =
-      Number.isFinite(deadline) && deadline - Date.now() <= MAX_TIMER_MS
-        ? setTimeout(
-            () => {
-              expired = true;
-              cancel();
-            },
-            Math.max(0, deadline - Date.now()),
-          )
-        : undefined;
-    if (call.signal?.aborted) cancel();
-    call.signal?.addEventListener('abort', cancel);
-    try {
-      return await submitted.result;
-    } catch (err) {
-      // grpc-js cancels a call at its deadline, sometimes a little before our own timer:
-      // a cancellation that close to the deadline is the deadline.
-      if (err instanceof CancelledError && (expired || Date.now() >= deadline - DEADLINE_SLACK_MS)) throw new DeadlineExceededError();
-      throw err;
-    } finally {
-      clearTimeout(timer);
-      call.signal?.removeEventListener('abort', cancel);
-    }
-  }
-}
-
-/** Throw if the call has gone away or run out of time: work being prepared stops there. */
-function checkCall(call: CallContext): void {
-  if (call.signal?.aborted) throw new CancelledError();
-  if (call.deadline !== undefined && Date.now() >= call.deadline) throw new DeadlineExceededError();
 }
 
 /** Which tokens of `ids` (an encoding with special tokens) the plain encoding lacks: it
