@@ -35,7 +35,9 @@ export function addGenerateCommand(program: Command): void {
       if (given !== 1) throw new InvalidArgumentError('give one of --prompt TEXT, --chunk label=text… or --messages FILE');
       if (flags.stream && flags.choices > 1) throw new InvalidArgumentError('--stream prints one choice: leave out -n');
       const sample = {
-        ...(flags.prompt !== undefined ? { chunks: [{ label: 'prompt', text: textArgument(flags.prompt, '--prompt') }], addSpecialTokens: flags.specialTokens } : {}),
+        ...(flags.prompt !== undefined
+          ? { chunks: [{ label: 'prompt', text: textArgument(flags.prompt, '--prompt') }], addSpecialTokens: flags.specialTokens }
+          : {}),
         ...(flags.chunk ? { chunks: chunkArguments(flags.chunk), addSpecialTokens: flags.specialTokens } : {}),
         ...(flags.messages ? { messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')), addGenerationPrompt: true } : {}),
         excludePositions: (flags.exclude as string[] | undefined)?.map(Number),

@@ -8,7 +8,9 @@ import { addOneOffCommands } from './one-off.js';
 import { addEvalCommands } from './eval.js';
 import { addGenerateCommand } from './generate.js';
 
-const program = new Command('ctxprobe').description('Log-likelihoods, attention statistics and generations of causal LMs, served over gRPC and HTTP');
+const program = new Command('ctxprobe').description(
+  'Log-likelihoods, attention statistics and generations of causal LMs, served over gRPC and HTTP',
+);
 addServeCommands(program);
 addOneOffCommands(program);
 addGenerateCommand(program);

@@ -5,7 +5,17 @@ import fs from 'node:fs';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import type { ProbeSample } from '../requests/probe.js';
 import { countVariants, type AttributionSample } from '../requests/attribution.js';
-import { chunkArguments, entriesFrom, int, interventionList, serveInProcess, sweepList, textArgument, withModelFlags, writeFile } from './common.js';
+import {
+  chunkArguments,
+  entriesFrom,
+  int,
+  interventionList,
+  serveInProcess,
+  sweepList,
+  textArgument,
+  withModelFlags,
+  writeFile,
+} from './common.js';
 
 export function addOneOffCommands(program: Command): void {
   withModelFlags(program.command('score').description('score continuations of a context (or --rolling texts) and print JSON'))
@@ -150,7 +160,8 @@ export function addOneOffCommands(program: Command): void {
       };
       const answers = await service.attribute(m, samples, options, {});
       // The work, as the metrics counted it (this process served this one call).
-      const counted = async (counter: typeof service.metrics.tokensComputed) => (await counter.get()).values.reduce((n, v) => n + v.value, 0);
+      const counted = async (counter: typeof service.metrics.tokensComputed) =>
+        (await counter.get()).values.reduce((n, v) => n + v.value, 0);
       if (flags.svg) {
         answers.forEach((a, i) =>
           writeFile(

@@ -338,7 +338,24 @@ export interface RouteDoc {
   open?: boolean;
 }
 
-const modelsList = { type: 'object', properties: { object: { const: 'list' }, data: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, object: { const: 'model' }, owned_by: { type: 'string' }, max_model_len: { type: 'integer' } } } } } };
+const modelsList = {
+  type: 'object',
+  properties: {
+    object: { const: 'list' },
+    data: {
+      type: 'array',
+      items: {
+        type: 'object',
+        properties: {
+          id: { type: 'string' },
+          object: { const: 'model' },
+          owned_by: { type: 'string' },
+          max_model_len: { type: 'integer' },
+        },
+      },
+    },
+  },
+};
 
 export const OPENAI_ROUTE_DOCS: readonly RouteDoc[] = [
   {
@@ -346,9 +363,18 @@ export const OPENAI_ROUTE_DOCS: readonly RouteDoc[] = [
     path: '/v1/completions',
     operationId: 'completions',
     tag: 'OpenAI-compatible',
-    summary: "OpenAI's completions: scoring (max_tokens 0 or 1 at temperature 0, echo and logprobs, as lm-evaluation-harness's local-completions sends) or generation.",
+    summary:
+      "OpenAI's completions: scoring (max_tokens 0 or 1 at temperature 0, echo and logprobs, as lm-evaluation-harness's local-completions sends) or generation.",
     body: completionsSchema(),
-    answer: { description: "a text_completion object as OpenAI's API writes it (logprobs: tokens, token_logprobs, top_logprobs, text_offset); with stream: server-sent events ending in data: [DONE]", schema: { type: 'object', properties: { object: { const: 'text_completion' }, choices: { type: 'array' }, usage: { type: 'object' } } }, streams: true },
+    answer: {
+      description:
+        "a text_completion object as OpenAI's API writes it (logprobs: tokens, token_logprobs, top_logprobs, text_offset); with stream: server-sent events ending in data: [DONE]",
+      schema: {
+        type: 'object',
+        properties: { object: { const: 'text_completion' }, choices: { type: 'array' }, usage: { type: 'object' } },
+      },
+      streams: true,
+    },
   },
   {
     verb: 'post',
@@ -357,9 +383,23 @@ export const OPENAI_ROUTE_DOCS: readonly RouteDoc[] = [
     tag: 'OpenAI-compatible',
     summary: "OpenAI's chat completions, rendered with the model's chat template (add_generation_prompt unless false).",
     body: CHAT_SCHEMA,
-    answer: { description: 'a chat.completion object; with stream: chat.completion.chunk events ending in data: [DONE]', schema: { type: 'object', properties: { object: { const: 'chat.completion' }, choices: { type: 'array' }, usage: { type: 'object' } } }, streams: true },
+    answer: {
+      description: 'a chat.completion object; with stream: chat.completion.chunk events ending in data: [DONE]',
+      schema: {
+        type: 'object',
+        properties: { object: { const: 'chat.completion' }, choices: { type: 'array' }, usage: { type: 'object' } },
+      },
+      streams: true,
+    },
   },
-  { verb: 'get', path: '/v1/models', operationId: 'models', tag: 'OpenAI-compatible', summary: 'The models served, as OpenAI lists them (with max_model_len, as vLLM adds it).', answer: { description: 'a list of models', schema: modelsList } },
+  {
+    verb: 'get',
+    path: '/v1/models',
+    operationId: 'models',
+    tag: 'OpenAI-compatible',
+    summary: 'The models served, as OpenAI lists them (with max_model_len, as vLLM adds it).',
+    answer: { description: 'a list of models', schema: modelsList },
+  },
   {
     verb: 'post',
     path: '/tokenize',
@@ -367,14 +407,24 @@ export const OPENAI_ROUTE_DOCS: readonly RouteDoc[] = [
     tag: 'Tokenizer',
     summary: "A text's token ids, as vLLM's /tokenize answers (lm-evaluation-harness's remote tokenizer).",
     body: TOKENIZE_SCHEMA,
-    answer: { description: 'the ids', schema: { type: 'object', properties: { count: { type: 'integer' }, max_model_len: { type: 'integer' }, tokens: { type: 'array', items: { type: 'integer' } } } } },
+    answer: {
+      description: 'the ids',
+      schema: {
+        type: 'object',
+        properties: {
+          count: { type: 'integer' },
+          max_model_len: { type: 'integer' },
+          tokens: { type: 'array', items: { type: 'integer' } },
+        },
+      },
+    },
   },
   {
     verb: 'post',
     path: '/detokenize',
     operationId: 'detokenize',
     tag: 'Tokenizer',
-    summary: 'The text of token ids, as vLLM\'s /detokenize answers.',
+    summary: "The text of token ids, as vLLM's /detokenize answers.",
     body: DETOKENIZE_SCHEMA,
     answer: { description: 'the text', schema: { type: 'object', properties: { prompt: { type: 'string' } } } },
   },
@@ -385,7 +435,17 @@ export const OPENAI_ROUTE_DOCS: readonly RouteDoc[] = [
     tag: 'Tokenizer',
     summary: "The tokenizer's configuration (tokenizer_config.json) with its special tokens as text, as vLLM's /tokenizer_info answers.",
     query: MODEL_QUERY.properties,
-    answer: { description: 'the configuration', schema: { type: 'object', properties: { bos_token: { type: ['string', 'null'] }, eos_token: { type: ['string', 'null'] }, unk_token: { type: ['string', 'null'] } } } },
+    answer: {
+      description: 'the configuration',
+      schema: {
+        type: 'object',
+        properties: {
+          bos_token: { type: ['string', 'null'] },
+          eos_token: { type: ['string', 'null'] },
+          unk_token: { type: ['string', 'null'] },
+        },
+      },
+    },
   },
   {
     verb: 'get',
@@ -393,7 +453,10 @@ export const OPENAI_ROUTE_DOCS: readonly RouteDoc[] = [
     operationId: 'health',
     tag: 'Health',
     summary: 'For load balancers: 200 while serving, 503 while loading or draining.',
-    answer: { description: 'SERVING (200) or NOT_SERVING (503)', schema: { type: 'object', required: ['status'], properties: { status: { enum: ['SERVING', 'NOT_SERVING'] } } } },
+    answer: {
+      description: 'SERVING (200) or NOT_SERVING (503)',
+      schema: { type: 'object', required: ['status'], properties: { status: { enum: ['SERVING', 'NOT_SERVING'] } } },
+    },
     open: true,
   },
 ];

@@ -168,7 +168,7 @@ export class Metrics {
     });
     this.forwardPassBytes = new client.Counter({
       name: 'ctxprobe_forward_pass_bytes_total',
-      help: 'Bytes across the session boundary of forward passes: inputs, past_kv (read in place on the CPU), outputs, present_kv (the new slots\' KV, kept)',
+      help: "Bytes across the session boundary of forward passes: inputs, past_kv (read in place on the CPU), outputs, present_kv (the new slots' KV, kept)",
       labelNames: ['model', 'what'],
       registers,
     });
