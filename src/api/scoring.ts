@@ -6,7 +6,7 @@ import type { ContinuationScore, LoglikelihoodRequest, RollingRequest } from '..
 import type { ScoringHandlers } from './generated/ctxprobe/v1/Scoring.js';
 import type { ScoreItem__Output } from './generated/ctxprobe/v1/ScoreItem.js';
 import type { ContinuationScore as ContinuationScoreMessage } from './generated/ctxprobe/v1/ContinuationScore.js';
-import { checkedText, eachMessage, matrix, unary, type Methods } from './methods.js';
+import { checkedText, eachMessage, matrix, unary, type Methods } from './method-kinds.js';
 import { codeNameOf, codeOf } from './status.js';
 
 export function scoringMethods(service: Service): Methods<ScoringHandlers> {
