@@ -6,7 +6,7 @@
 import protobuf from 'protobufjs';
 import { apiRoot, jsonName, WRAPPERS } from '../api/json-mapping.js';
 import { httpBindings, type HttpBinding } from './transcode.js';
-import { OPENAI_ROUTE_DOCS, type RouteDoc } from './openai.js';
+import { OPENAI_ROUTE_DOCS, type RouteDoc } from './openai-schemas.js';
 
 type Schema = Record<string, unknown>;
 
