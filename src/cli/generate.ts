@@ -12,7 +12,7 @@ const number = (name: string) => (value: string) => {
   return n;
 };
 
-export function addGenerateCommand(program: Command): void {
+export function registerGenerate(program: Command): void {
   withModelFlags(program.command('generate').description('generate from a prompt (text, labelled chunks or chat messages) and print JSON'))
     .option('--prompt <text>', 'the prompt text (@FILE: read from FILE; -: standard input)')
     .option('--chunk <label=text...>', 'the prompt as labelled chunks, in order (label=@FILE reads FILE)')
