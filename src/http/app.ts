@@ -38,6 +38,7 @@ const registeredRoutes = new WeakMap<FastifyInstance, string[]>();
  * checks the document against). */
 export const routesOf = (app: FastifyInstance): readonly string[] => registeredRoutes.get(app) ?? [];
 
+/** Every HTTP route over `service`, its hooks and its error handling, ready to listen. */
 export function buildHttpApp(service: Service, options: HttpOptions = {}): FastifyInstance {
   const bodyLimit = options.maxBodyBytes ?? 64 * 1024 * 1024;
   const app = createApp(bodyLimit, options.tls);

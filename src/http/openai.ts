@@ -16,6 +16,8 @@ import type { RouteConfig } from './route-config.js';
 import { CHAT_SCHEMA, chatCompletions, generateCompletions, wantsGeneration } from './generation.js';
 import { completionsSchema, DETOKENIZE_SCHEMA, MODEL_QUERY, TOKENIZE_SCHEMA } from './openai-schemas.js';
 
+/** The OpenAI-compatible routes (completions, chat, models), vLLM's tokenizer routes and
+ * the health check; a model named "" is the default one. */
 export function registerOpenAiRoutes(app: FastifyInstance, service: Service): void {
   const modelName = (name: string | undefined) => (name === '' ? undefined : name);
   const schema = completionsSchema(service.maxItemsPerRequest);
