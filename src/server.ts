@@ -19,7 +19,7 @@ import type { LoadedModel } from './serving/repository.js';
 import { Service, type ServedModel, type ServiceOptions } from './serving/service.js';
 import { loadTls, serverCredentials, tokenChecker, type TlsFiles } from './serving/security.js';
 import { bearerAuth } from './grpc/auth.js';
-import { buildHttpApp } from './http/openai.js';
+import { buildHttpApp } from './http/app.js';
 import type { FastifyInstance } from 'fastify';
 import { ConfigError } from './common/errors.js';
 

@@ -8,7 +8,7 @@ import type { Service } from '../serving/service.js';
 import type { GenerationHandlers } from './generated/ctxprobe/v1/Generation.js';
 import type { GenerateResponse } from './generated/ctxprobe/v1/GenerateResponse.js';
 import type { SamplingOptions__Output } from './generated/ctxprobe/v1/SamplingOptions.js';
-import { matrix, serverStream, type Methods } from './methods.js';
+import { matrix, serverStream, type Methods } from './method-kinds.js';
 import { toSample } from './probing.js';
 
 export function generationMethods(service: Service): Methods<GenerationHandlers> {

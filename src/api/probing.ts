@@ -10,7 +10,7 @@ import type { SampleAttribution as SampleAttributionMessage } from './generated/
 import type { ProbingHandlers } from './generated/ctxprobe/v1/Probing.js';
 import type { ProbeSample__Output } from './generated/ctxprobe/v1/ProbeSample.js';
 import type { SampleProbe as SampleProbeMessage } from './generated/ctxprobe/v1/SampleProbe.js';
-import { matrix, serverStream, unary, type Methods } from './methods.js';
+import { matrix, serverStream, unary, type Methods } from './method-kinds.js';
 
 const REDUCERS: Record<string, Reducer | undefined> = {
   REDUCE_DEFAULT: undefined,

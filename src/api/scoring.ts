@@ -6,7 +6,7 @@ import type { ContinuationScore, LoglikelihoodRequest, RollingRequest } from '..
 import type { ScoringHandlers } from './generated/ctxprobe/v1/Scoring.js';
 import type { ScoreItem__Output } from './generated/ctxprobe/v1/ScoreItem.js';
 import type { ContinuationScore as ContinuationScoreMessage } from './generated/ctxprobe/v1/ContinuationScore.js';
-import { checkedText, eachMessage, matrix, unary, type Methods } from './methods.js';
+import { checkedText, eachMessage, matrix, unary, type Methods } from './method-kinds.js';
 import { codeNameOf, codeOf } from './status.js';
 
 export function scoringMethods(service: Service): Methods<ScoringHandlers> {
@@ -27,7 +27,11 @@ export function scoringMethods(service: Service): Methods<ScoringHandlers> {
       );
       return {
         model: m.entry.name,
-        items: results.map((conts, i) => ({ id: req.items[i]!.id, continuations: conts.map(toContinuationMessage), context: conts[0]?.context })),
+        items: results.map((conts, i) => ({
+          id: req.items[i]!.id,
+          continuations: conts.map(toContinuationMessage),
+          context: conts[0]?.context,
+        })),
       };
     }),
 
@@ -75,7 +79,12 @@ export function scoringMethods(service: Service): Methods<ScoringHandlers> {
         model = m.entry.name;
         if (!msg.item) throw new InvalidArgumentError(`message ${index}.item`, 'required');
         const [conts] = await service.score(m, [toLoglikelihoodRequest(msg.item, `message ${index}.item`)], call);
-        return { model, item: { id, continuations: conts!.map(toContinuationMessage), context: conts![0]?.context }, errorCode: 0, errorMessage: '' };
+        return {
+          model,
+          item: { id, continuations: conts!.map(toContinuationMessage), context: conts![0]?.context },
+          errorCode: 0,
+          errorMessage: '',
+        };
       } catch (err) {
         service.metrics.requests.inc({ method: 'ScoreStream.item', code: codeNameOf(err) });
         return { model, item: { id, continuations: [] }, errorCode: codeOf(err), errorMessage: errorMessage(err) };
@@ -99,10 +108,18 @@ function toLoglikelihoodRequest(item: ScoreItem__Output, field: string): Loglike
   const context =
     item.context === 'contextText' ? item.contextText! : item.context === 'contextIds' ? item.contextIds!.ids : texts.length > 0 ? '' : [];
   const byText = texts.length > 0 || item.context === 'contextText';
-  if (item.unconditionalText && item.unconditionalIds) throw new InvalidArgumentError(`${field}.unconditional_text`, 'set unconditional_text or unconditional_ids, not both');
+  if (item.unconditionalText && item.unconditionalIds)
+    throw new InvalidArgumentError(`${field}.unconditional_text`, 'set unconditional_text or unconditional_ids, not both');
   if ((byText && item.unconditionalIds) || (!byText && item.unconditionalText))
-    throw new InvalidArgumentError(`${field}.unconditional`, 'the neutral context must be of the same kind as the context (text or token ids)');
-  const unconditionalContext = item.unconditionalText ? item.unconditionalText : item.unconditionalIds ? item.unconditionalIds.ids : undefined;
+    throw new InvalidArgumentError(
+      `${field}.unconditional`,
+      'the neutral context must be of the same kind as the context (text or token ids)',
+    );
+  const unconditionalContext = item.unconditionalText
+    ? item.unconditionalText
+    : item.unconditionalIds
+      ? item.unconditionalIds.ids
+      : undefined;
   return {
     context,
     ...(unconditionalContext !== undefined ? { unconditionalContext } : {}),
@@ -117,16 +134,23 @@ function toLoglikelihoodRequest(item: ScoreItem__Output, field: string): Loglike
 
 /** An item whose context comes as labelled chunks (scores and attention from one pass). */
 function withChunkedContext(item: ScoreItem__Output, field: string, texts: string[], ids: { ids: number[] }[]): LoglikelihoodRequest {
-  if (item.context !== undefined) throw new InvalidArgumentError(`${field}.context_chunks`, `set context_chunks or ${item.context === 'contextText' ? 'context_text' : 'context_ids'}, not both`);
+  if (item.context !== undefined)
+    throw new InvalidArgumentError(
+      `${field}.context_chunks`,
+      `set context_chunks or ${item.context === 'contextText' ? 'context_text' : 'context_ids'}, not both`,
+    );
   const kinds = new Set(item.contextChunks.map((c) => c.content));
-  if (kinds.size > 1 || kinds.has(undefined)) throw new InvalidArgumentError(`${field}.context_chunks`, 'every chunk needs text, or every chunk ids, not a mix');
+  if (kinds.size > 1 || kinds.has(undefined))
+    throw new InvalidArgumentError(`${field}.context_chunks`, 'every chunk needs text, or every chunk ids, not a mix');
   const byText = kinds.has('text');
   const contextChunks = item.contextChunks.map((c) => (byText ? { label: c.label, text: c.text! } : { label: c.label, ids: c.ids!.ids }));
   return {
     context: byText ? contextChunks.map((c) => c.text!).join('') : contextChunks.flatMap((c) => c.ids!),
     contextChunks,
     excludePositions: item.excludePositions,
-    ...(item.unconditionalText || item.unconditionalIds ? { unconditionalContext: item.unconditionalText || item.unconditionalIds!.ids } : {}),
+    ...(item.unconditionalText || item.unconditionalIds
+      ? { unconditionalContext: item.unconditionalText || item.unconditionalIds!.ids }
+      : {}),
     contextLogprobs: item.contextLogprobs,
     continuations: texts.length > 0 ? texts : ids.map((t) => t.ids),
     addBos: item.addBos,

@@ -3,37 +3,44 @@ import fs from 'node:fs';
 import { Command, Option } from 'commander';
 import { int, interventionList, log, sweepList } from './common.js';
 
-export function addEvalCommands(program: Command): void {
+export function registerEval(program: Command): void {
   const evalCmd = program
     .command('eval')
     .description('research workflows: CHARPEval, RefuteBench-style attention, chunk attribution, contamination checks');
+  registerCharpeval(evalCmd);
+  registerRefute(evalCmd);
+  registerEvalAttribute(evalCmd);
+  registerContamination(evalCmd);
+}
 
-  function withConnection(cmd: Command): Command {
-    return cmd
-      .addOption(
-        new Option('--server <host:port>', 'a running ctxprobe server (default: start one here on --model)').env('CTXPROBE_SERVER'),
-      )
-      .addOption(new Option('--model <dir>', 'checkpoint for the server started here (default: the default model)').env('CTXPROBE_MODEL'))
-      .option('--model-name <name>', 'which served model to use (default: the server default)')
-      .addOption(new Option('--threads <n>', 'CPU threads of the server started here').argParser(int('threads')))
-      .addOption(new Option('--token-file <file>', 'bearer token for --server').env('CTXPROBE_TOKEN_FILE'))
-      .addOption(new Option('--tls-ca <file>', 'CA to verify a TLS --server').env('CTXPROBE_TLS_CA'))
-      .option('--out <dir>', 'where results.json, report.md and figures go');
-  }
+/** The flags of every runner: the server to use (or the model of the one started here), and where results go. */
+function withConnection(cmd: Command): Command {
+  return cmd
+    .addOption(new Option('--server <host:port>', 'a running ctxprobe server (default: start one here on --model)').env('CTXPROBE_SERVER'))
+    .addOption(new Option('--model <dir>', 'checkpoint for the server started here (default: the default model)').env('CTXPROBE_MODEL'))
+    .option('--model-name <name>', 'which served model to use (default: the server default)')
+    .addOption(new Option('--threads <n>', 'CPU threads of the server started here').argParser(int('threads')))
+    .addOption(new Option('--token-file <file>', 'bearer token for --server').env('CTXPROBE_TOKEN_FILE'))
+    .addOption(new Option('--tls-ca <file>', 'CA to verify a TLS --server').env('CTXPROBE_TLS_CA'))
+    .option('--out <dir>', 'where results.json, report.md and figures go');
+}
 
-  async function connect(flags: any) {
-    const { EvalClient } = await import('../eval/client.js');
-    const token = flags.tokenFile ? fs.readFileSync(flags.tokenFile, 'utf8').split('\n')[0]!.trim() : undefined;
-    return EvalClient.connect({ server: flags.server, model: flags.model, threads: flags.threads, token, tlsCa: flags.tlsCa });
-  }
+/** A client of the --server given, or of a server started here on --model. */
+async function connect(flags: { server?: string; model?: string; threads?: number; tokenFile?: string; tlsCa?: string }) {
+  const { EvalClient } = await import('../eval/client.js');
+  const token = flags.tokenFile ? fs.readFileSync(flags.tokenFile, 'utf8').split('\n')[0]!.trim() : undefined;
+  return EvalClient.connect({ server: flags.server, model: flags.model, threads: flags.threads, token, tlsCa: flags.tlsCa });
+}
 
-  async function writeOutputs(dir: string, files: Record<string, string>) {
-    const path = await import('node:path');
-    fs.mkdirSync(dir, { recursive: true });
-    for (const [name, content] of Object.entries(files)) fs.writeFileSync(path.join(dir, name), content);
-    log({ level: 'info', event: 'written', dir, files: Object.keys(files) });
-  }
+/** Each file into `dir` (made if need be), and a log line that says so. */
+async function writeOutputs(dir: string, files: Record<string, string>) {
+  const path = await import('node:path');
+  fs.mkdirSync(dir, { recursive: true });
+  for (const [name, content] of Object.entries(files)) fs.writeFileSync(path.join(dir, name), content);
+  log({ level: 'info', event: 'written', dir, files: Object.keys(files) });
+}
 
+function registerCharpeval(evalCmd: Command): void {
   withConnection(
     evalCmd
       .command('charpeval <data>')
@@ -73,7 +80,9 @@ export function addEvalCommands(program: Command): void {
         await client.close();
       }
     });
+}
 
+function registerRefute(evalCmd: Command): void {
   withConnection(
     evalCmd
       .command('refute <dialogues>')
@@ -125,7 +134,9 @@ export function addEvalCommands(program: Command): void {
         await client.close();
       }
     });
+}
 
+function registerEvalAttribute(evalCmd: Command): void {
   withConnection(
     evalCmd
       .command('attribute <data>')
@@ -179,7 +190,9 @@ export function addEvalCommands(program: Command): void {
         await client.close();
       }
     });
+}
 
+function registerContamination(evalCmd: Command): void {
   withConnection(
     evalCmd.command('contamination').description('mean LM loss and Min-K% Prob of two text sets, their difference and ROC AUC'),
   )

@@ -12,7 +12,7 @@ const number = (name: string) => (value: string) => {
   return n;
 };
 
-export function addGenerateCommand(program: Command): void {
+export function registerGenerate(program: Command): void {
   withModelFlags(program.command('generate').description('generate from a prompt (text, labelled chunks or chat messages) and print JSON'))
     .option('--prompt <text>', 'the prompt text (@FILE: read from FILE; -: standard input)')
     .option('--chunk <label=text...>', 'the prompt as labelled chunks, in order (label=@FILE reads FILE)')
@@ -35,7 +35,9 @@ export function addGenerateCommand(program: Command): void {
       if (given !== 1) throw new InvalidArgumentError('give one of --prompt TEXT, --chunk label=text… or --messages FILE');
       if (flags.stream && flags.choices > 1) throw new InvalidArgumentError('--stream prints one choice: leave out -n');
       const sample = {
-        ...(flags.prompt !== undefined ? { chunks: [{ label: 'prompt', text: textArgument(flags.prompt, '--prompt') }], addSpecialTokens: flags.specialTokens } : {}),
+        ...(flags.prompt !== undefined
+          ? { chunks: [{ label: 'prompt', text: textArgument(flags.prompt, '--prompt') }], addSpecialTokens: flags.specialTokens }
+          : {}),
         ...(flags.chunk ? { chunks: chunkArguments(flags.chunk), addSpecialTokens: flags.specialTokens } : {}),
         ...(flags.messages ? { messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')), addGenerationPrompt: true } : {}),
         excludePositions: (flags.exclude as string[] | undefined)?.map(Number),

@@ -5,9 +5,19 @@ import fs from 'node:fs';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import type { ProbeSample } from '../requests/probe.js';
 import { countVariants, type AttributionSample } from '../requests/attribution.js';
-import { chunkArguments, entriesFrom, int, interventionList, serveInProcess, sweepList, textArgument, withModelFlags, writeFile } from './common.js';
+import {
+  chunkArguments,
+  entriesFrom,
+  int,
+  interventionList,
+  serveInProcess,
+  sweepList,
+  textArgument,
+  withModelFlags,
+  writeFile,
+} from './common.js';
 
-export function addOneOffCommands(program: Command): void {
+export function registerScore(program: Command): void {
   withModelFlags(program.command('score').description('score continuations of a context (or --rolling texts) and print JSON'))
     .option('--context <text>', 'the context (@FILE: read from FILE; -: standard input)', '')
     .option('--continuation <text...>', 'one or more continuations (each may be @FILE)')
@@ -46,16 +56,16 @@ export function addOneOffCommands(program: Command): void {
       }
       await close();
     });
+}
 
-  withModelFlags(
-    program.command('probe').description('attention statistics over labelled chunks or chat messages; JSON, HTML or SVG figures'),
+export function registerProbe(program: Command): void {
+  withSampleFlags(
+    withModelFlags(
+      program.command('probe').description('attention statistics over labelled chunks or chat messages; JSON, HTML or SVG figures'),
+    ),
+    'JSON: an array of samples ({chunks: [{label, text}]} or {messages: [{role, content}]}, queryLabels, excludePositions)',
+    'one sample from a JSON array of chat messages (rendered with the model chat template)',
   )
-    .option(
-      '--samples <file>',
-      'JSON: an array of samples ({chunks: [{label, text}]} or {messages: [{role, content}]}, queryLabels, excludePositions)',
-    )
-    .option('--chunk <label=text...>', 'one sample from inline chunks, in order (label=@FILE reads the text from FILE)')
-    .option('--messages <file>', 'one sample from a JSON array of chat messages (rendered with the model chat template)')
     .option('--query <label...>', 'query chunk labels (default: the last chunk)')
     .option('--exclude <position...>', 'token positions to remove from the key side (e.g. 0 for a BOS sink)')
     .option('--add-special-tokens', "run the tokenizer's special tokens (BOS) on text chunks", false)
@@ -67,18 +77,7 @@ export function addOneOffCommands(program: Command): void {
     .option('--svg <prefix>', 'write PREFIX-votes.svg, PREFIX-mass.svg and PREFIX-heatmap-N.svg')
     .action(async (flags) => {
       const { probeReportHtml, distributionSvg, heatmapSvg } = await import('../eval/figures.js');
-      let samples: ProbeSample[];
-      if (flags.samples) {
-        const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
-        samples = Array.isArray(raw) ? raw : raw.samples;
-      } else if (flags.messages) {
-        samples = [{ messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')) }];
-      } else if (flags.chunk) {
-        samples = [{ chunks: chunkArguments(flags.chunk) }];
-      } else {
-        throw new InvalidArgumentError('give --samples FILE, --messages FILE or --chunk label=text…');
-      }
-      samples = samples.map((s) => ({
+      const samples = samplesFrom<ProbeSample>(flags).map((s) => ({
         ...s,
         addSpecialTokens: s.addSpecialTokens ?? flags.addSpecialTokens,
         queryLabels: s.queryLabels ?? flags.query,
@@ -104,15 +103,18 @@ export function addOneOffCommands(program: Command): void {
       console.log(JSON.stringify({ model: entry!.name, ...answer }, null, 2));
       await close();
     });
+}
 
-  withModelFlags(
-    program
-      .command('attribute')
-      .description("what each chunk contributes to a target chunk's log-likelihood (remove / mask), as JSON; SVG bars"),
+export function registerAttribute(program: Command): void {
+  withSampleFlags(
+    withModelFlags(
+      program
+        .command('attribute')
+        .description("what each chunk contributes to a target chunk's log-likelihood (remove / mask), as JSON; SVG bars"),
+    ),
+    'JSON: an array of samples ({chunks} or {messages}, target, ablate)',
+    'one sample from a JSON array of chat messages',
   )
-    .option('--samples <file>', 'JSON: an array of samples ({chunks} or {messages}, target, ablate)')
-    .option('--chunk <label=text...>', 'one sample from inline chunks, in order (label=@FILE reads the text from FILE)')
-    .option('--messages <file>', 'one sample from a JSON array of chat messages')
     .option('--target <label>', 'the target chunk (default: the last)')
     .option('--ablate <label...>', 'chunks to ablate (default: every chunk before the target)')
     .option('--add-special-tokens', "run the tokenizer's special tokens (BOS) on text chunks", false)
@@ -125,14 +127,7 @@ export function addOneOffCommands(program: Command): void {
     .option('--svg <prefix>', 'write PREFIX-N.svg: Δ log-likelihood per chunk of sample N')
     .action(async (flags) => {
       const { attributionSvg } = await import('../eval/figures.js');
-      let samples: AttributionSample[];
-      if (flags.samples) {
-        const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
-        samples = Array.isArray(raw) ? raw : raw.samples;
-      } else if (flags.messages) samples = [{ messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')) }];
-      else if (flags.chunk) samples = [{ chunks: chunkArguments(flags.chunk) }];
-      else throw new InvalidArgumentError('give --samples FILE, --messages FILE or --chunk label=text…');
-      samples = samples.map((s) => ({
+      const samples = samplesFrom<AttributionSample>(flags).map((s) => ({
         ...s,
         addSpecialTokens: s.addSpecialTokens ?? flags.addSpecialTokens,
         target: s.target ?? flags.target,
@@ -150,7 +145,8 @@ export function addOneOffCommands(program: Command): void {
       };
       const answers = await service.attribute(m, samples, options, {});
       // The work, as the metrics counted it (this process served this one call).
-      const counted = async (counter: typeof service.metrics.tokensComputed) => (await counter.get()).values.reduce((n, v) => n + v.value, 0);
+      const counted = async (counter: typeof service.metrics.tokensComputed) =>
+        (await counter.get()).values.reduce((n, v) => n + v.value, 0);
       if (flags.svg) {
         answers.forEach((a, i) =>
           writeFile(
@@ -178,6 +174,25 @@ export function addOneOffCommands(program: Command): void {
       );
       await close();
     });
+}
 
-  // ---- research workflows: clients of a server (given, or started here on --model) ----
+/** `--samples FILE`, `--chunk label=text…` and `--messages FILE`: where a probe's or an
+ * attribution's samples come from (read by `samplesFrom`). */
+function withSampleFlags(cmd: Command, samplesHelp: string, messagesHelp: string): Command {
+  return cmd
+    .option('--samples <file>', samplesHelp)
+    .option('--chunk <label=text...>', 'one sample from inline chunks, in order (label=@FILE reads the text from FILE)')
+    .option('--messages <file>', messagesHelp);
+}
+
+/** The samples the flags give: --samples (a JSON array, or an object with `samples`), else
+ * one from --messages, else one from --chunk. */
+function samplesFrom<S>(flags: { samples?: string; messages?: string; chunk?: string[] }): S[] {
+  if (flags.samples) {
+    const raw = JSON.parse(fs.readFileSync(flags.samples, 'utf8'));
+    return Array.isArray(raw) ? raw : raw.samples;
+  }
+  if (flags.messages) return [{ messages: JSON.parse(fs.readFileSync(flags.messages, 'utf8')) } as S];
+  if (flags.chunk) return [{ chunks: chunkArguments(flags.chunk) } as S];
+  throw new InvalidArgumentError('give --samples FILE, --messages FILE or --chunk label=text…');
 }

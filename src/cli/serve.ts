@@ -1,15 +1,51 @@
 // `ctxprobe serve` (the server, its flags and signals) and `ctxprobe health`.
 import { Command, Option } from 'commander';
-import { DEFAULT_REPOSITORY, loadModel } from '../serving/repository.js';
+import { DEFAULT_REPOSITORY, loadModel, type LoadedModel } from '../serving/repository.js';
 import { CtxprobeServer } from '../server.js';
-import { resolveSecurity } from '../serving/security.js';
-import { entriesFrom, int, log, mallocAdvice, portOrOff, withModelFlags } from './common.js';
+import { resolveSecurity, type TlsFiles } from '../serving/security.js';
+import { entriesFrom, int, log, mallocAdvice, portOrOff, withModelFlags, type ModelFlags } from './common.js';
 
-/** A signal repeated within this many ms is one delivery (see `stop`). */
+/** A signal repeated within this many ms is one delivery (see `drainOnSignals`). */
 const DUPLICATE_SIGNAL_MS = 100;
 
-export function addServeCommands(program: Command): void {
-  withModelFlags(program.command('serve').description('serve the models of a repository (or one --model) over gRPC'))
+/** The flags of `serve`, as commander parses them (each may come from its environment variable). */
+interface ServeFlags extends ModelFlags {
+  models: string;
+  name?: string;
+  host: string;
+  port: number;
+  healthPort: number;
+  httpPort: number;
+  metricsHost: string;
+  metricsTls?: boolean;
+  metricsAuth?: boolean;
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsClientCa?: string;
+  authTokenFile?: string;
+  metricsPort: number;
+  maxQueueDelayMs: number;
+  maxRoundTokens?: number;
+  maxQueuedTokens: number;
+  maxItems: number;
+  maxTextBytes: number;
+  maxScoredTokens: number;
+  maxContinuations: number;
+  tokenizerWorkers: number;
+  maxMessageBytes: number;
+  drainTimeoutMs: number;
+  logLevel: 'debug' | 'info';
+}
+
+export function registerServe(program: Command): void {
+  withLimitFlags(
+    withListenFlags(withModelFlags(program.command('serve').description('serve the models of a repository (or one --model) over gRPC'))),
+  ).action(serve);
+}
+
+/** Where and how `serve` listens: the repository, addresses and ports, TLS and tokens. */
+function withListenFlags(cmd: Command): Command {
+  return cmd
     .addOption(
       new Option('--models <dir>', 'model repository: one JSON config per model').default(DEFAULT_REPOSITORY).env('CTXPROBE_MODELS'),
     )
@@ -52,7 +88,12 @@ export function addServeCommands(program: Command): void {
         .default(9464)
         .argParser(portOrOff)
         .env('CTXPROBE_METRICS_PORT'),
-    )
+    );
+}
+
+/** What `serve` takes on: batching, request limits, tokenizer threads, the drain, the log. */
+function withLimitFlags(cmd: Command): Command {
+  return cmd
     .addOption(
       new Option('--max-queue-delay-ms <ms>', 'how long a request may wait for others to batch with')
         .default(5)
@@ -117,127 +158,153 @@ export function addServeCommands(program: Command): void {
         .choices(['debug', 'info'])
         .default('info')
         .env('CTXPROBE_LOG_LEVEL'),
-    )
-    .action(async (flags) => {
-      const serverLog = (l: Record<string, unknown>) => (l.level !== 'debug' || flags.logLevel === 'debug') && log(l);
-      // The token may also come as a value in CTXPROBE_AUTH_TOKEN (e.g. from a Kubernetes
-      // secret); there is no flag for it, as process arguments are visible to every user.
-      const { tls, tokens: authTokens } = resolveSecurity({
-        tlsCert: flags.tlsCert,
-        tlsKey: flags.tlsKey,
-        tlsClientCa: flags.tlsClientCa,
-        authTokenFile: flags.authTokenFile,
-        authToken: process.env.CTXPROBE_AUTH_TOKEN,
-      });
-      const server = await CtxprobeServer.start({
-        tls,
-        authTokens,
-        metricsTls: flags.metricsTls,
-        metricsAuth: flags.metricsAuth,
-        host: flags.host,
-        port: flags.port,
-        metricsHost: flags.metricsHost,
-        metricsPort: flags.metricsPort,
-        healthPort: flags.healthPort,
-        httpPort: flags.httpPort,
-        maxMessageBytes: flags.maxMessageBytes,
-        maxItemsPerRequest: flags.maxItems,
-        maxTextBytes: flags.maxTextBytes,
-        maxScoredTokens: flags.maxScoredTokens,
-        tokenizerWorkers: flags.tokenizerWorkers,
-        batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
-        log: serverLog,
-        onModelLost: (model, err) => {
-          // Every later call would fail: health is NOT_SERVING, and the orchestrator restarts us.
-          log({ level: 'error', event: 'session_host_lost', model, message: err.message, exitCode: 70 });
-          server?.forceClose();
-          process.exitCode = 70;
-          setTimeout(() => process.exit(70), 100).unref();
-        },
-      });
-      if (process.env.CTXPROBE_TEST_HOOKS === '1')
-        process.on('SIGUSR2', () => {
-          for (const m of server.models.values()) m.engine.exitHostForTest();
-        });
-      const malloc = mallocAdvice();
-      if (malloc) log({ level: 'warn', event: 'malloc', message: malloc });
-      const httpHost = flags.host.includes(':') ? `[${flags.host}]` : flags.host;
-      const httpBase = server.httpPort === undefined ? undefined : `${tls ? 'https' : 'http'}://${httpHost}:${server.httpPort}`;
-      log({
-        level: 'info',
-        event: 'listening',
-        address: server.address,
-        metricsPort: server.metricsPort,
-        httpPort: server.httpPort,
-        // The HTTP/JSON API's document and the viewer page, where a browser finds them.
-        ...(httpBase ? { viewer: `${httpBase}/ui/`, openapi: `${httpBase}/openapi.json` } : {}),
-        healthPort: server.healthPort,
-        metricsHost: flags.metricsHost,
-        tls: tls ? (tls.clientCa ? 'mutual' : 'server') : 'off',
-        auth: authTokens.length > 0 ? 'bearer' : 'off',
-        health: 'NOT_SERVING',
-      });
-      // SIGTERM drains: health NOT_SERVING, new calls UNAVAILABLE, queued and running calls
-      // finish — for at most --drain-timeout-ms, after which what is left is refused and
-      // every connection closed. A second signal exits at once.
-      let stopping = false;
-      // The model being loaded, if any: its session thread may be inside onnxruntime, and
-      // exiting then aborted the process (`terminate called after throwing an instance of
-      // 'Napi::Error'`, exit 134) where a drain should end with 0. The stop waits for it and
-      // frees it; no model loads after a signal.
-      let loading: Promise<Awaited<ReturnType<typeof loadModel>>> | undefined;
-      let stoppedAt = 0;
-      const stop = async (signal: string) => {
-        // One signal can arrive twice: a supervisor's SIGTERM to the process group reaches
-        // the server and npm, which forwards it (npm start execs the server). Within
-        // DUPLICATE_SIGNAL_MS of the first it is that signal again, not a second one.
-        if (stopping && Date.now() - stoppedAt < DUPLICATE_SIGNAL_MS) return;
-        if (stopping) {
-          log({ level: 'warn', event: 'stopped', signal, how: 'second signal: exiting at once' });
-          process.exit(0);
-        }
-        stopping = true;
-        stoppedAt = Date.now();
-        log({ level: 'info', event: 'draining', signal, deadlineMs: flags.drainTimeoutMs });
-        const how = await server.close(flags.drainTimeoutMs);
-        await loading?.then(
-          (m) => m.engine.release(),
-          () => {},
-        );
-        log({ level: how === 'drained' ? 'info' : 'warn', event: 'stopped', how });
-        process.exit(0);
-      };
-      for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void stop(signal));
-      for (const entry of entriesFrom(flags)) {
-        if (stopping) return;
-        loading = loadModel({ ...entry, maxContinuations: entry.maxContinuations ?? flags.maxContinuations });
-        const m = await loading;
-        if (stopping) return; // the stop frees it
-        loading = undefined;
-        log({
-          level: 'info',
-          event: 'model_loaded',
-          model: entry.name,
-          path: entry.path,
-          seconds: +m.loadSeconds.toFixed(3),
-          ...m.engine.info,
-          ...(m.engine.device.bufferCache !== undefined && { gpuBufferCache: m.engine.device.bufferCache }),
-          maxBatchTokens: m.scorer.maxBatchTokens,
-          prefixCacheBytes: m.scorer.cache?.budget ?? 0,
-        });
-        if (entry.synthetic)
-          log({
-            level: 'warn',
-            event: 'random_weights',
-            model: entry.name,
-            message: 'this model has random weights; pass --model DIR for a real checkpoint',
-          });
-        server.addModel(m);
-      }
-      server.setServing();
-      log({ level: 'info', event: 'serving', address: server.address, models: [...server.models.keys()] });
-    });
+    );
+}
 
+/** The ports first (health NOT_SERVING), then each model as it loads, then SERVING; a
+ * signal drains and stops it at any point. */
+async function serve(flags: ServeFlags): Promise<void> {
+  const serverLog = (l: Record<string, unknown>) => (l.level !== 'debug' || flags.logLevel === 'debug') && log(l);
+  // The token may also come as a value in CTXPROBE_AUTH_TOKEN (e.g. from a Kubernetes
+  // secret); there is no flag for it, as process arguments are visible to every user.
+  const { tls, tokens: authTokens } = resolveSecurity({
+    tlsCert: flags.tlsCert,
+    tlsKey: flags.tlsKey,
+    tlsClientCa: flags.tlsClientCa,
+    authTokenFile: flags.authTokenFile,
+    authToken: process.env.CTXPROBE_AUTH_TOKEN,
+  });
+  const server = await CtxprobeServer.start({
+    tls,
+    authTokens,
+    metricsTls: flags.metricsTls,
+    metricsAuth: flags.metricsAuth,
+    host: flags.host,
+    port: flags.port,
+    metricsHost: flags.metricsHost,
+    metricsPort: flags.metricsPort,
+    healthPort: flags.healthPort,
+    httpPort: flags.httpPort,
+    maxMessageBytes: flags.maxMessageBytes,
+    maxItemsPerRequest: flags.maxItems,
+    maxTextBytes: flags.maxTextBytes,
+    maxScoredTokens: flags.maxScoredTokens,
+    tokenizerWorkers: flags.tokenizerWorkers,
+    batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
+    log: serverLog,
+    onModelLost: (model, err) => {
+      // Every later call would fail: health is NOT_SERVING, and the orchestrator restarts us.
+      log({ level: 'error', event: 'session_host_lost', model, message: err.message, exitCode: 70 });
+      server?.forceClose();
+      process.exitCode = 70;
+      setTimeout(() => process.exit(70), 100).unref();
+    },
+  });
+  if (process.env.CTXPROBE_TEST_HOOKS === '1')
+    process.on('SIGUSR2', () => {
+      for (const m of server.models.values()) m.engine.exitHostForTest();
+    });
+  const malloc = mallocAdvice();
+  if (malloc) log({ level: 'warn', event: 'malloc', message: malloc });
+  logListening(server, flags, tls, authTokens);
+  const shutdown = drainOnSignals(server, flags.drainTimeoutMs);
+  await loadModels(server, flags, shutdown);
+}
+
+/** The `listening` line: each port, its security, health (NOT_SERVING until the models are loaded). */
+function logListening(server: CtxprobeServer, flags: ServeFlags, tls: TlsFiles | undefined, authTokens: string[]): void {
+  const httpHost = flags.host.includes(':') ? `[${flags.host}]` : flags.host;
+  const httpBase = server.httpPort === undefined ? undefined : `${tls ? 'https' : 'http'}://${httpHost}:${server.httpPort}`;
+  log({
+    level: 'info',
+    event: 'listening',
+    address: server.address,
+    metricsPort: server.metricsPort,
+    httpPort: server.httpPort,
+    // The HTTP/JSON API's document and the viewer page, where a browser finds them.
+    ...(httpBase ? { viewer: `${httpBase}/ui/`, openapi: `${httpBase}/openapi.json` } : {}),
+    healthPort: server.healthPort,
+    metricsHost: flags.metricsHost,
+    tls: tls ? (tls.clientCa ? 'mutual' : 'server') : 'off',
+    auth: authTokens.length > 0 ? 'bearer' : 'off',
+    health: 'NOT_SERVING',
+  });
+}
+
+/** What a stop needs to know of the start-up: whether it began, and the model being loaded. */
+interface Shutdown {
+  /** A signal came: the models left are not loaded. */
+  stopping: boolean;
+  /** The model being loaded, if any: its session thread may be inside onnxruntime, and
+   * exiting then aborted the process (`terminate called after throwing an instance of
+   * 'Napi::Error'`, exit 134) where a drain should end with 0. The stop waits for it and
+   * frees it; no model loads after a signal. */
+  loading: Promise<LoadedModel> | undefined;
+}
+
+/** SIGTERM drains: health NOT_SERVING, new calls UNAVAILABLE, queued and running calls
+ * finish — for at most --drain-timeout-ms, after which what is left is refused and every
+ * connection closed. A second signal exits at once. */
+function drainOnSignals(server: CtxprobeServer, drainTimeoutMs: number): Shutdown {
+  const shutdown: Shutdown = { stopping: false, loading: undefined };
+  let stoppedAt = 0;
+  const stop = async (signal: string) => {
+    // One signal can arrive twice: a supervisor's SIGTERM to the process group reaches
+    // the server and npm, which forwards it (npm start execs the server). Within
+    // DUPLICATE_SIGNAL_MS of the first it is that signal again, not a second one.
+    if (shutdown.stopping && Date.now() - stoppedAt < DUPLICATE_SIGNAL_MS) return;
+    if (shutdown.stopping) {
+      log({ level: 'warn', event: 'stopped', signal, how: 'second signal: exiting at once' });
+      process.exit(0);
+    }
+    shutdown.stopping = true;
+    stoppedAt = Date.now();
+    log({ level: 'info', event: 'draining', signal, deadlineMs: drainTimeoutMs });
+    const how = await server.close(drainTimeoutMs);
+    await shutdown.loading?.then(
+      (m) => m.engine.release(),
+      () => {},
+    );
+    log({ level: how === 'drained' ? 'info' : 'warn', event: 'stopped', how });
+    process.exit(0);
+  };
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void stop(signal));
+  return shutdown;
+}
+
+/** Each model of the flags, loaded and added in turn (none after a signal); then SERVING. */
+async function loadModels(server: CtxprobeServer, flags: ServeFlags, shutdown: Shutdown): Promise<void> {
+  for (const entry of entriesFrom(flags)) {
+    if (shutdown.stopping) return;
+    shutdown.loading = loadModel({ ...entry, maxContinuations: entry.maxContinuations ?? flags.maxContinuations });
+    const m = await shutdown.loading;
+    if (shutdown.stopping) return; // the stop frees it
+    shutdown.loading = undefined;
+    log({
+      level: 'info',
+      event: 'model_loaded',
+      model: entry.name,
+      path: entry.path,
+      seconds: +m.loadSeconds.toFixed(3),
+      ...m.engine.info,
+      ...(m.engine.device.bufferCache !== undefined && { gpuBufferCache: m.engine.device.bufferCache }),
+      maxBatchTokens: m.scorer.maxBatchTokens,
+      prefixCacheBytes: m.scorer.cache?.budget ?? 0,
+    });
+    if (entry.synthetic)
+      log({
+        level: 'warn',
+        event: 'random_weights',
+        model: entry.name,
+        message: 'this model has random weights; pass --model DIR for a real checkpoint',
+      });
+    server.addModel(m);
+  }
+  server.setServing();
+  log({ level: 'info', event: 'serving', address: server.address, models: [...server.models.keys()] });
+}
+
+export function registerHealth(program: Command): void {
   program
     .command('health')
     .description('exit 0 if the server reports SERVING (grpc.health.v1), 1 otherwise: for container health checks')

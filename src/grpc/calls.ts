@@ -3,7 +3,7 @@
 // layer's CallContext, and no error escapes: it ends the call with its status.
 import * as grpc from '@grpc/grpc-js';
 import type { CallContext, Service } from '../serving/service.js';
-import { checkedText, type ApiMethod, type EachMessage, type ServerStream, type Unary } from '../api/methods.js';
+import { checkedText, type ApiMethod, type EachMessage, type ServerStream, type Unary } from '../api/method-kinds.js';
 import { codeName, toStatus } from './status.js';
 
 /** The parts of a server call that cancellation needs (unary, streaming, duplex). */

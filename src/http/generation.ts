@@ -11,6 +11,7 @@ import type { FastifyReply } from 'fastify';
 import { InvalidArgumentError } from '../common/errors.js';
 import type { ChoiceResult, TokenEvent } from '../requests/generate.js';
 import type { SamplingParams } from '../requests/sampling.js';
+import type { EchoScore } from '../requests/scoring.js';
 import { renderChatText } from '../requests/segments.js';
 import type { ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
@@ -302,39 +303,7 @@ export async function generateCompletions(
   const offsets = prompts.map((_, i) => Array.from({ length: n }, () => (echo ? promptText(i).length : 0)));
   // As vLLM's return_tokens_as_token_ids: tokens and top_logprobs keys as `token_id:N`.
   const asIds = body.return_tokens_as_token_ids === true;
-  const keyed = (ids: number[]) => tokenKeys(service, m, ids, asIds);
-  const tops = (t: { ids: number[]; logprobs: number[] }) => topLogprobs(service, m, t, Math.max(1, want ?? 0), asIds);
-  const tokenLogprobs = (i: number, c: number, tokens: number[], lps: number[], alternatives: { ids: number[]; logprobs: number[] }[]) => {
-    const texts = service.tokenTexts(m, tokens);
-    return {
-      tokens: keyed(tokens),
-      token_logprobs: lps,
-      top_logprobs: alternatives.map(tops),
-      text_offset: texts.map((t) => {
-        const at = offsets[i]![c]!;
-        offsets[i]![c] = at + t.length;
-        return at;
-      }),
-    };
-  };
-  const echoLogprobs = (i: number) => {
-    const e = echoed![i]!;
-    const texts = service.tokenTexts(m, ids[i]!);
-    // Text prompts echo as given: the special tokens their encoding added take no text.
-    const added = prompts[i]!.added ?? [];
-    let at = 0;
-    return {
-      tokens: keyed(ids[i]!),
-      token_logprobs: [null, ...e.promptLogprobs],
-      top_logprobs: [null, ...e.top.slice(0, -1).map(tops)],
-      text_offset: texts.map((t, k) => ((at += added[k] ? 0 : t.length), at - (added[k] ? 0 : t.length))),
-    };
-  };
-  const usage = (results: ChoiceResult[][]) => {
-    const promptTokens = ids.reduce((k, p) => k + p.length, 0);
-    const completion = results.flat().reduce((k, r) => k + r.tokens.length, 0);
-    return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
-  };
+  const { tokenLogprobs, echoLogprobs } = completionLogprobs(service, m, { prompts, offsets, want, asIds, echoed });
   return respond(reply, body.stream === true, async (send) => {
     if (send && echo) {
       prompts.forEach((_, i) => {
@@ -363,7 +332,7 @@ export async function generateCompletions(
         });
       }
     });
-    if (send) return body.stream_options?.include_usage ? { ...head, choices: [], usage: usage(results) } : undefined;
+    if (send) return body.stream_options?.include_usage ? { ...head, choices: [], usage: completionUsage(ids, results) } : undefined;
     return {
       ...head,
       object: 'text_completion',
@@ -385,7 +354,62 @@ export async function generateCompletions(
           };
         }),
       ),
-      usage: usage(results),
+      usage: completionUsage(ids, results),
     };
   });
+}
+
+/** The logprobs objects of a completion's choices, as OpenAI writes them: tokens (keyed as
+ * `asIds` says), their log-probs, the `want` most likely alternatives, and text offsets; a
+ * choice's offsets (`offsets[prompt][choice]`) run on from where its text so far ends. */
+function completionLogprobs(
+  service: Service,
+  m: ServedModel,
+  o: {
+    prompts: { ids: number[]; added?: boolean[] }[];
+    offsets: number[][];
+    want: number | null;
+    asIds: boolean;
+    /** The prompts' own scores, when they are echoed with log-probs. */
+    echoed: EchoScore[] | undefined;
+  },
+) {
+  const { prompts, offsets, want, asIds, echoed } = o;
+  const ids = prompts.map((p) => p.ids);
+  const keyed = (ids: number[]) => tokenKeys(service, m, ids, asIds);
+  const tops = (t: { ids: number[]; logprobs: number[] }) => topLogprobs(service, m, t, Math.max(1, want ?? 0), asIds);
+  const tokenLogprobs = (i: number, c: number, tokens: number[], lps: number[], alternatives: { ids: number[]; logprobs: number[] }[]) => {
+    const texts = service.tokenTexts(m, tokens);
+    return {
+      tokens: keyed(tokens),
+      token_logprobs: lps,
+      top_logprobs: alternatives.map(tops),
+      text_offset: texts.map((t) => {
+        const at = offsets[i]![c]!;
+        offsets[i]![c] = at + t.length;
+        return at;
+      }),
+    };
+  };
+  const echoLogprobs = (i: number) => {
+    const e = echoed![i]!;
+    const texts = service.tokenTexts(m, ids[i]!);
+    // Text prompts echo as given: the special tokens their encoding added take no text.
+    const added = prompts[i]!.added ?? [];
+    let at = 0;
+    return {
+      tokens: keyed(ids[i]!),
+      token_logprobs: [null, ...e.promptLogprobs],
+      top_logprobs: [null, ...e.top.slice(0, -1).map(tops)],
+      text_offset: texts.map((t, k) => ((at += added[k] ? 0 : t.length), at - (added[k] ? 0 : t.length))),
+    };
+  };
+  return { tokenLogprobs, echoLogprobs };
+}
+
+/** OpenAI's usage: the prompts' tokens and every choice's generated ones. */
+function completionUsage(ids: number[][], results: ChoiceResult[][]) {
+  const promptTokens = ids.reduce((k, p) => k + p.length, 0);
+  const completion = results.flat().reduce((k, r) => k + r.tokens.length, 0);
+  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
 }

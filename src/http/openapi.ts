@@ -6,7 +6,7 @@
 import protobuf from 'protobufjs';
 import { apiRoot, jsonName, WRAPPERS } from '../api/json-mapping.js';
 import { httpBindings, type HttpBinding } from './transcode.js';
-import { OPENAI_ROUTE_DOCS, type RouteDoc } from './openai.js';
+import { OPENAI_ROUTE_DOCS, type RouteDoc } from './openai-schemas.js';
 
 type Schema = Record<string, unknown>;
 
@@ -27,7 +27,11 @@ const OPENAI_ERROR_SCHEMA: Schema = {
   properties: {
     error: {
       type: 'object',
-      properties: { message: { type: 'string' }, type: { type: 'string', description: 'invalid_request_error, authentication_error, not_found_error, …' }, code: { type: 'integer', description: 'the HTTP status' } },
+      properties: {
+        message: { type: 'string' },
+        type: { type: 'string', description: 'invalid_request_error, authentication_error, not_found_error, …' },
+        code: { type: 'integer', description: 'the HTTP status' },
+      },
       required: ['message', 'type', 'code'],
     },
   },
@@ -61,7 +65,10 @@ export function openApiDocument(version: string, bindings: HttpBinding[] = httpB
     const message = ref(b.responseType);
     const streamed = b.kind !== 'unary';
     const errors = Object.fromEntries(
-      ERRORS.map(([status, why]) => [status, { description: why, content: { 'application/json': { schema: { $ref: '#/components/schemas/Status' } } } }]),
+      ERRORS.map(([status, why]) => [
+        status,
+        { description: why, content: { 'application/json': { schema: { $ref: '#/components/schemas/Status' } } } },
+      ]),
     );
     const request = ref(b.requestType);
     paths[b.path] = {
@@ -75,7 +82,9 @@ export function openApiDocument(version: string, bindings: HttpBinding[] = httpB
           streamed
             ? 'Answers stream: one JSON message a line (application/x-ndjson), or server-sent events (`data: <message>`) with `Accept: text/event-stream`; a failure after the first message is a last line `{"error": Status}` (SSE: an `error` event).'
             : '',
-          b.kind === 'each-message' ? 'Body: the messages as a JSON array, or one JSON object a line (application/x-ndjson); each is answered as soon as it is ready, matched by item id.' : '',
+          b.kind === 'each-message'
+            ? 'Body: the messages as a JSON array, or one JSON object a line (application/x-ndjson); each is answered as soon as it is ready, matched by item id.'
+            : '',
         ]
           .filter(Boolean)
           .join('\n\n'),
@@ -103,7 +112,9 @@ export function openApiDocument(version: string, bindings: HttpBinding[] = httpB
         responses: {
           '200': {
             description: streamed ? `a stream of ${b.responseType.name}` : b.responseType.name,
-            content: streamed ? { 'application/x-ndjson': { schema: message }, 'text/event-stream': { schema: message } } : { 'application/json': { schema: message } },
+            content: streamed
+              ? { 'application/x-ndjson': { schema: message }, 'text/event-stream': { schema: message } }
+              : { 'application/json': { schema: message } },
           },
           ...errors,
         },
@@ -131,7 +142,9 @@ function routeOperation(r: RouteDoc): Schema {
   const errorBody = { content: { 'application/json': { schema: { $ref: '#/components/schemas/OpenAIError' } } } };
   const errors = r.open
     ? { '503': { description: 'loading or draining', content: { 'application/json': { schema: r.answer.schema } } } }
-    : Object.fromEntries(ERRORS.filter(([status]) => status !== '504').map(([status, why]) => [status, { description: why, ...errorBody }]));
+    : Object.fromEntries(
+        ERRORS.filter(([status]) => status !== '504').map(([status, why]) => [status, { description: why, ...errorBody }]),
+      );
   return {
     operationId: r.operationId,
     tags: [r.tag],
@@ -142,14 +155,21 @@ function routeOperation(r: RouteDoc): Schema {
     responses: {
       '200': {
         description: r.answer.description,
-        content: { 'application/json': { schema: r.answer.schema }, ...(r.answer.streams ? { 'text/event-stream': { schema: { type: 'string' } } } : {}) },
+        content: {
+          'application/json': { schema: r.answer.schema },
+          ...(r.answer.streams ? { 'text/event-stream': { schema: { type: 'string' } } } : {}),
+        },
       },
       ...errors,
     },
   };
 }
 
-const firstSentence = (text: string | null | undefined) => (text ?? '').split(/(?<=\.)\s/)[0]!.replace(/\s+/g, ' ').trim();
+const firstSentence = (text: string | null | undefined) =>
+  (text ?? '')
+    .split(/(?<=\.)\s/)[0]!
+    .replace(/\s+/g, ' ')
+    .trim();
 
 function messageSchema(t: protobuf.Type, ref: (t: protobuf.Type) => Schema): Schema {
   if (WRAPPERS.has(t.fullName.replace(/^\./, ''))) return fieldSchema(t.fields.value!, ref);
@@ -180,7 +200,12 @@ function fieldSchema(f: protobuf.Field, ref: (t: protobuf.Type) => Schema): Sche
       return { type: 'string', format: 'byte' };
     case 'float':
     case 'double':
-      return { oneOf: [{ type: 'number', format: f.type }, { type: 'string', enum: ['NaN', 'Infinity', '-Infinity'] }] };
+      return {
+        oneOf: [
+          { type: 'number', format: f.type },
+          { type: 'string', enum: ['NaN', 'Infinity', '-Infinity'] },
+        ],
+      };
     case 'int64':
     case 'sint64':
     case 'sfixed64':
@@ -188,12 +213,21 @@ function fieldSchema(f: protobuf.Field, ref: (t: protobuf.Type) => Schema): Sche
     case 'fixed64':
       return { type: 'string', format: f.type === 'uint64' || f.type === 'fixed64' ? 'uint64' : 'int64', pattern: '^-?\\d+$' };
     default:
-      return { type: 'integer', format: f.type.startsWith('u') || f.type === 'fixed32' ? 'uint32' : 'int32', ...(f.type.startsWith('u') ? { minimum: 0 } : {}) };
+      return {
+        type: 'integer',
+        format: f.type.startsWith('u') || f.type === 'fixed32' ? 'uint32' : 'int32',
+        ...(f.type.startsWith('u') ? { minimum: 0 } : {}),
+      };
   }
 }
 
 function queryParameters(t: protobuf.Type): Schema[] {
   return t.fieldsArray
     .filter((f) => !(f.resolvedType instanceof protobuf.Type))
-    .map((f) => ({ name: jsonName(f.name), in: 'query', required: false, schema: f.repeated ? { type: 'array', items: fieldSchema(f, () => ({})) } : fieldSchema(f, () => ({})) }));
+    .map((f) => ({
+      name: jsonName(f.name),
+      in: 'query',
+      required: false,
+      schema: f.repeated ? { type: 'array', items: fieldSchema(f, () => ({})) } : fieldSchema(f, () => ({})),
+    }));
 }

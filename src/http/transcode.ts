@@ -25,7 +25,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { parseJsonBody } from './json-body.js';
 import { ConfigError, InvalidArgumentError, TooLargeError, errorMessage } from '../common/errors.js';
 import type { CallContext, Service } from '../serving/service.js';
-import { apiServices, checkedText, type ApiMethod } from '../api/methods.js';
+import { apiServices } from '../api/methods.js';
+import { checkedText, type ApiMethod } from '../api/method-kinds.js';
 import { loadDefinition } from '../api/proto.js';
 import { apiRoot, fieldNamed, formatMessage, parseMessage } from '../api/json-mapping.js';
 import { codeOf } from '../api/status.js';
@@ -62,13 +63,16 @@ export function httpBindings(root = apiRoot()): HttpBinding[] {
       const where = `${service.name}.${method.name}'s (google.api.http) rule`;
       const verbs = HTTP_VERBS.filter((v) => typeof rule[v] === 'string');
       const unsupported = Object.keys(rule).filter((k) => !(HTTP_VERBS as readonly string[]).includes(k) && k !== 'body');
-      if (verbs.length !== 1 || unsupported.length > 0) throw new ConfigError(`${where}: one of ${HTTP_VERBS.join(', ')} and body only (has ${Object.keys(rule).join(', ')})`);
+      if (verbs.length !== 1 || unsupported.length > 0)
+        throw new ConfigError(`${where}: one of ${HTTP_VERBS.join(', ')} and body only (has ${Object.keys(rule).join(', ')})`);
       const verb = verbs[0]!;
       const path = rule[verb] as string;
-      if (!/^(\/[A-Za-z0-9._~-]+)+$/.test(path)) throw new ConfigError(`${where}: ${path}: only literal paths are served (no {variables} or :verbs)`);
+      if (!/^(\/[A-Za-z0-9._~-]+)+$/.test(path))
+        throw new ConfigError(`${where}: ${path}: only literal paths are served (no {variables} or :verbs)`);
       const body = (rule.body ?? '') as string;
       if (body !== '*' && body !== '') throw new ConfigError(`${where}: body "${body}": only "*" or none`);
-      if ((verb === 'get' || verb === 'delete') !== (body === '')) throw new ConfigError(`${where}: ${verb} ${body ? 'with' : 'without'} a body`);
+      if ((verb === 'get' || verb === 'delete') !== (body === ''))
+        throw new ConfigError(`${where}: ${verb} ${body ? 'with' : 'without'} a body`);
       method.resolve();
       const kind = method.requestStream ? 'each-message' : method.responseStream ? 'server-stream' : 'unary';
       bindings.push({
@@ -160,7 +164,11 @@ function callContext(req: FastifyRequest, reply: FastifyReply): CallContext {
   const header = req.headers['grpc-timeout'];
   if (header === undefined) return { signal: clientGone(reply) };
   const m = typeof header === 'string' ? /^(\d{1,8})([HMSmun])$/.exec(header) : null;
-  if (!m) throw new InvalidArgumentError('grpc-timeout', `expected digits and a unit (H, M, S, m, u, n), as gRPC writes it (30S, 500m); got ${JSON.stringify(header)}`);
+  if (!m)
+    throw new InvalidArgumentError(
+      'grpc-timeout',
+      `expected digits and a unit (H, M, S, m, u, n), as gRPC writes it (30S, 500m); got ${JSON.stringify(header)}`,
+    );
   const ms = Number(m[1]) * { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 }[m[2] as 'H'];
   return { signal: clientGone(reply), deadline: Date.now() + ms };
 }
@@ -172,12 +180,14 @@ function bodyOf(req: FastifyRequest): unknown {
   return body;
 }
 
-const isNdjson = (v: unknown): v is { ndjson: Readable } => typeof v === 'object' && v !== null && 'ndjson' in v && Object.keys(v).length === 1;
+const isNdjson = (v: unknown): v is { ndjson: Readable } =>
+  typeof v === 'object' && v !== null && 'ndjson' in v && Object.keys(v).length === 1;
 
 /** A streamed call's messages when the body came whole: a JSON array or one object. */
 function messagesOf(req: FastifyRequest): unknown[] {
   const body = req.body as unknown;
-  if (body === undefined) throw new InvalidArgumentError('body', 'messages are required: a JSON array, or one JSON object a line (application/x-ndjson)');
+  if (body === undefined)
+    throw new InvalidArgumentError('body', 'messages are required: a JSON array, or one JSON object a line (application/x-ndjson)');
   return Array.isArray(body) ? body : [body];
 }
 
@@ -219,7 +229,11 @@ async function answerAsTheyArrive<Req, Res>(
   body: Readable,
   limit: number,
   call: CallContext,
-  each: { decode: (json: unknown, index: number) => Req; answer: (req: Req, index: number, call: CallContext) => Promise<Res>; write: (answer: Res) => void },
+  each: {
+    decode: (json: unknown, index: number) => Req;
+    answer: (req: Req, index: number, call: CallContext) => Promise<Res>;
+    write: (answer: Res) => void;
+  },
 ): Promise<void> {
   const stop = new AbortController();
   const running: CallContext = { ...call, signal: call.signal ? AbortSignal.any([call.signal, stop.signal]) : stop.signal };
@@ -233,7 +247,12 @@ async function answerAsTheyArrive<Req, Res>(
         return { i, m: each.decode(json, i) };
       });
       for (const { i, m } of requests) {
-        pending.push(each.answer(m, i, running).then((a) => void (failure || each.write(a)), (err: unknown) => void (failure ??= { err })));
+        pending.push(
+          each.answer(m, i, running).then(
+            (a) => void (failure || each.write(a)),
+            (err: unknown) => void (failure ??= { err }),
+          ),
+        );
       }
       if (failure) break;
     }
@@ -257,7 +276,9 @@ function fromQuery(type: protobuf.Type, query: unknown): unknown {
     if (!f || (f.resolvedType instanceof protobuf.Type && !f.repeated)) {
       throw new InvalidArgumentError(key, `unknown query parameter: ${type.name} has no scalar field ${JSON.stringify(key)}`);
     }
-    const values = (Array.isArray(raw) ? raw : [raw]).map((v) => (f.type === 'bool' ? (v === 'true' ? true : v === 'false' ? false : v) : v));
+    const values = (Array.isArray(raw) ? raw : [raw]).map((v) =>
+      f.type === 'bool' ? (v === 'true' ? true : v === 'false' ? false : v) : v,
+    );
     out[key] = f.repeated ? values : values.at(-1);
   }
   return out;

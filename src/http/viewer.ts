@@ -33,9 +33,11 @@ const FILES: Record<string, [string, string]> = {
   'style.css': [path.join(UI_DIR, 'style.css'), 'text/css; charset=utf-8'],
   'favicon.svg': [path.join(UI_DIR, 'favicon.svg'), 'image/svg+xml'],
   // The page's modules, compiled from src/ by tsc, under their own relative paths (app.js
-  // imports ../../eval/records.js, the runners' own reading of their data lines, and
-  // ../../figures/charts.js, the CLI's own drawing code, and ../../common/floats.js).
+  // imports ./text-view.js, ../../eval/records.js, the runners' own reading of their data
+  // lines, and ../../figures/charts.js, the CLI's own drawing code; text-view.js imports
+  // ../../common/floats.js).
   'src/http/ui/app.js': [path.join(BUILT_DIR, 'http/ui/app.js'), 'text/javascript; charset=utf-8'],
+  'src/http/ui/text-view.js': [path.join(BUILT_DIR, 'http/ui/text-view.js'), 'text/javascript; charset=utf-8'],
   'src/figures/charts.js': [path.join(BUILT_DIR, 'figures/charts.js'), 'text/javascript; charset=utf-8'],
   'src/eval/records.js': [path.join(BUILT_DIR, 'eval/records.js'), 'text/javascript; charset=utf-8'],
   'src/common/floats.js': [path.join(BUILT_DIR, 'common/floats.js'), 'text/javascript; charset=utf-8'],

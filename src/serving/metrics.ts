@@ -11,196 +11,172 @@ export interface WatchedCache {
 }
 
 export class Metrics {
-  readonly registry = new client.Registry();
-  readonly requests: client.Counter<'method' | 'code'>;
-  readonly requestSeconds: client.Histogram<'method'>;
-  readonly itemsScored: client.Counter<'model'>;
-  readonly tokensScored: client.Counter<'model'>;
-  readonly tokensGenerated: client.Counter<'model'>;
-  readonly tokensComputed: client.Counter<'model'>;
-  readonly tokensRequested: client.Counter<'model'>;
-  readonly cacheTokensReused: client.Counter<'model'>;
-  readonly cacheBytes: client.Gauge<'model'>;
-  readonly cacheBudgetBytes: client.Gauge<'model'>;
-  readonly cacheEntries: client.Gauge<'model'>;
-  readonly cacheEvictions: client.Counter<'model'>;
-  readonly batchUnits: client.Histogram<'model'>;
-  readonly batchTokens: client.Histogram<'model'>;
-  readonly queueWaitSeconds: client.Histogram<'model'>;
-  readonly forwardSeconds: client.Histogram<'model'>;
-  readonly forwardPasses: client.Counter<'model' | 'kind'>;
-  readonly forwardPassTokens: client.Counter<'model' | 'kind'>;
-  readonly forwardPassBytes: client.Counter<'model' | 'what'>;
-  readonly unitsQueued: client.Gauge<'model'>;
-  readonly unitsInFlight: client.Gauge<'model'>;
-  readonly modelLoadSeconds: client.Gauge<'model'>;
-  readonly callsInFlight: client.Gauge;
-
+  // Registered in the order they are listed here (the order /metrics lists them in), after
+  // prom-client's defaults.
+  readonly registry = registryWithDefaults();
+  private readonly registers = [this.registry];
   /** Each model's prefix cache, for the cache gauges. */
   private readonly caches = new Map<string, WatchedCache>();
+
+  // Calls (gRPC and HTTP alike).
+  readonly requests: client.Counter<'method' | 'code'> = new client.Counter({
+    name: 'ctxprobe_requests_total',
+    help: 'gRPC calls by method and status code',
+    labelNames: ['method', 'code'],
+    registers: this.registers,
+  });
+  readonly requestSeconds: client.Histogram<'method'> = new client.Histogram({
+    name: 'ctxprobe_request_duration_seconds',
+    help: 'gRPC call latency, from arrival to answer',
+    labelNames: ['method'],
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: this.registers,
+  });
+
+  // The work: what was scored and generated, what the model ran, what the cache saved it.
+  readonly itemsScored: client.Counter<'model'> = new client.Counter({
+    name: 'ctxprobe_items_scored_total',
+    help: 'Continuations and rolling texts scored',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
+  readonly tokensScored: client.Counter<'model'> = new client.Counter({
+    name: 'ctxprobe_tokens_scored_total',
+    help: 'Tokens whose log-prob was returned',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
+  readonly tokensGenerated: client.Counter<'model'> = new client.Counter({
+    name: 'ctxprobe_generated_tokens_total',
+    help: 'Tokens generated (every choice, up to and with the one that ended it)',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
+  readonly tokensComputed: client.Counter<'model'> = new client.Counter({
+    name: 'ctxprobe_tokens_computed_total',
+    help: 'Tokens run through the model (a shared prefix counts once)',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
+  readonly tokensRequested: client.Counter<'model'> = new client.Counter({
+    name: 'ctxprobe_tokens_requested_total',
+    help: 'Input tokens of the scored sequences (what computing each alone would run)',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
+  readonly cacheTokensReused: client.Counter<'model'> = new client.Counter({
+    name: 'ctxprobe_prefix_cache_tokens_reused_total',
+    help: 'Input tokens whose KV came from the prefix cache instead of being computed',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
+
+  // The prefix cache, its gauges read from each model's cache when scraped: pins released
+  // between rounds (a generation that ends) show at once, not at the next round.
+  readonly cacheBytes: client.Gauge<'model'> = new client.Gauge({
+    name: 'ctxprobe_prefix_cache_bytes',
+    help: 'KV bytes held by the prefix cache',
+    labelNames: ['model'],
+    registers: this.registers,
+    collect: readEachCache(this.caches, (cache) => cache.stats().bytes),
+  });
+  readonly cacheBudgetBytes: client.Gauge<'model'> = new client.Gauge({
+    name: 'ctxprobe_prefix_cache_budget_bytes',
+    help: 'KV bytes the prefix cache may keep between rounds',
+    labelNames: ['model'],
+    registers: this.registers,
+    collect: readEachCache(this.caches, (cache) => cache.budget),
+  });
+  readonly cacheEntries: client.Gauge<'model'> = new client.Gauge({
+    name: 'ctxprobe_prefix_cache_entries',
+    help: 'Nodes of the prefix cache trie',
+    labelNames: ['model'],
+    registers: this.registers,
+    collect: readEachCache(this.caches, (cache) => cache.stats().entries),
+  });
+  readonly cacheEvictions: client.Counter<'model'> = new client.Counter({
+    name: 'ctxprobe_prefix_cache_evictions_total',
+    help: 'Prefix cache nodes evicted to stay within the budget',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
+
+  // Scheduling rounds and the forward passes they ran.
+  readonly batchUnits: client.Histogram<'model'> = new client.Histogram({
+    name: 'ctxprobe_batch_size',
+    help: 'Scored sequences per scheduling round',
+    labelNames: ['model'],
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+    registers: this.registers,
+  });
+  readonly batchTokens: client.Histogram<'model'> = new client.Histogram({
+    name: 'ctxprobe_batch_tokens',
+    help: 'Tokens per scheduling round (before prefix sharing)',
+    labelNames: ['model'],
+    buckets: [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+    registers: this.registers,
+  });
+  readonly queueWaitSeconds: client.Histogram<'model'> = new client.Histogram({
+    name: 'ctxprobe_queue_wait_seconds',
+    help: 'Time a request waited in the model queue',
+    labelNames: ['model'],
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: this.registers,
+  });
+  readonly forwardSeconds: client.Histogram<'model'> = new client.Histogram({
+    name: 'ctxprobe_forward_seconds',
+    help: 'Engine time of one scheduling round',
+    labelNames: ['model'],
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: this.registers,
+  });
+  readonly forwardPasses: client.Counter<'model' | 'kind'> = new client.Counter({
+    name: 'ctxprobe_forward_passes_total',
+    help: 'Forward passes run by the engine (kind: probe when some of its rows probe, else score), whatever requests they served',
+    labelNames: ['model', 'kind'],
+    registers: this.registers,
+  });
+  readonly forwardPassBytes: client.Counter<'model' | 'what'> = new client.Counter({
+    name: 'ctxprobe_forward_pass_bytes_total',
+    help: "Bytes across the session boundary of forward passes: inputs, past_kv (read in place on the CPU), outputs, present_kv (the new slots' KV, kept)",
+    labelNames: ['model', 'what'],
+    registers: this.registers,
+  });
+  readonly forwardPassTokens: client.Counter<'model' | 'kind'> = new client.Counter({
+    name: 'ctxprobe_forward_pass_tokens_total',
+    help: 'Tokens of the forward passes as run: rows × padded length (kind: probe when some of its rows probe, else score)',
+    labelNames: ['model', 'kind'],
+    registers: this.registers,
+  });
+
+  // What is waiting and running now; model loads.
+  readonly unitsQueued: client.Gauge<'model'> = new client.Gauge({
+    name: 'ctxprobe_queued_items',
+    help: 'Scored sequences waiting in the queue',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
+  readonly unitsInFlight: client.Gauge<'model'> = new client.Gauge({
+    name: 'ctxprobe_in_flight_items',
+    help: 'Scored sequences in the running round',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
+  readonly callsInFlight: client.Gauge = new client.Gauge({
+    name: 'ctxprobe_calls_in_flight',
+    help: 'Calls (gRPC and HTTP) being answered; a drain waits for them',
+    registers: this.registers,
+  });
+  readonly modelLoadSeconds: client.Gauge<'model'> = new client.Gauge({
+    name: 'ctxprobe_model_load_seconds',
+    help: 'Time to load each model',
+    labelNames: ['model'],
+    registers: this.registers,
+  });
 
   /** Report `model`'s prefix cache in the gauges, as it is when scraped. */
   watchCache(model: string, cache: WatchedCache): void {
     this.caches.set(model, cache);
-  }
-
-  constructor() {
-    const registers = [this.registry];
-    client.collectDefaultMetrics({ register: this.registry }); // process_resident_memory_bytes, nodejs_heap_*, …
-    this.requests = new client.Counter({
-      name: 'ctxprobe_requests_total',
-      help: 'gRPC calls by method and status code',
-      labelNames: ['method', 'code'],
-      registers,
-    });
-    this.requestSeconds = new client.Histogram({
-      name: 'ctxprobe_request_duration_seconds',
-      help: 'gRPC call latency, from arrival to answer',
-      labelNames: ['method'],
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
-      registers,
-    });
-    this.itemsScored = new client.Counter({
-      name: 'ctxprobe_items_scored_total',
-      help: 'Continuations and rolling texts scored',
-      labelNames: ['model'],
-      registers,
-    });
-    this.tokensScored = new client.Counter({
-      name: 'ctxprobe_tokens_scored_total',
-      help: 'Tokens whose log-prob was returned',
-      labelNames: ['model'],
-      registers,
-    });
-    this.tokensGenerated = new client.Counter({
-      name: 'ctxprobe_generated_tokens_total',
-      help: 'Tokens generated (every choice, up to and with the one that ended it)',
-      labelNames: ['model'],
-      registers,
-    });
-    this.tokensComputed = new client.Counter({
-      name: 'ctxprobe_tokens_computed_total',
-      help: 'Tokens run through the model (a shared prefix counts once)',
-      labelNames: ['model'],
-      registers,
-    });
-    this.tokensRequested = new client.Counter({
-      name: 'ctxprobe_tokens_requested_total',
-      help: 'Input tokens of the scored sequences (what computing each alone would run)',
-      labelNames: ['model'],
-      registers,
-    });
-    this.cacheTokensReused = new client.Counter({
-      name: 'ctxprobe_prefix_cache_tokens_reused_total',
-      help: 'Input tokens whose KV came from the prefix cache instead of being computed',
-      labelNames: ['model'],
-      registers,
-    });
-    // Read from each model's cache when scraped: pins released between rounds (a
-    // generation that ends) show at once, not at the next round.
-    const caches = this.caches;
-    this.cacheBytes = new client.Gauge({
-      name: 'ctxprobe_prefix_cache_bytes',
-      help: 'KV bytes held by the prefix cache',
-      labelNames: ['model'],
-      registers,
-      collect() {
-        for (const [model, cache] of caches) this.set({ model }, cache.stats().bytes);
-      },
-    });
-    this.cacheBudgetBytes = new client.Gauge({
-      name: 'ctxprobe_prefix_cache_budget_bytes',
-      help: 'KV bytes the prefix cache may keep between rounds',
-      labelNames: ['model'],
-      registers,
-      collect() {
-        for (const [model, cache] of caches) this.set({ model }, cache.budget);
-      },
-    });
-    this.cacheEntries = new client.Gauge({
-      name: 'ctxprobe_prefix_cache_entries',
-      help: 'Nodes of the prefix cache trie',
-      labelNames: ['model'],
-      registers,
-      collect() {
-        for (const [model, cache] of caches) this.set({ model }, cache.stats().entries);
-      },
-    });
-    this.cacheEvictions = new client.Counter({
-      name: 'ctxprobe_prefix_cache_evictions_total',
-      help: 'Prefix cache nodes evicted to stay within the budget',
-      labelNames: ['model'],
-      registers,
-    });
-    this.batchUnits = new client.Histogram({
-      name: 'ctxprobe_batch_size',
-      help: 'Scored sequences per scheduling round',
-      labelNames: ['model'],
-      buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
-      registers,
-    });
-    this.batchTokens = new client.Histogram({
-      name: 'ctxprobe_batch_tokens',
-      help: 'Tokens per scheduling round (before prefix sharing)',
-      labelNames: ['model'],
-      buckets: [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
-      registers,
-    });
-    this.queueWaitSeconds = new client.Histogram({
-      name: 'ctxprobe_queue_wait_seconds',
-      help: 'Time a request waited in the model queue',
-      labelNames: ['model'],
-      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-      registers,
-    });
-    this.forwardSeconds = new client.Histogram({
-      name: 'ctxprobe_forward_seconds',
-      help: 'Engine time of one scheduling round',
-      labelNames: ['model'],
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-      registers,
-    });
-    this.forwardPasses = new client.Counter({
-      name: 'ctxprobe_forward_passes_total',
-      help: 'Forward passes run by the engine (kind: probe when some of its rows probe, else score), whatever requests they served',
-      labelNames: ['model', 'kind'],
-      registers,
-    });
-    this.forwardPassBytes = new client.Counter({
-      name: 'ctxprobe_forward_pass_bytes_total',
-      help: 'Bytes across the session boundary of forward passes: inputs, past_kv (read in place on the CPU), outputs, present_kv (the new slots\' KV, kept)',
-      labelNames: ['model', 'what'],
-      registers,
-    });
-    this.forwardPassTokens = new client.Counter({
-      name: 'ctxprobe_forward_pass_tokens_total',
-      help: 'Tokens of the forward passes as run: rows × padded length (kind: probe when some of its rows probe, else score)',
-      labelNames: ['model', 'kind'],
-      registers,
-    });
-    this.unitsQueued = new client.Gauge({
-      name: 'ctxprobe_queued_items',
-      help: 'Scored sequences waiting in the queue',
-      labelNames: ['model'],
-      registers,
-    });
-    this.unitsInFlight = new client.Gauge({
-      name: 'ctxprobe_in_flight_items',
-      help: 'Scored sequences in the running round',
-      labelNames: ['model'],
-      registers,
-    });
-    this.callsInFlight = new client.Gauge({
-      name: 'ctxprobe_calls_in_flight',
-      help: 'Calls (gRPC and HTTP) being answered; a drain waits for them',
-      registers,
-    });
-    this.modelLoadSeconds = new client.Gauge({
-      name: 'ctxprobe_model_load_seconds',
-      help: 'Time to load each model',
-      labelNames: ['model'],
-      registers,
-    });
   }
 
   /** Serve /metrics over HTTP (or HTTPS with `tls`; a bearer token with `checkToken`);
@@ -245,4 +221,18 @@ export class Metrics {
         }),
     };
   }
+}
+
+/** A registry with prom-client's default metrics (process_resident_memory_bytes, nodejs_heap_*, …). */
+function registryWithDefaults(): client.Registry {
+  const registry = new client.Registry();
+  client.collectDefaultMetrics({ register: registry });
+  return registry;
+}
+
+/** A cache gauge's collect: what `read` says of each watched model's cache. */
+function readEachCache(caches: ReadonlyMap<string, WatchedCache>, read: (cache: WatchedCache) => number) {
+  return function (this: client.Gauge<'model'>) {
+    for (const [model, cache] of caches) this.set({ model }, read(cache));
+  };
 }

@@ -8,13 +8,12 @@
 import type * as PlotNS from '@observablehq/plot';
 import * as charts from '../../figures/charts.js';
 import { viewerSample } from '../../eval/records.js';
-import { f16ToF32 } from '../../common/floats.js';
+import { keyMass, tokenText } from './text-view.js';
 
 type Json = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-// Plot and d3 come as scripts (vendor/), the charts from the code the CLI draws with.
+// Plot comes as a script (vendor/), the charts from the code the CLI draws with.
 declare const Plot: typeof PlotNS;
-declare const d3: { interpolateBlues(t: number): string; interpolateReds(t: number): string };
 const draw: charts.Draw = { Plot, document };
 const { uniqueLabels } = charts;
 const layerBars = charts.layerBars.bind(null, draw);
@@ -24,11 +23,9 @@ const effectBars = charts.effectBars.bind(null, draw);
 const sweepLines = charts.sweepLines.bind(null, draw);
 const tokenCells = charts.tokenCells.bind(null, draw);
 
-/** A colour on a light-to-dark ramp for v in [0, 1] (the text view's backgrounds). */
-const ramp = (scheme: 'blues' | 'reds', v: number) => (scheme === 'blues' ? d3.interpolateBlues : d3.interpolateReds)(Math.max(0, Math.min(1, v)) * 0.85);
-
 /** The SVG file of a figure. */
-const svgFile = (svg: SVGSVGElement) => new Blob([`<?xml version="1.0" encoding="UTF-8"?>\n${charts.svgText(svg)}`], { type: 'image/svg+xml' });
+const svgFile = (svg: SVGSVGElement) =>
+  new Blob([`<?xml version="1.0" encoding="UTF-8"?>\n${charts.svgText(svg)}`], { type: 'image/svg+xml' });
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const results = $<HTMLElement>('results');
@@ -87,7 +84,11 @@ async function call(path: string, body?: unknown, onMessage?: (m: Json) => void)
   const headers: Record<string, string> = {};
   if (tokenInput.value) headers.authorization = `Bearer ${tokenInput.value.trim()}`;
   if (body !== undefined) headers['content-type'] = 'application/json';
-  const res = await fetch(path, { method: body === undefined ? 'GET' : 'POST', headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await fetch(path, {
+    method: body === undefined ? 'GET' : 'POST',
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   if (!res.ok) {
     const error = await res.json().catch(() => ({ message: res.statusText }));
     throw new Error(`${path}: ${error.message ?? res.statusText} (HTTP ${res.status})`);
@@ -129,7 +130,10 @@ async function loadModels(): Promise<void> {
 function fillLayers(): void {
   const m = models.find((x) => x.name === modelSelect.value) ?? models[0];
   const select = $<HTMLSelectElement>('layer');
-  select.replaceChildren(new Option('mean of all layers', 'all'), ...Array.from({ length: m?.layers ?? 0 }, (_, l) => new Option(`layer ${l}`, String(l))));
+  select.replaceChildren(
+    new Option('mean of all layers', 'all'),
+    ...Array.from({ length: m?.layers ?? 0 }, (_, l) => new Option(`layer ${l}`, String(l))),
+  );
 }
 
 /** A results card with its title; `wide` spans the grid. */
@@ -178,55 +182,6 @@ function download(blob: Blob, name: string): void {
 
 const rows = (m: Json): number[][] => Array.from({ length: m.rows }, (_, r) => m.values.slice(r * m.cols, (r + 1) * m.cols).map(Number));
 const meanRows = (matrix: number[][]) => (matrix[0] ?? []).map((_, c) => matrix.reduce((s, r) => s + r[c]!, 0) / matrix.length);
-/** A token as text: byte-level BPE's Ġ / Ċ and SentencePiece's ▁ shown as the space or newline they stand for. */
-const shown = (t: string) => t.replace(/Ġ|▁/g, ' ').replace(/Ċ/g, '\n');
-
-
-/** Mean attention on each key token of the query rows that can see it (a query at position
- * p sees keys 0..p), over the slices' layers and heads. Averaged over all rows instead, a
- * key inside the query chunk counted the rows before it as zeros, and the chunk came out
- * pale beside everything before it whatever the model did. */
-function keyMass(slices: Json[], keys: number): number[] {
-  const out = new Array<number>(keys).fill(0);
-  const seenBy = new Array<number>(keys).fill(0);
-  for (const s of slices) {
-    const bytes = Uint8Array.from(atob(s.data), (c) => c.charCodeAt(0));
-    const view = new DataView(bytes.buffer);
-    for (let q = 0; q < s.queries; q++) {
-      const visible = Math.min(s.keys, Number(s.queryStart ?? 0) + q + 1);
-      for (let k = 0; k < visible; k++) {
-        out[k]! += f16ToF32(view.getUint16((q * s.keys + k) * 2, true));
-        seenBy[k]!++;
-      }
-    }
-  }
-  return out.map((v, k) => v / Math.max(1, seenBy[k]!));
-}
-
-/** The sample's text, token by token, each chunk marked, coloured by `value` (0..1). */
-function tokenText(probe: Json, values: (number | undefined)[], scheme: 'blues' | 'reds', describe: (t: number) => string): HTMLElement {
-  const div = document.createElement('div');
-  div.className = 'tokens';
-  const spans: Json[] = probe.spans;
-  spans.forEach((span) => {
-    const label = document.createElement('span');
-    label.className = 'chunk-label';
-    label.textContent = span.label;
-    div.append(label);
-    for (let t = span.start; t < span.end; t++) {
-      const tok = document.createElement('span');
-      tok.className = 'tok';
-      tok.textContent = shown(probe.tokens[t] ?? '');
-      const v = values[t];
-      if (v !== undefined) tok.style.background = ramp(scheme, v);
-      if (v !== undefined && v > 0.55) tok.style.color = '#fff';
-      tok.title = `${t}: ${JSON.stringify(probe.tokens[t])} ${describe(t)}`;
-      tok.dataset.value = v === undefined ? '' : v.toFixed(4);
-      div.append(tok);
-    }
-  });
-  return div;
-}
 
 /** The sample without its response, to generate one in its place: chat messages lose the
  * last assistant turn (and ask for the next one), chunks lose the query chunk at the end. */
@@ -275,57 +230,26 @@ async function analyse(): Promise<void> {
   try {
     const { sample, target, ignored } = readSample();
     const model = modelSelect.value;
-    const typed = $<HTMLInputElement>('query').value.split(',').map((s) => s.trim()).filter(Boolean);
+    const typed = $<HTMLInputElement>('query')
+      .value.split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
     const query = typed.length ? typed : target ? [target] : (sample.queryLabels ?? sample.query_labels ?? []);
     setStatus(`Probing${ignored.length ? ` (set aside: ${ignored.join(', ')})` : ''}…`);
-    const probeRequest = { model, samples: [{ ...sample, queryLabels: query }], pool: $<HTMLSelectElement>('pool').value, withLogprobs: true, withTokens: true };
+    const probeRequest = {
+      model,
+      samples: [{ ...sample, queryLabels: query }],
+      pool: $<HTMLSelectElement>('pool').value,
+      withLogprobs: true,
+      withTokens: true,
+    };
     const probe = await call('/v1/probe', probeRequest);
     answers.probe = probe;
     const s = probe.samples[0];
     const labels: string[] = s.spans.map((x: Json) => x.label);
-    const queryText = s.queryLabels.join(', ');
-    figureCard(`Attention votes per layer (query: ${queryText})`, layerBars(rows(s.votes), labels, 'Argmax votes of the query tokens per layer'), 'votes');
-    figureCard(`Attention mass per layer (query: ${queryText})`, layerCells(rows(s.mass), labels, 'Attention mass per layer and chunk'), 'mass');
-    figureCard(`Round heatmap (${probe.pool} pooling)`, roundHeatmap(rows(s.heatmap), labels, `Query segment → key segment, ${probe.pool} over layers and heads`), 'heatmap');
-
-    // The text, coloured.
-    const colour = $<HTMLSelectElement>('colour').value;
-    const querySpans = s.spans.filter((x: Json) => s.queryLabels.includes(x.label));
-    if (colour === 'mass') {
-      let layer = $<HTMLSelectElement>('layer').value;
-      const heads = Array.from({ length: probe.heads }, (_, h) => h);
-      const first = querySpans.reduce((m: number, x: Json) => Math.min(m, x.start), Infinity);
-      const last = querySpans.reduce((m: number, x: Json) => Math.max(m, x.end), -Infinity);
-      // Every layer of a large model over a long sample can be more than the model's raw
-      // attention cap (ListModels says it): then the middle layer alone, said so.
-      const cap = Number(models.find((m) => m.name === probe.model)?.maxRawAttentionBytes ?? Infinity);
-      const fits = probe.layers * probe.heads * (last - first) * s.numTokens * 2 <= cap;
-      const capped = layer === 'all' && !fits;
-      if (capped) layer = String(Math.floor(probe.layers / 2));
-      const slices: Json[] = [];
-      const layers = layer === 'all' ? Array.from({ length: probe.layers }, (_, l) => l) : [Number(layer)];
-      await call('/v1/raw-attention', { model, sample: { ...sample, queryLabels: query }, layers, heads, queryStart: first, queryEnd: last, dtype: 'ATTENTION_FLOAT16' }, (m) => slices.push(m));
-      const mass = keyMass(slices, s.numTokens);
-      // Scaled over the 2nd–98th percentile after the first token (most models' attention
-      // sink): scaled by the largest, a few sinks left every other token pale, and the
-      // near-uniform attention of a small model made nearly every token dark.
-      const range = charts.robustRange(mass.slice(1));
-      const card = textCard(`The text, coloured by where the query chunk looks`, `Mean attention of the ${queryText} tokens (${last - first} queries) on each token, from those that can see it, ${layer === 'all' ? 'over all layers' : `layer ${layer}${capped ? ' (all layers are over the model\'s raw-attention cap)' : ''}`} and all heads; darker is more (scale: ${range[0].toPrecision(3)} to ${range[1].toPrecision(3)}, the 2nd to 98th percentile after the first token).`);
-      card.append(tokenText(s, mass.map(charts.scaledTo(range)), 'blues', (t) => `attention ${mass[t]!.toFixed(4)}`));
-      answers.keyMass = mass;
-    } else {
-      // query_logprobs: each query-chunk token after the sample's first, in order.
-      const positions = querySpans.flatMap((x: Json) => Array.from({ length: x.end - x.start }, (_, k) => x.start + k)).filter((t: number) => t > 0);
-      const values: (number | undefined)[] = new Array(s.numTokens).fill(undefined);
-      const lps: number[] = s.queryLogprobs.map(Number);
-      // Surprisal over its 2nd–98th percentile: divided by the worst, a weak model's
-      // log-probs (all far from 0) made nearly every token dark.
-      const range = charts.robustRange(lps.map((v) => -v));
-      const scaled = charts.scaledTo(range);
-      positions.forEach((t: number, k: number) => (values[t] = scaled(-lps[k]!)));
-      const card = textCard('The text, coloured by per-token log-prob', `Query-chunk tokens (${queryText}): darker is less likely given everything before (scale: ${range[0].toFixed(2)} to ${range[1].toFixed(2)} nats of surprisal, the 2nd to 98th percentile); sum ${Number(s.queryLogprob).toFixed(3)} nats over ${lps.length} tokens.`);
-      card.append(tokenText(s, values, 'reds', (t) => (values[t] === undefined ? '' : `log-prob ${lps[positions.indexOf(t)]!.toFixed(3)}`)));
-    }
+    drawProbe(probe, labels);
+    if ($<HTMLSelectElement>('colour').value === 'mass') await colourByMass(model, { ...sample, queryLabels: query }, probe);
+    else colourByLogprob(s);
 
     // Attribution and generation are panels of their own: one failing says so in its card
     // and in the status, and the others are still drawn (an attribution refusal used to
@@ -339,58 +263,11 @@ async function analyse(): Promise<void> {
         textCard(`${name}: not drawn`, (err as Error).message).classList.add('failed');
       }
     };
-    if ($<HTMLInputElement>('attribute').checked) await panel('Attribution', async () => {
-      setStatus('Attributing…');
-      const history = labels.filter((l) => l === 'history' || /^(user|assistant)#/.test(l)).length;
-      const sweep = Array.from({ length: Math.min(history, 4) }, (_, k) => k);
-      const attribution = await call('/v1/attribute', {
-        model,
-        samples: [{ ...attributionFields(sample), targetLabel: query[0] ?? '' }],
-        interventions: ['INTERVENTION_REMOVE', 'INTERVENTION_MASK'],
-        historySweep: sweep,
-      });
-      answers.attribution = attribution;
-      const a = attribution.samples[0];
-      const delta = (e: Json) => (e ? Number(e.delta) : undefined);
-      figureCard(
-        `Attribution: Δ log-likelihood of ${a.spans[a.target].label}`,
-        effectBars(a.chunks.map((c: Json) => ({ label: c.label, remove: delta(c.remove), mask: delta(c.mask) })), `Removing or masking each chunk: Δ log p(${a.spans[a.target].label}) (unchanged: ${Number(a.logprob).toFixed(2)} nats)`),
-        'attribution',
-      );
-      if (a.sweep.length) figureCard('History sweep', sweepLines(a.sweep.map((p: Json) => ({ keep: p.keep, remove: delta(p.remove), mask: delta(p.mask) })), 'Keeping only the last h history turns'), 'sweep');
-    });
-
-    if ($<HTMLInputElement>('generate').checked) await panel('Generated response', async () => {
-      setStatus('Generating…');
-      const prompt = promptOf(sample, s.queryLabels);
-      const card = textCard('Generated response', `From the sample without its ${prompt.messages?.length ? 'last assistant turn' : 'last chunk'}; greedy at temperature 0.`);
-      const out = document.createElement('div');
-      out.className = 'generated';
-      card.append(out);
-      const steps: Json[] = [];
-      let spans: Json[] = [];
-      await call(
-        '/v1/generate',
-        {
-          model,
-          prompt,
-          sampling: { maxTokens: Number($<HTMLInputElement>('max-tokens').value) || 32, temperature: Number($<HTMLInputElement>('temperature').value) || 0 },
-          attention: true,
-        },
-        (m) => {
-          if (m.spans?.length) spans = m.spans;
-          steps.push(m);
-          out.textContent += m.text;
-        },
-      );
-      answers.generation = steps;
-      if (steps.length && steps[0].mass) {
-        const bins = [...uniqueLabels(spans.map((x: Json) => x.label)), 'response'];
-        const values = steps.map((m) => meanRows(rows(m.mass)));
-        figureCard('Where each generated token looked', tokenCells(steps.map((m) => m.text), values, bins, 'Attention mass of each generated token over the prompt chunks and the response so far'), 'generation-attention', true);
-      }
-    });
-    setStatus(`Done: ${s.numTokens} tokens, ${labels.length} chunks${ignored.length ? `; set aside: ${ignored.join(', ')}` : ''}${failed.length ? `; not drawn: ${failed.join(', ')} (see their cards)` : ''}.`);
+    if ($<HTMLInputElement>('attribute').checked) await panel('Attribution', () => drawAttribution(model, sample, query, labels));
+    if ($<HTMLInputElement>('generate').checked) await panel('Generated response', () => drawGeneration(model, sample, s.queryLabels));
+    setStatus(
+      `Done: ${s.numTokens} tokens, ${labels.length} chunks${ignored.length ? `; set aside: ${ignored.join(', ')}` : ''}${failed.length ? `; not drawn: ${failed.join(', ')} (see their cards)` : ''}.`,
+    );
     $<HTMLButtonElement>('export-json').disabled = false;
   } catch (err) {
     setStatus((err as Error).message, true);
@@ -399,11 +276,171 @@ async function analyse(): Promise<void> {
   }
 }
 
+/** The probe's figures: votes, mass, the round heatmap. */
+function drawProbe(probe: Json, labels: string[]): void {
+  const s = probe.samples[0];
+  const queryText = s.queryLabels.join(', ');
+  figureCard(
+    `Attention votes per layer (query: ${queryText})`,
+    layerBars(rows(s.votes), labels, 'Argmax votes of the query tokens per layer'),
+    'votes',
+  );
+  figureCard(
+    `Attention mass per layer (query: ${queryText})`,
+    layerCells(rows(s.mass), labels, 'Attention mass per layer and chunk'),
+    'mass',
+  );
+  figureCard(
+    `Round heatmap (${probe.pool} pooling)`,
+    roundHeatmap(rows(s.heatmap), labels, `Query segment → key segment, ${probe.pool} over layers and heads`),
+    'heatmap',
+  );
+}
+
+/** The text coloured by where the query chunk looks: its rows' raw attention, averaged over
+ * the layer chosen (or all that fit the model's raw-attention cap) and every head. */
+async function colourByMass(model: string, sample: Json, probe: Json): Promise<void> {
+  const s = probe.samples[0];
+  const queryText = s.queryLabels.join(', ');
+  const querySpans = s.spans.filter((x: Json) => s.queryLabels.includes(x.label));
+  let layer = $<HTMLSelectElement>('layer').value;
+  const heads = Array.from({ length: probe.heads }, (_, h) => h);
+  const first = querySpans.reduce((m: number, x: Json) => Math.min(m, x.start), Infinity);
+  const last = querySpans.reduce((m: number, x: Json) => Math.max(m, x.end), -Infinity);
+  // Every layer of a large model over a long sample can be more than the model's raw
+  // attention cap (ListModels says it): then the middle layer alone, said so.
+  const cap = Number(models.find((m) => m.name === probe.model)?.maxRawAttentionBytes ?? Infinity);
+  const fits = probe.layers * probe.heads * (last - first) * s.numTokens * 2 <= cap;
+  const capped = layer === 'all' && !fits;
+  if (capped) layer = String(Math.floor(probe.layers / 2));
+  const slices: Json[] = [];
+  const layers = layer === 'all' ? Array.from({ length: probe.layers }, (_, l) => l) : [Number(layer)];
+  await call('/v1/raw-attention', { model, sample, layers, heads, queryStart: first, queryEnd: last, dtype: 'ATTENTION_FLOAT16' }, (m) =>
+    slices.push(m),
+  );
+  const mass = keyMass(slices, s.numTokens);
+  // Scaled over the 2nd–98th percentile after the first token (most models' attention
+  // sink): scaled by the largest, a few sinks left every other token pale, and the
+  // near-uniform attention of a small model made nearly every token dark.
+  const range = charts.robustRange(mass.slice(1));
+  const card = textCard(
+    `The text, coloured by where the query chunk looks`,
+    `Mean attention of the ${queryText} tokens (${last - first} queries) on each token, from those that can see it, ${layer === 'all' ? 'over all layers' : `layer ${layer}${capped ? " (all layers are over the model's raw-attention cap)" : ''}`} and all heads; darker is more (scale: ${range[0].toPrecision(3)} to ${range[1].toPrecision(3)}, the 2nd to 98th percentile after the first token).`,
+  );
+  card.append(tokenText(s, mass.map(charts.scaledTo(range)), 'blues', (t) => `attention ${mass[t]!.toFixed(4)}`));
+  answers.keyMass = mass;
+}
+
+/** The text coloured by each query-chunk token's log-prob (surprisal). */
+function colourByLogprob(s: Json): void {
+  const queryText = s.queryLabels.join(', ');
+  const querySpans = s.spans.filter((x: Json) => s.queryLabels.includes(x.label));
+  // query_logprobs: each query-chunk token after the sample's first, in order.
+  const positions = querySpans
+    .flatMap((x: Json) => Array.from({ length: x.end - x.start }, (_, k) => x.start + k))
+    .filter((t: number) => t > 0);
+  const values: (number | undefined)[] = new Array(s.numTokens).fill(undefined);
+  const lps: number[] = s.queryLogprobs.map(Number);
+  // Surprisal over its 2nd–98th percentile: divided by the worst, a weak model's
+  // log-probs (all far from 0) made nearly every token dark.
+  const range = charts.robustRange(lps.map((v) => -v));
+  const scaled = charts.scaledTo(range);
+  positions.forEach((t: number, k: number) => (values[t] = scaled(-lps[k]!)));
+  const card = textCard(
+    'The text, coloured by per-token log-prob',
+    `Query-chunk tokens (${queryText}): darker is less likely given everything before (scale: ${range[0].toFixed(2)} to ${range[1].toFixed(2)} nats of surprisal, the 2nd to 98th percentile); sum ${Number(s.queryLogprob).toFixed(3)} nats over ${lps.length} tokens.`,
+  );
+  card.append(tokenText(s, values, 'reds', (t) => (values[t] === undefined ? '' : `log-prob ${lps[positions.indexOf(t)]!.toFixed(3)}`)));
+}
+
+/** What each chunk contributes to the query's log-likelihood (remove / mask), and the
+ * history sweep. */
+async function drawAttribution(model: string, sample: Json, query: string[], labels: string[]): Promise<void> {
+  setStatus('Attributing…');
+  const history = labels.filter((l) => l === 'history' || /^(user|assistant)#/.test(l)).length;
+  const sweep = Array.from({ length: Math.min(history, 4) }, (_, k) => k);
+  const attribution = await call('/v1/attribute', {
+    model,
+    samples: [{ ...attributionFields(sample), targetLabel: query[0] ?? '' }],
+    interventions: ['INTERVENTION_REMOVE', 'INTERVENTION_MASK'],
+    historySweep: sweep,
+  });
+  answers.attribution = attribution;
+  const a = attribution.samples[0];
+  const delta = (e: Json) => (e ? Number(e.delta) : undefined);
+  figureCard(
+    `Attribution: Δ log-likelihood of ${a.spans[a.target].label}`,
+    effectBars(
+      a.chunks.map((c: Json) => ({ label: c.label, remove: delta(c.remove), mask: delta(c.mask) })),
+      `Removing or masking each chunk: Δ log p(${a.spans[a.target].label}) (unchanged: ${Number(a.logprob).toFixed(2)} nats)`,
+    ),
+    'attribution',
+  );
+  if (a.sweep.length)
+    figureCard(
+      'History sweep',
+      sweepLines(
+        a.sweep.map((p: Json) => ({ keep: p.keep, remove: delta(p.remove), mask: delta(p.mask) })),
+        'Keeping only the last h history turns',
+      ),
+      'sweep',
+    );
+}
+
+/** The model's own response in place of the sample's, and where each of its tokens looked. */
+async function drawGeneration(model: string, sample: Json, queryLabels: string[]): Promise<void> {
+  setStatus('Generating…');
+  const prompt = promptOf(sample, queryLabels);
+  const card = textCard(
+    'Generated response',
+    `From the sample without its ${prompt.messages?.length ? 'last assistant turn' : 'last chunk'}; greedy at temperature 0.`,
+  );
+  const out = document.createElement('div');
+  out.className = 'generated';
+  card.append(out);
+  const steps: Json[] = [];
+  let spans: Json[] = [];
+  await call(
+    '/v1/generate',
+    {
+      model,
+      prompt,
+      sampling: {
+        maxTokens: Number($<HTMLInputElement>('max-tokens').value) || 32,
+        temperature: Number($<HTMLInputElement>('temperature').value) || 0,
+      },
+      attention: true,
+    },
+    (m) => {
+      if (m.spans?.length) spans = m.spans;
+      steps.push(m);
+      out.textContent += m.text;
+    },
+  );
+  answers.generation = steps;
+  if (steps.length && steps[0].mass) {
+    const bins = [...uniqueLabels(spans.map((x: Json) => x.label)), 'response'];
+    const values = steps.map((m) => meanRows(rows(m.mass)));
+    figureCard(
+      'Where each generated token looked',
+      tokenCells(
+        steps.map((m) => m.text),
+        values,
+        bins,
+        'Attention mass of each generated token over the prompt chunks and the response so far',
+      ),
+      'generation-attention',
+      true,
+    );
+  }
+}
+
 async function openFile(file: File): Promise<void> {
   const text = await file.text();
   const lines = text.split('\n').filter((l) => l.trim());
   // A JSONL file: its first line (one sample at a time); a JSON file: as it is.
-  $<HTMLTextAreaElement>('sample').value = file.name.endsWith('.jsonl') && lines.length > 0 ? JSON.stringify(JSON.parse(lines[0]!), null, 1) : text;
+  $<HTMLTextAreaElement>('sample').value =
+    file.name.endsWith('.jsonl') && lines.length > 0 ? JSON.stringify(JSON.parse(lines[0]!), null, 1) : text;
   setStatus(`Opened ${file.name}${file.name.endsWith('.jsonl') ? ` (line 1 of ${lines.length})` : ''}.`);
 }
 
@@ -426,6 +463,8 @@ $<HTMLFormElement>('token-field').addEventListener('submit', (e) => {
   sessionStorage.setItem('ctxprobe-token', tokenInput.value);
   void loadModels();
 });
-$<HTMLButtonElement>('export-json').addEventListener('click', () => download(new Blob([JSON.stringify(answers, null, 1)], { type: 'application/json' }), 'ctxprobe-answers.json'));
+$<HTMLButtonElement>('export-json').addEventListener('click', () =>
+  download(new Blob([JSON.stringify(answers, null, 1)], { type: 'application/json' }), 'ctxprobe-answers.json'),
+);
 if (!authRequired) $<HTMLElement>('token-field').hidden = true;
 void loadModels();
