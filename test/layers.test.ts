@@ -5,6 +5,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -64,10 +65,22 @@ const rules: [string, RegExp, RegExp][] = [
     /^src\/(engine\/|model\/|core\/|requests\/probe\.ts)/,
   ],
   ['the API (method bodies) belongs to neither transport', /^src\/api\//, /^src\/(grpc|http)\//],
-  ['the API talks to the serving layer, not to engines, scorers or probers', /^src\/api\//, /^src\/(engine\/|model\/|core\/|requests\/probe\.ts)/],
+  [
+    'the API talks to the serving layer, not to engines, scorers or probers',
+    /^src\/api\//,
+    /^src\/(engine\/|model\/|core\/|requests\/probe\.ts)/,
+  ],
   // The page runs in a browser: it may import its own modules and the Node-free records.ts only.
-  ['the viewer page imports only browser-safe modules', /^src\/http\/ui\//, /^(?!src\/http\/ui\/|src\/eval\/records\.ts$|src\/figures\/charts\.ts$|src\/common\/floats\.ts$)/],
-  ['records.ts, charts.ts and floats.ts (imported by the page) import no code', /^src\/(eval\/records|figures\/charts|common\/floats)\.ts$/, /./],
+  [
+    'the viewer page imports only browser-safe modules',
+    /^src\/http\/ui\//,
+    /^(?!src\/http\/ui\/|src\/eval\/records\.ts$|src\/figures\/charts\.ts$|src\/common\/floats\.ts$)/,
+  ],
+  [
+    'records.ts, charts.ts and floats.ts (imported by the page) import no code',
+    /^src\/(eval\/records|figures\/charts|common\/floats)\.ts$/,
+    /./,
+  ],
   ['checkpoint/ imports nothing above it', /^src\/checkpoint\//, /^src\/(model|core|requests|serving|grpc|http|engine)/],
   // A runner without --address starts a whole server in its process (server.ts and the
   // model repository): that is the API too.
@@ -100,12 +113,105 @@ describe('layers', () => {
     expect(up).toEqual([]);
   });
 
-  it('decoder.ts has no probe-specific code beyond the tap hooks', () => {
-    const code = fs.readFileSync(path.join(root, 'src/model/decoder.ts'), 'utf8').replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, '');
+  it.each(['src/model/decoder.ts', 'src/model/self-attention.ts'])('%s has no probe-specific code beyond the tap hooks', (file) => {
+    const code = fs.readFileSync(path.join(root, file), 'utf8').replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, '');
     expect(code).not.toMatch(/\bprobe|key_bin|heatmap|votes/i);
   });
 
   it('the generated gRPC types match proto/ (npm run proto:types)', () => {
     expect(() => execFileSync('node', [path.join(root, 'scripts/proto-types.mjs'), '--check'], { stdio: 'pipe' })).not.toThrow();
+  });
+});
+
+// The code's size and shape as rules: files a reader can hold, functions a reader can hold,
+// one place that knows the providers, no cycles, each type declared once.
+describe('seams', () => {
+  const files = [...sources('src'), ...sources('kernels')].filter((f) => !f.startsWith('src/api/generated/'));
+  const parsed = files.map((f) => ({
+    file: f,
+    ast: ts.createSourceFile(f, fs.readFileSync(path.join(root, f), 'utf8'), ts.ScriptTarget.ES2022, true),
+  }));
+  const walk = (node: ts.Node, visit: (n: ts.Node) => void) => {
+    visit(node);
+    node.forEachChild((child) => walk(child, visit));
+  };
+  const lineOf = (ast: ts.SourceFile, pos: number) => ast.getLineAndCharacterOfPosition(pos).line + 1;
+
+  it('no hand-written source file is over 500 lines', () => {
+    const long = parsed
+      .map(({ file, ast }) => `${file}: ${ast.getLineAndCharacterOfPosition(ast.end).line} lines`)
+      .filter((l) => Number(/(\d+) lines/.exec(l)![1]) > 500);
+    expect(long).toEqual([]);
+  });
+
+  it('no function body is over 100 lines', () => {
+    const long: string[] = [];
+    for (const { file, ast } of parsed) {
+      walk(ast, (n) => {
+        if (!ts.isFunctionLike(n) || !('body' in n) || !n.body) return;
+        const body = n.body as ts.Node;
+        const lines = lineOf(ast, body.end) - lineOf(ast, body.getStart(ast)) - 1;
+        if (lines > 100) long.push(`${file}:${lineOf(ast, n.getStart(ast))} ${lines} lines`);
+      });
+    }
+    expect(long).toEqual([]);
+  });
+
+  it('no provider is named in a comparison outside common/providers.ts: code reads capabilities', () => {
+    const PROVIDER_NAMES = new Set(['cpu', 'cuda', 'webgpu']);
+    const compared: string[] = [];
+    for (const { file, ast } of parsed.filter((p) => p.file !== 'src/common/providers.ts')) {
+      walk(ast, (n) => {
+        if (!ts.isStringLiteral(n) || !PROVIDER_NAMES.has(n.text)) return;
+        const parent = n.parent;
+        const equality =
+          ts.isBinaryExpression(parent) &&
+          [
+            ts.SyntaxKind.EqualsEqualsEqualsToken,
+            ts.SyntaxKind.ExclamationEqualsEqualsToken,
+            ts.SyntaxKind.EqualsEqualsToken,
+            ts.SyntaxKind.ExclamationEqualsToken,
+          ].includes(parent.operatorToken.kind);
+        if (equality || ts.isCaseClause(parent)) compared.push(`${file}:${lineOf(ast, n.getStart(ast))} ${parent.getText(ast)}`);
+      });
+    }
+    // A tensor's location ('cpu' or 'gpu-buffer') is not a provider.
+    expect(compared.filter((c) => !/\.location ===/.test(c))).toEqual([]);
+  });
+
+  it('no import cycle among source files, type-only imports included', () => {
+    const graph = new Map(
+      files.map((f) => [
+        f,
+        allImports(f)
+          .map((i) => i.path)
+          .filter((i) => files.includes(i)),
+      ]),
+    );
+    const cycles: string[] = [];
+    const state = new Map<string, 'open' | 'done'>();
+    const visit = (f: string, trail: string[]) => {
+      if (state.get(f) === 'done') return;
+      if (state.get(f) === 'open') {
+        cycles.push([...trail.slice(trail.indexOf(f)), f].join(' → '));
+        return;
+      }
+      state.set(f, 'open');
+      for (const next of graph.get(f)!) visit(next, [...trail, f]);
+      state.set(f, 'done');
+    };
+    for (const f of files) visit(f, []);
+    expect(cycles).toEqual([]);
+  });
+
+  it('each interface and type alias name is declared in one file', () => {
+    const where = new Map<string, Set<string>>();
+    for (const { file, ast } of parsed) {
+      walk(ast, (n) => {
+        if ((ts.isInterfaceDeclaration(n) || ts.isTypeAliasDeclaration(n)) && n.parent === ast)
+          where.set(n.name.text, (where.get(n.name.text) ?? new Set()).add(file));
+      });
+    }
+    expect([...where].filter(([, fs]) => fs.size > 1).map(([name, fs]) => `${name}: ${[...fs].join(', ')}`)).toEqual([]);
   });
 });
