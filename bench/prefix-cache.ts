@@ -96,7 +96,7 @@ const off = await start(['--prefix-cache-bytes', '0']);
 const warm = randomIds(9, 64);
 await complete(on, warm);
 await complete(off, warm);
-const loadedOn = procStatus(on.child.pid!, 'VmRSS');
+const loadedOn = procStatus(on.serverPid, 'VmRSS');
 
 const report = (name: string, prompts: number[][], a: Awaited<ReturnType<typeof run>>, b: Awaited<ReturnType<typeof run>>) => {
   const identical = a.answers.every((x, i) => JSON.stringify(x) === JSON.stringify(b.answers[i]));
@@ -111,8 +111,8 @@ const c1 = await run(on, charpevalPrompts);
 const c0 = await run(off, charpevalPrompts);
 report(`1. CHARPEval 3-shot-shaped, ${samples} samples × 6 continuations, one request each`, charpevalPrompts, c1, c0);
 // The cache-off server has run this workload only: its peak is what the passes need.
-const offPeak = procStatus(off.child.pid!, 'VmHWM');
-const onPeak = procStatus(on.child.pid!, 'VmHWM');
+const offPeak = procStatus(off.serverPid, 'VmHWM');
+const onPeak = procStatus(on.serverPid, 'VmHWM');
 console.log(`   peak RSS: cache on ${fmt(onPeak, 0)} MiB, cache off ${fmt(offPeak, 0)} MiB (both loaded at ~${fmt(loadedOn, 0)} MiB)`);
 
 // 3. A budget smaller than the working set.
@@ -120,7 +120,7 @@ const budget = 64 * 2 ** 20;
 const small = await start(['--prefix-cache-bytes', String(budget)]);
 await complete(small, warm);
 const c = await run(small, charpevalPrompts);
-const peak = procStatus(small.child.pid!, 'VmHWM');
+const peak = procStatus(small.serverPid, 'VmHWM');
 const same = c.answers.every((x, i) => JSON.stringify(x) === JSON.stringify(c0.answers[i]));
 console.log(`\n3. CHARPEval workload, budget ${fmt(mib(budget), 0)} MiB (its working set is ~${fmt(mib(c1.cacheBytes), 0)} MiB)`);
 console.log(

@@ -17,15 +17,15 @@ try {
   // growth past it round after round (one was seen here at ~30 MiB a round).
   await load.round();
   await load.round();
-  const rssAfterSecond = await rssLevel(s.child.pid!);
+  const rssAfterSecond = await rssLevel(s.serverPid);
   const warmup = await load.round();
-  const rssBefore = Math.max(rssAfterSecond, await rssLevel(s.child.pid!));
+  const rssBefore = Math.max(rssAfterSecond, await rssLevel(s.serverPid));
   const health = pollHealth(s.healthPort!);
   const mainHealth = pollHealth(s.grpcPort);
   const measured = await load.round();
   const [h, mh] = [await health.stop(), await mainHealth.stop()];
   await load.settledMetrics();
-  const rssAfter = await rssLevel(s.child.pid!);
+  const rssAfter = await rssLevel(s.serverPid);
   const growth = (rssAfter - rssBefore) / rssBefore;
   const ok = (pass: boolean) => (pass ? 'within' : 'OVER');
   console.log(

@@ -7,7 +7,10 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 export interface Served {
+  /** The process started: it relays the server's stderr as JSON lines (src/cli/stderr-json.ts). */
   child: ChildProcess;
+  /** The server's own process (its memory, for instance), a child of `child`. */
+  serverPid: number;
   lines: Record<string, any>[];
   grpcPort: number;
   httpPort: number;
@@ -60,6 +63,7 @@ export function serveCli(modelDir: string, args: string[] = [], env: Record<stri
           const listening = lines.find((l) => l.event === 'listening')!;
           resolve({
             child,
+            serverPid: Number(lines.find((l) => l.event === 'supervisor')?.serverPid ?? child.pid),
             lines,
             grpcPort: Number(String(listening.address).split(':').pop()),
             httpPort: listening.httpPort,

@@ -34,6 +34,10 @@ describe('the default model', () => {
     }
     const m = await loadModel({ ...a, threads: 1 });
     expect(m.engine.info.family).toBe('llama');
+    // Its spec says the size it makes: the tokenizer's tokens and the embedding's rows (the
+    // corpus gives 124 merges at most, so a larger vocab made a smaller model than it said).
+    const tokens = Object.keys(JSON.parse(fs.readFileSync(path.join(a.path, 'tokenizer.json'), 'utf8')).model.vocab).length;
+    expect([tokens, m.engine.info.vocab]).toEqual([entry!.synthetic!.vocab, entry!.synthetic!.vocab]);
     expect(m.engine.tokenizer.decode(m.engine.tokenizer.encode('Knowledge: the tower is tall.'))).toBe('Knowledge: the tower is tall.');
     await m.engine.release();
   });

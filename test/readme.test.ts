@@ -31,6 +31,14 @@ const LEFT_OUT: [RegExp, string][] = [
   [/^npm ci && npm test$/, 'this is the run it starts'],
   [/^\(cd node_modules\/onnxruntime-node && ONNXRUNTIME_NODE_INSTALL=cuda12/, "downloads onnxruntime's CUDA binaries: GPU hosts only"],
   [
+    /^(echo 'deb http:\/\/deb\.debian\.org\/debian bookworm-backports main' >|apt-get )/,
+    'installs Debian packages as root: .ci/run does it before the tests',
+  ],
+  [
+    /^(node bench\/gpu\.js|bash bench\/gpu-host\.sh)\b/,
+    'benchmarks: minutes of a GPU at the 360M shape, far longer on lavapipe; test/webgpu.test.ts checks the same contracts on lavapipe',
+  ],
+  [
     /^lm_eval /,
     'lm-evaluation-harness comes from PyPI, which this machine cannot reach; test/harness.test.ts replays its local-completions scoring requests, test/generate.test.ts the generate_until bodies of local-completions and local-chat-completions',
   ],

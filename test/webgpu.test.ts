@@ -92,7 +92,7 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
     const placed = await placements(model, options, { waits: true });
     expect(placed.floatOnCpu).toEqual([]);
     // Nothing in a pass waits for the device: no copy to the host, no If (on an H100 each
-    // cost about 1 ms: README, "No waits inside a pass"). A mixture of experts is the
+    // cost about 1 ms: bench/GPU-HISTORY.md, "No waits inside a pass"). A mixture of experts is the
     // exception, in its router only: which tokens each expert takes sets the shapes of
     // what follows, so the host reads it back (a layer's top experts, and each expert's
     // token rows).

@@ -19,7 +19,8 @@ export interface SyntheticSpec {
   heads: number;
   kvHeads: number;
   intermediate: number;
-  /** Tokenizer vocabulary target (bytes + specials + merges). */
+  /** Tokenizer vocabulary target (bytes + specials + merges; a chat template's tokens come
+   * on top). The corpus gives 124 merges at most: a larger target stops there. */
   vocab: number;
   /** Embedding rows, padded above the tokenizer's vocabulary (default: next multiple of 8). */
   vocabSize?: number;
