@@ -2,16 +2,22 @@
 // and every request kind.
 //
 // Requests arrive as units (core/units.ts): continuations, rolling windows, echoes,
-// attribution variants, probe samples, raw attention — a kind's `prepare` made them. A scheduling round starts when the queue
-// holds a round's worth of tokens or its oldest request has waited `maxQueueDelayMs`; it
-// takes requests in arrival order up to `maxRoundTokens` and hands all their units to
-// the scorer at once, which plans passes (each distinct prefix once, across requests and
-// clients; rows of similar length packed into `maxBatchTokens`) and runs them. Cancelled
-// or expired requests are dropped before their round; a round whose every request was
-// cancelled stops at the next pass.
-import { CancelledError, OverloadedError } from '../common/errors.js';
+// attribution variants, probe samples, raw attention, generation steps — a kind's `prepare`
+// made them. A scheduling round starts when the queue holds a round's worth of tokens or
+// its oldest request has waited `maxQueueDelayMs`. It takes units from the queued requests
+// in turn, each at most its share of `maxRoundTokens` (the round's tokens over the requests
+// waiting), and hands them to the scorer at once, which plans passes (each distinct prefix
+// once, across requests and clients; rows of similar length packed into `maxBatchTokens`)
+// and runs them. A request with units left goes to the back of the queue, so a large one
+// (an attribution of thousands of variants, a generation of many streams) shares every
+// round with the small ones that arrive behind it: none waits for more than a round of a
+// few passes. A unit longer than a pass runs in links, one a round (links.ts). Cancelled or
+// expired requests leave the queue at once; a round whose every request was cancelled stops
+// at the next pass.
+import { CancelledError, OverloadedError, TooLargeError } from '../common/errors.js';
 import type { Scorer } from './scorer.js';
 import type { PrefixCache } from './prefix-cache.js';
+import { LinkChain, linkable, linksOf } from './links.js';
 import { queueTokens, type Unit, type UnitScore } from './units.js';
 
 /** What the scheduler reports, by model: prom-client's counter, gauge and histogram
@@ -50,15 +56,35 @@ export interface BatcherOptions {
   maxQueuedTokens?: number;
 }
 
+/** A unit of a request as the rounds take it: the unit itself, or one link of a long one. */
+interface Item {
+  job: Job;
+  /** The request's unit this item answers for. */
+  index: number;
+  unit: Unit;
+  tokens: number;
+  chain?: LinkChain;
+}
+
+/** One submitted request: its units, what is left to run, and the scores so far. */
 interface Job {
   units: Unit[];
   /** A generation's next step: it runs at the next round without waiting for company
    * (the other running sequences resubmit in the same tick). */
   continuing: boolean;
+  /** Tokens not yet taken into a round (its weight in the queue). */
   tokens: number;
   enqueuedAt: number;
+  /** Items ready to run: whole units, and each chain's next link once the last has run. */
+  ready: Item[];
+  /** Units' scores so far; the job answers when every unit has one. */
+  scores: UnitScore[];
+  done: number;
+  chains: LinkChain[];
+  /** Its units not yet taken into a round are counted as queued (metrics). */
+  queuedUnits: number;
   cancelled: boolean;
-  resolve(result: any): void;
+  resolve(result: UnitScore[]): void;
   reject(err: unknown): void;
 }
 
@@ -72,6 +98,9 @@ export class Batcher {
   readonly maxRoundTokens: number;
   readonly maxQueueDelayMs: number;
   readonly maxQueuedTokens: number;
+  /** Positions a link of a long unit covers: one pass (generation prefills in such chunks). */
+  readonly linkTokens: number;
+  /** Requests with units left to run, in the order the rounds serve them. */
   private readonly queue: Job[] = [];
   private queuedTokens = 0;
   private running = false;
@@ -91,65 +120,99 @@ export class Batcher {
     this.maxRoundTokens = options.maxRoundTokens ?? 4 * scorer.maxBatchTokens;
     this.maxQueueDelayMs = options.maxQueueDelayMs ?? 5;
     this.maxQueuedTokens = options.maxQueuedTokens ?? 1 << 20;
+    this.linkTokens = scorer.maxBatchTokens;
     if (scorer.cache) metrics?.watchCache(model, scorer.cache);
   }
 
   get queuedItems(): number {
-    return this.queue.reduce((n, j) => n + jobItems(j), 0);
+    return this.queue.reduce((n, j) => n + j.queuedUnits, 0);
   }
 
   submit(units: Unit[], options: { continuing?: boolean } = {}): Submitted {
-    return this.enqueue(
-      units,
-      units.reduce((n, u) => n + queueTokens(u), 0),
-      options.continuing ?? false,
-    );
-  }
-
-  private enqueue(units: Unit[], tokens: number, continuing: boolean): Submitted {
-    if (this.queuedTokens + tokens > this.maxQueuedTokens) {
-      return {
-        result: Promise.reject(
-          new OverloadedError(`queue of model ${this.model} is full (${this.queuedTokens} tokens waiting, limit ${this.maxQueuedTokens})`),
+    const tokens = units.reduce((n, u) => n + queueTokens(u), 0);
+    // A request that can never fit is told so (413-class), not to retry (429).
+    if (tokens > this.maxQueuedTokens) {
+      return refused(
+        new TooLargeError(
+          `items: ${tokens} tokens to compute, more than the queue of model ${this.model} holds (${this.maxQueuedTokens}, --max-queued-tokens): send it in parts`,
         ),
-        cancel: () => {},
-      };
+      );
     }
-    let job!: Job;
-    const result = new Promise<UnitScore[]>((resolve, reject) => {
-      job = { units, tokens, continuing, enqueuedAt: performance.now(), cancelled: false, resolve, reject };
-    });
+    if (this.queuedTokens + tokens > this.maxQueuedTokens) {
+      return refused(
+        new OverloadedError(`queue of model ${this.model} is full (${this.queuedTokens} tokens waiting, limit ${this.maxQueuedTokens})`),
+      );
+    }
+    if (units.length === 0) return { result: Promise.resolve([]), cancel: () => {} };
+    const job = this.newJob(units, tokens, options.continuing ?? false);
     this.queue.push(job);
     this.queuedTokens += tokens;
-    this.metrics?.unitsQueued.inc({ model: this.model }, jobItems(job));
+    this.metrics?.unitsQueued.inc({ model: this.model }, job.queuedUnits);
     this.schedule();
     return {
-      result,
-      cancel: () => {
-        if (job.cancelled) return;
-        job.cancelled = true;
-        const at = this.queue.indexOf(job);
-        if (at >= 0) {
-          this.queue.splice(at, 1);
-          this.dequeued(job);
-        }
-        job.reject(new CancelledError());
-      },
+      result: new Promise<UnitScore[]>((resolve, reject) => {
+        job.resolve = resolve;
+        job.reject = reject;
+      }),
+      cancel: () => this.fail(job, new CancelledError()),
     };
+  }
+
+  /** A job of `units`: each long unit a chain of links (only with a prefix cache, which
+   * carries a link's KV to the next), the others whole. */
+  private newJob(units: Unit[], tokens: number, continuing: boolean): Job {
+    const job: Job = {
+      units,
+      continuing,
+      tokens,
+      enqueuedAt: performance.now(),
+      ready: [],
+      scores: new Array(units.length),
+      done: 0,
+      chains: [],
+      queuedUnits: units.length,
+      cancelled: false,
+      resolve: () => {},
+      reject: () => {},
+    };
+    units.forEach((unit, index) => {
+      if (this.scorer.cache && linkable(unit, this.linkTokens)) {
+        const chain = new LinkChain(linksOf(unit, this.linkTokens));
+        job.chains.push(chain);
+        job.ready.push(this.linkItem(job, index, chain));
+      } else {
+        job.ready.push({ job, index, unit, tokens: queueTokens(unit) });
+      }
+    });
+    return job;
+  }
+
+  private linkItem(job: Job, index: number, chain: LinkChain): Item {
+    const unit = chain.take()!;
+    return { job, index, unit, tokens: queueTokens(unit), chain };
+  }
+
+  /** Answer `job` with `err` (cancelled, refused, failed): it leaves the queue, its chains'
+   * pins are released, and a running round drops its answer. */
+  private fail(job: Job, err: unknown): void {
+    if (job.cancelled) return;
+    job.cancelled = true;
+    const at = this.queue.indexOf(job);
+    if (at >= 0) this.queue.splice(at, 1);
+    this.queuedTokens -= job.tokens;
+    this.metrics?.unitsQueued.dec({ model: this.model }, job.queuedUnits);
+    job.tokens = 0;
+    job.queuedUnits = 0;
+    job.ready = [];
+    for (const c of job.chains) c.release();
+    job.reject(err);
+    this.schedule();
   }
 
   /** Refuse everything still queued with `reason` (a drain that ran out of time); the
    * running round, if any, stops at its next pass when all of its jobs are refused. */
   abortAll(reason: Error): void {
-    for (const job of this.queue.splice(0)) {
-      this.dequeued(job);
-      job.cancelled = true;
-      job.reject(reason);
-    }
-    for (const job of this.runningJobs) {
-      job.cancelled = true;
-      job.reject(reason);
-    }
+    for (const job of [...this.queue, ...this.runningJobs]) this.fail(job, reason);
     this.schedule();
   }
 
@@ -159,24 +222,21 @@ export class Batcher {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  private dequeued(job: Job): void {
-    this.queuedTokens -= job.tokens;
-    this.metrics?.unitsQueued.dec({ model: this.model }, jobItems(job));
-  }
-
   private schedule(): void {
     if (this.running) return;
     if (this.queue.length === 0) {
       this.idleWaiters.splice(0).forEach((w) => w());
       return;
     }
+    // Every queued request waits for a link still running: its round will schedule.
+    if (!this.queue.some((j) => j.ready.length > 0)) return;
     if (this.queuedTokens >= this.maxRoundTokens) {
       this.clearTimers();
       void this.runRound();
       return;
     }
     if (this.immediate) return; // a round starts at the end of this tick
-    const waited = performance.now() - this.queue[0]!.enqueuedAt;
+    const waited = performance.now() - Math.min(...this.queue.map((j) => j.enqueuedAt));
     if (this.queue.some((j) => j.continuing) || waited >= this.maxQueueDelayMs) {
       // A decode step waits only for the others of its tick, and so does a request that
       // has waited its delay: the generations a round answered resubmit from its promise
@@ -190,13 +250,10 @@ export class Batcher {
         if (!this.running && this.queue.length > 0) void this.runRound();
       });
     } else if (!this.timer) {
-      this.timer = setTimeout(
-        () => {
-          this.timer = undefined;
-          if (!this.running && this.queue.length > 0) void this.runRound();
-        },
-        this.maxQueueDelayMs - waited,
-      );
+      this.timer = setTimeout(() => {
+        this.timer = undefined;
+        if (!this.running && this.queue.length > 0) void this.runRound();
+      }, this.maxQueueDelayMs - waited);
     }
   }
 
@@ -207,63 +264,124 @@ export class Batcher {
     this.immediate = undefined;
   }
 
+  /** The items of the next round: the queued requests in turn, each at most its share of
+   * the round's tokens (and at least one item while the round has room), then those with
+   * items left to the back of the queue. */
+  private takeRound(): Item[] {
+    const waiting = this.queue.filter((j) => j.ready.length > 0);
+    const share = Math.max(1, Math.ceil(this.maxRoundTokens / Math.max(1, waiting.length)));
+    const items: Item[] = [];
+    let tokens = 0;
+    const served: Job[] = [];
+    for (const job of waiting) {
+      if (items.length > 0 && tokens >= this.maxRoundTokens) break;
+      let own = 0;
+      while (job.ready.length > 0) {
+        const next = job.ready[0]!;
+        const fits =
+          (own === 0 && (items.length === 0 || tokens + next.tokens <= this.maxRoundTokens)) ||
+          (own + next.tokens <= share && tokens + next.tokens <= this.maxRoundTokens);
+        if (!fits) break;
+        job.ready.shift();
+        items.push(next);
+        own += next.tokens;
+        tokens += next.tokens;
+        job.tokens -= next.tokens;
+        this.queuedTokens -= next.tokens;
+        if (!next.chain || next.unit.prefix.length === 0) {
+          job.queuedUnits--;
+          this.metrics?.unitsQueued.dec({ model: this.model });
+        }
+      }
+      if (own > 0) served.push(job);
+    }
+    // Served requests go behind the others; one with nothing ready (a chain's link still
+    // running) stays queued until it has.
+    for (const job of served) {
+      const at = this.queue.indexOf(job);
+      this.queue.splice(at, 1);
+      if (job.ready.length > 0 || job.done < job.units.length) this.queue.push(job);
+    }
+    return items;
+  }
+
   private async runRound(): Promise<void> {
     this.running = true;
-    const jobs: Job[] = [];
-    let tokens = 0;
-    while (this.queue.length > 0 && (jobs.length === 0 || tokens + this.queue[0]!.tokens <= this.maxRoundTokens)) {
-      const job = this.queue.shift()!;
-      this.dequeued(job);
-      jobs.push(job);
-      tokens += job.tokens;
-    }
+    const items = this.takeRound();
+    const jobs = [...new Set(items.map((i) => i.job))];
     this.runningJobs = jobs;
     const now = performance.now();
-    const units = jobs.reduce((n, j) => n + jobItems(j), 0);
+    const tokens = items.reduce((n, i) => n + i.tokens, 0);
     for (const j of jobs) this.metrics?.queueWaitSeconds.observe({ model: this.model }, (now - j.enqueuedAt) / 1000);
-    this.metrics?.batchUnits.observe({ model: this.model }, units);
+    this.metrics?.batchUnits.observe({ model: this.model }, items.length);
     this.metrics?.batchTokens.observe({ model: this.model }, tokens);
-    this.metrics?.unitsInFlight.inc({ model: this.model }, units);
+    this.metrics?.unitsInFlight.inc({ model: this.model }, items.length);
     try {
-      await this.score(jobs);
+      await this.score(items);
     } finally {
-      this.metrics?.unitsInFlight.dec({ model: this.model }, units);
+      this.metrics?.unitsInFlight.dec({ model: this.model }, items.length);
       this.metrics?.forwardSeconds.observe({ model: this.model }, (performance.now() - now) / 1000);
       this.running = false;
       this.runningJobs = [];
+      // A request whose wait started now waits from here for its next share.
+      for (const j of jobs) j.enqueuedAt = performance.now();
       this.schedule();
     }
   }
 
-  /** Score the jobs of a round together; if that fails, each alone, so one request's
-   * failure never costs another client its answer. */
-  private async score(jobs: Job[]): Promise<void> {
-    const live = jobs.filter((j) => !j.cancelled);
+  /** Score the items of a round together; if that fails, each request's alone, so one
+   * request's failure never costs another client its answer. */
+  private async score(items: Item[]): Promise<void> {
+    const live = items.filter((i) => !i.job.cancelled);
     if (live.length === 0) return;
     try {
-      const scores = await this.scoreJobs(live);
-      let at = 0;
-      for (const j of live) {
-        j.resolve(scores.slice(at, at + j.units.length));
-        at += j.units.length;
-      }
+      const scores = await this.scoreItems(live);
+      live.forEach((item, k) => this.answered(item, scores[k]!));
     } catch (err) {
-      if (live.length === 1) return live[0]!.reject(err);
-      for (const j of live) {
-        if (j.cancelled) continue; // already answered (cancelled or refused)
+      const jobs = [...new Set(live.map((i) => i.job))];
+      if (jobs.length === 1) return this.fail(jobs[0]!, err);
+      for (const job of jobs) {
+        if (job.cancelled) continue; // already answered (cancelled or refused)
+        const own = live.filter((i) => i.job === job);
         try {
-          j.resolve(await this.scoreJobs([j]));
+          const scores = await this.scoreItems(own);
+          own.forEach((item, k) => this.answered(item, scores[k]!));
         } catch (e) {
-          j.reject(e);
+          this.fail(job, e);
         }
       }
     }
   }
 
-  /** Plan and run the jobs' units together; the work done goes to the metrics. */
-  private async scoreJobs(jobs: Job[]): Promise<UnitScore[]> {
+  /** An item's score into its request: a link's into its chain (whose next link is then
+   * ready), a unit's as it is; the request answers once every unit has its score. */
+  private answered(item: Item, score: UnitScore): void {
+    const job = item.job;
+    if (job.cancelled) {
+      score.kept?.release();
+      return;
+    }
+    if (item.chain) {
+      item.chain.done(score);
+      if (!item.chain.finished) {
+        job.ready.unshift(this.linkItem(job, item.index, item.chain));
+        return;
+      }
+      score = item.chain.result();
+    }
+    job.scores[item.index] = score;
+    if (++job.done === job.units.length) {
+      const at = this.queue.indexOf(job);
+      if (at >= 0) this.queue.splice(at, 1);
+      job.resolve(job.scores);
+    }
+  }
+
+  /** Plan and run the items' units together; the work done goes to the metrics. */
+  private async scoreItems(items: Item[]): Promise<UnitScore[]> {
+    const jobs = [...new Set(items.map((i) => i.job))];
     const { scores, work } = await this.scorer.scoreUnits(
-      jobs.flatMap((j) => j.units),
+      items.map((i) => i.unit),
       { shouldStop: () => jobs.every((j) => j.cancelled) },
     );
     const model = { model: this.model };
@@ -281,7 +399,7 @@ export class Batcher {
   }
 }
 
-/** Items a job stands for: its units (scored sequences, probed samples). */
-function jobItems(job: Job): number {
-  return job.units.length;
+/** A request refused at the door. */
+function refused(err: Error): Submitted {
+  return { result: Promise.reject(err), cancel: () => {} };
 }

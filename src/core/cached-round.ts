@@ -41,7 +41,10 @@ export async function scoreWithCache(
   // A probe unit shares its prefix only: its own rows run in its own pass (they return
   // attention statistics a trunk would not).
   const shared = units.map((u, i) => (u.probe ? u.prefix : u.hidden?.length ? seqs[i]!.slice(0, maskedFrom(u)) : seqs[i]!));
-  const work: Work = { tokensComputed: 0, passes: 0, tokensReused: 0, tokensRequested: seqs.reduce((n, s) => n + s.length, 0) };
+  // A link of a long unit counts only its own positions: the links before it requested
+  // (and computed) the rest (links.ts).
+  const own = (u: Unit) => u.linkedFrom ?? 0;
+  const work: Work = { tokensComputed: 0, passes: 0, tokensReused: 0, tokensRequested: seqs.reduce((n, s, i) => n + s.length - own(units[i]!), 0) };
   const pinned: Match[] = [];
   const kept = new Map<number, Match>();
   let matches: Match[] = [];
@@ -74,7 +77,7 @@ export async function scoreWithCache(
     const rows: ScoreRow[] = [];
     units.forEach((u, i) => {
       const start = starts[i]!;
-      work.tokensReused += Math.min(start, seqs[i]!.length);
+      work.tokensReused += Math.max(0, Math.min(start, seqs[i]!.length) - own(u));
       if (start < seqs[i]!.length) rows.push(unitRow(cache, u, i, seqs[i]!, start, matches[i]!));
     });
     const scores = await runRows(rows);

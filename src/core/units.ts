@@ -48,6 +48,9 @@ export interface Unit {
    * the output's `kept` is released (a running generation's sequence: its next step
    * continues it, as vLLM holds a running request's blocks). */
   keep?: boolean;
+  /** A link of a long unit run in parts (links.ts): its first `linkedFrom` positions are
+   * the links' before it, already counted as requested there (and not reused here). */
+  linkedFrom?: number;
 }
 
 /** What a probe unit asks of the attention of its rows. */
