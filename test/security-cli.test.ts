@@ -212,8 +212,8 @@ describe('settings that would fail open refuse to start', () => {
 });
 
 describe('limits set the way users set them', () => {
-  it('--max-continuations, CTXPROBE_MAX_SCORED_TOKENS, --tokenizer-workers 0 and CTXPROBE_CPU_MEM_ARENA take effect', async () => {
-    const s = await serveCli(modelDir, ['--max-continuations', '2', '--tokenizer-workers', '0'], {
+  it('--max-continuations, CTXPROBE_MAX_SCORED_TOKENS, --max-answer-values, --tokenizer-workers 0 and CTXPROBE_CPU_MEM_ARENA take effect', async () => {
+    const s = await serveCli(modelDir, ['--max-continuations', '2', '--tokenizer-workers', '0', '--max-answer-values', '200'], {
       CTXPROBE_MAX_SCORED_TOKENS: '6',
       CTXPROBE_CPU_MEM_ARENA: 'on',
     });
@@ -226,11 +226,16 @@ describe('limits set the way users set them', () => {
       expect(three!.code).toBe(grpc.status.INVALID_ARGUMENT);
       expect(three!.details).toMatch(/^items\[0\]\.continuations: 3 continuations, over the limit of 2 per item/);
       const long = await score({ contextText: 'Hi', continuationsText: [' and a story that goes on for a good many tokens'] });
+      expect(long!.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
       expect(long!.details).toMatch(/scored tokens, over the limit of 6 per answer \(--max-scored-tokens\)/);
+      // Within the token limit, over the answer's: 2 or 3 tokens × (1 + 100 alternatives).
+      const alternatives = await score({ contextText: 'Hi', continuationsText: [' a b'], topK: 100 });
+      expect(alternatives!.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+      expect(alternatives!.details).toMatch(/^items: the answer would hold \d+ values \(scored tokens × \(1 \+ top-k\)\), over the limit of 200 per answer \(--max-answer-values\)/);
       // Every kind of item: a chunked context, and chunked and plain items counted together.
       const chunks = [{ label: 'history', text: 'User: Hi\n' }, { label: 'knowledge', text: 'Bot:' }];
       const chunked = await score({ contextChunks: chunks, continuationsText: [' and a story that goes on for a good many tokens'] });
-      expect(chunked?.code).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(chunked?.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
       expect(chunked!.details).toMatch(/^items: \d+ scored tokens, over the limit of 6 per answer \(--max-scored-tokens\)/);
       const both = await new Promise<grpc.ServiceError | null>((resolve) =>
         client.Score(

@@ -30,6 +30,7 @@ interface ServeFlags extends ModelFlags {
   maxItems: number;
   maxTextBytes: number;
   maxScoredTokens: number;
+  maxAnswerValues: number;
   maxContinuations: number;
   tokenizerWorkers: number;
   maxMessageBytes: number;
@@ -130,6 +131,12 @@ function withLimitFlags(cmd: Command): Command {
         .env('CTXPROBE_MAX_SCORED_TOKENS'),
     )
     .addOption(
+      new Option('--max-answer-values <n>', 'values in one answer: log-probs, alternatives, attention statistics, heatmap cells')
+        .default(2 ** 21)
+        .argParser(int('max-answer-values'))
+        .env('CTXPROBE_MAX_ANSWER_VALUES'),
+    )
+    .addOption(
       new Option('--max-continuations <n>', 'continuations per Score item')
         .default(256)
         .argParser(int('max-continuations'))
@@ -189,6 +196,7 @@ async function serve(flags: ServeFlags): Promise<void> {
     maxItemsPerRequest: flags.maxItems,
     maxTextBytes: flags.maxTextBytes,
     maxScoredTokens: flags.maxScoredTokens,
+    maxAnswerValues: flags.maxAnswerValues,
     tokenizerWorkers: flags.tokenizerWorkers,
     batcher: { maxQueueDelayMs: flags.maxQueueDelayMs, maxRoundTokens: flags.maxRoundTokens, maxQueuedTokens: flags.maxQueuedTokens },
     log: serverLog,

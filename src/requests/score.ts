@@ -3,6 +3,7 @@
 // scores (chunk-scores.ts). Both kinds share the round's passes and the prefix cache like
 // any other units, and one answer counts the scored tokens of both.
 import type { Prepared, Unit, UnitScore } from '../core/units.js';
+import { scoredValues } from './answer-size.js';
 import { continuationScore, encodeChunked, prepareChunkScores } from './chunk-scores.js';
 import type { Prober } from './probe.js';
 import type { ContinuationScore, LoglikelihoodRequest, RequestEncoder } from './scoring.js';
@@ -17,6 +18,9 @@ export interface ScoredCounts {
   items: number;
   /** Tokens scored: the per-answer limit is checked on them before anything is queued. */
   tokens: number;
+  /** Values the answer holds (answer-size.ts), checked likewise, and what they count. */
+  values: number;
+  what: string;
 }
 
 /** Prepared Score items and what they score. */
@@ -26,7 +30,7 @@ export interface ScoreJob extends Prepared<ContinuationScore[][]> {
 
 /** Units counted as themselves: one item each, their targets as the scored tokens. */
 export function countUnits(units: readonly Unit[]): ScoredCounts {
-  return { items: units.length, tokens: units.reduce((n, u) => n + u.targets.length, 0) };
+  return { items: units.length, tokens: units.reduce((n, u) => n + u.targets.length, 0), values: scoredValues(units), what: 'scored tokens × (1 + top-k)' };
 }
 
 /** Validate and prepare a Score call's items (throws InvalidArgumentError naming the field
@@ -47,8 +51,11 @@ export async function prepareScore(encoder: RequestEncoder, prober: Prober, requ
   const plainUnits = preparedPlain?.units ?? [];
   const flat = samples.flat();
   const probes = prober.units(flat, { ...PROBE_FOR_SCORES });
-  // One answer, one limit: the chunked items' continuation tokens count with the plain ones.
+  // One answer, one limit: the chunked items' continuation tokens count with the plain ones,
+  // each chunked continuation with its attention per layer over the chunks and itself.
   const chunkedTokens = pairs.reduce((n, p) => n + p.continuations.reduce((a, c) => a + c.ids.length, 0), 0);
+  const layers = prober.engine.config.numLayers;
+  const attention = pairs.reduce((n, p) => n + p.continuations.length * layers * (p.segments.length + 2) * 2, 0);
   const finish = (outputs: UnitScore[]) => {
     const plainScores = preparedPlain ? preparedPlain.finish(outputs.slice(0, plainUnits.length)) : [];
     const probed = probes.finish(outputs.slice(plainUnits.length));
@@ -63,6 +70,11 @@ export async function prepareScore(encoder: RequestEncoder, prober: Prober, requ
   return {
     units: [...plainUnits, ...probes.units],
     finish,
-    counted: { items: flat.length + plainUnits.length, tokens: chunkedTokens + countUnits(plainUnits).tokens },
+    counted: {
+      items: flat.length + plainUnits.length,
+      tokens: chunkedTokens + countUnits(plainUnits).tokens,
+      values: chunkedTokens + attention + scoredValues(plainUnits),
+      what: 'scored tokens × (1 + top-k), and each chunked continuation\'s votes and mass per layer',
+    },
   };
 }

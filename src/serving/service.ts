@@ -6,7 +6,7 @@
 // touch an engine, and neither imports the other. Errors are the ones of src/errors.ts;
 // each transport maps them to its statuses.
 import { Batcher, type BatcherOptions } from '../core/batcher.js';
-import { InvalidArgumentError, NotFoundError, UnavailableError, checkTokenIds, errorMessage } from '../common/errors.js';
+import { InvalidArgumentError, NotFoundError, TooLargeError, UnavailableError, checkTokenIds, errorMessage } from '../common/errors.js';
 import type { Metrics } from './metrics.js';
 import type { EngineInfo } from '../engine/engine.js';
 import type { LoadedModel } from './repository.js';
@@ -17,7 +17,8 @@ import {
   type AttributionSample,
   type SampleAttribution,
 } from '../requests/attribution.js';
-import { countUnits, prepareScore } from '../requests/score.js';
+import { countUnits, prepareScore, type ScoredCounts } from '../requests/score.js';
+import { echoValues, generationValues, probeSize, probeValues } from '../requests/answer-size.js';
 import type { ProbeAnswer, ProbeOptions, ProbeSample, RawRequest, RawSlice } from '../requests/probe.js';
 import type { ContinuationScore, EchoScore, LoglikelihoodRequest, RollingRequest, RollingScore } from '../requests/scoring.js';
 import type { Prepared } from '../core/units.js';
@@ -48,6 +49,9 @@ export interface ServiceOptions {
   maxTextBytes?: number;
   /** Tokens in one answer: scored tokens of a request, tokens of a Tokenize (default 131,072). */
   maxScoredTokens?: number;
+  /** Values in one answer: log-probs, alternatives, attention statistics, heatmap cells
+   * (requests/answer-size.ts; default 2,097,152). */
+  maxAnswerValues?: number;
   /** Worker threads that tokenise for each model (0: on the event loop). */
   tokenizerWorkers?: number;
   batcher?: BatcherOptions;
@@ -71,6 +75,7 @@ export class Service {
   readonly maxItemsPerRequest: number;
   readonly maxTextBytes: number;
   readonly maxScoredTokens: number;
+  readonly maxAnswerValues: number;
   private readonly order: string[] = [];
   private loading = true;
   private draining = false;
@@ -90,6 +95,9 @@ export class Service {
     // tokens took 305 ms as a Tokenize answer, 455 ms as a Score answer): 128k tokens keep
     // that near 100 ms. A 32k-token rolling score is ~25 ms.
     this.maxScoredTokens = options.maxScoredTokens ?? 2 ** 17;
+    // An answer is built and serialised on the event loop in one piece: see
+    // requests/answer-size.ts for what is counted, and the README's Limits for the cost.
+    this.maxAnswerValues = options.maxAnswerValues ?? 2 ** 21;
     this.log = options.log ?? (() => {});
   }
 
@@ -208,12 +216,8 @@ export class Service {
     this.checkTextBytes(texts, 'texts');
     const all = await Promise.all(texts.map((text) => tok.encodeAsync(text, addSpecialTokens)));
     const tokens = all.reduce((n, ids) => n + ids.length, 0);
-    if (tokens > this.maxScoredTokens) {
-      throw new InvalidArgumentError(
-        'texts',
-        `${tokens} tokens, over the limit of ${this.maxScoredTokens} per answer (--max-scored-tokens)`,
-      );
-    }
+    if (tokens > this.maxScoredTokens)
+      throw new TooLargeError(`texts: ${tokens} tokens, over the limit of ${this.maxScoredTokens} per answer (--max-scored-tokens)`);
     return all.map((ids) => ({ ids, tokens: ids.map((id) => tok.tokenString(id)) }));
   }
 
@@ -294,12 +298,16 @@ export class Service {
     }
   }
 
-  /** The per-answer token limit (--max-scored-tokens), for every kind of item. */
-  private checkScoredTokens(scored: number): void {
-    if (scored > this.maxScoredTokens)
-      throw new InvalidArgumentError(
-        'items',
-        `${scored} scored tokens, over the limit of ${this.maxScoredTokens} per answer (--max-scored-tokens)`,
+  /** The per-answer limits, for every kind of request, before anything is queued: its
+   * scored tokens (--max-scored-tokens) and its values (--max-answer-values: each scored
+   * token and alternative, each attention statistic and heatmap cell). A request over
+   * either is too large (413-class), never to be retried as it is. */
+  private checkAnswer(counted: ScoredCounts, field = 'items'): void {
+    if (counted.tokens > this.maxScoredTokens)
+      throw new TooLargeError(`${field}: ${counted.tokens} scored tokens, over the limit of ${this.maxScoredTokens} per answer (--max-scored-tokens)`);
+    if (counted.values > this.maxAnswerValues)
+      throw new TooLargeError(
+        `${field}: the answer would hold ${counted.values} values (${counted.what}), over the limit of ${this.maxAnswerValues} per answer (--max-answer-values): ask for fewer items, tokens or alternatives`,
       );
   }
 
@@ -326,13 +334,18 @@ export class Service {
       throw new InvalidArgumentError('logprobs', `must be a whole number in [0, ${m.scorer.maxTopK}]`);
     const k = topK > 0 ? Math.min(topK + spare, m.scorer.maxTopK, m.engine.config.vocabSize) : topK;
     // Counted per prompt: an echo's units also hold shared prompt heads.
-    const counted = { items: prompts.length, tokens: prompts.reduce((n, p) => n + p.length, 0) };
+    const counted = {
+      items: prompts.length,
+      tokens: prompts.reduce((n, p) => n + p.length, 0),
+      values: echoValues(prompts, k),
+      what: 'prompt tokens × (1 + logprobs)',
+    };
     return this.scoreUnits(m, m.encoder.prepareEcho(prompts, k), call, counted);
   }
 
   /** Check the per-answer limit, queue the units, count what was scored, answer. */
   private async scoreUnits<T>(m: ServedModel, prepared: Prepared<T>, call: CallContext, counted = countUnits(prepared.units)): Promise<T> {
-    this.checkScoredTokens(counted.tokens);
+    this.checkAnswer(counted);
     const scores = await queued(m.batcher.submit(prepared.units), call);
     const model = m.entry.name;
     this.metrics.itemsScored.inc({ model }, counted.items);
@@ -347,6 +360,10 @@ export class Service {
     this.checkTextBytes(samples, 'samples');
     const { prepared, opts } = await m.prober.prepareAll(samples, options);
     const job = m.prober.units(prepared, opts);
+    const model = { layers: m.engine.config.numLayers, heads: m.engine.config.numHeads };
+    const values = prepared.reduce((n, p) => n + probeValues(probeSize(p), opts, model), 0);
+    const what = 'per sample: layers × chunks of votes and mass (× heads), segments² heatmap cells, its tokens';
+    this.checkAnswer({ items: prepared.length, tokens: 0, values, what }, 'samples');
     const answer = job.finish(await queued(m.batcher.submit(job.units), call));
     this.metrics.itemsScored.inc({ model: m.entry.name }, prepared.length);
     return answer;
@@ -370,7 +387,7 @@ export class Service {
         `${total} variants to score, over the limit of ${this.maxItemsPerRequest} per call (--max-items)`,
       );
     const prepared = await prepareAttribution(m.engine, samples, options, () => checkCall(call));
-    return this.scoreUnits(m, prepared, call, { items: samples.length, tokens: prepared.units.reduce((n, u) => n + u.targets.length, 0) });
+    return this.scoreUnits(m, prepared, call, { ...countUnits(prepared.units), items: samples.length });
   }
 
   async rawAttention(m: ServedModel, sample: ProbeSample, req: RawRequest, bytesPerValue: 2 | 4, call: CallContext): Promise<RawSlice[]> {
@@ -392,7 +409,7 @@ export class Service {
     onTokens?: (prompt: number, events: TokenEvent[]) => void,
     bins?: PromptBins[],
   ): Promise<ChoiceResult[][]> {
-    this.checkGenerate(m, prompts, params);
+    this.checkGenerate(m, prompts, params, {}, bins?.[0]?.chunks);
     const generations = prompts.map((p, i) => new Generation(generationModel(m.engine, m.scorer), p, params, bins?.[i]));
     // Counted as each step makes them: a 50-stream run showed nothing until calls ended,
     // and a cancelled stream's tokens never.
@@ -414,9 +431,13 @@ export class Service {
     return preparePrompt(m.engine, sample, field);
   }
 
-  /** Refuse a generation request before anything runs (a stream's status is still free). */
-  checkGenerate(m: ServedModel, prompts: number[][], params: SamplingParams, names: SamplingFieldNames = {}): void {
+  /** Refuse a generation request before anything runs (a stream's status is still free);
+   * `attentionChunks`: the prompt's chunks when each token reports its attention. */
+  checkGenerate(m: ServedModel, prompts: number[][], params: SamplingParams, names: SamplingFieldNames = {}, attentionChunks?: number): void {
     this.checkItems(prompts.length * params.n, 'prompt', 'choices (prompts × n)');
+    const attention = attentionChunks === undefined ? undefined : { chunks: attentionChunks, layers: m.engine.config.numLayers };
+    const values = generationValues(prompts.length, params, attention);
+    this.checkAnswer({ items: prompts.length, tokens: 0, values, what: 'prompts × n × max_tokens × (1 + logprobs)' }, names.max_tokens ?? 'max_tokens');
     const model = generationModel(m.engine, m.scorer);
     prompts.forEach((p, i) => {
       checkTokenIds(p, m.engine.config.vocabSize, prompts.length > 1 ? `prompt[${i}]` : 'prompt');
