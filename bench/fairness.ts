@@ -80,11 +80,11 @@ function heavy(kind: string): { route: string; body: unknown } | undefined {
         body: { prompt: Array.from({ length: 64 }, (_, i) => words(12, i)), n: 64, max_tokens: 16, temperature: 1, seed: 1 },
       };
     case 'largest-answer': {
-      // 16 × 1,150 tokens × (1 + 100): 1.86M values, under the default --max-answer-values.
+      // 2 × 1,290 tokens × (1 + 100): 260,580 values, just under the default --max-answer-values.
       const ids = (n: number, seed: number) => ({ ids: Array.from({ length: n }, (_, i) => (seed * 31 + i * 7) % 384) });
       return {
         route: '/v1/score',
-        body: { items: Array.from({ length: 16 }, (_, i) => ({ contextIds: ids(8, i), continuationsIds: [ids(1150, i + 1)], topK: 100 })) },
+        body: { items: Array.from({ length: 2 }, (_, i) => ({ contextIds: ids(8, i), continuationsIds: [ids(1290, i + 1)], topK: 100 })) },
       };
     }
     default:

@@ -40,7 +40,7 @@ describe('answers bounded before any work', () => {
     expect(res.status).toBe(413);
     expect(res.body.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
     expect(res.body.message).toMatch(
-      /^items: the answer would hold 13130000 values \(scored tokens × \(1 \+ top-k\)\), over the limit of 2097152 per answer \(--max-answer-values\)/,
+      /^items: the answer would hold 13130000 values \(scored tokens × \(1 \+ top-k\)\), over the limit of 262144 per answer \(--max-answer-values\)/,
     );
     // gRPC: the same refusal.
     const err = await unary(scoringClient(server.port), 'Score', { items }).catch((e) => e);
@@ -61,7 +61,7 @@ describe('answers bounded before any work', () => {
     const res = await post('/v1/probe', { samples: [{ chunks }] });
     expect(res.status).toBe(413);
     expect(res.body.message).toMatch(
-      /^samples: the answer would hold \d+ values \(per sample: .*segments² heatmap cells.*\), over the limit of 2097152/,
+      /^samples: the answer would hold \d+ values \(per sample: .*segments² heatmap cells.*\), over the limit of 262144/,
     );
     // Without the heatmap the same sample's statistics fit.
     const votes = await post('/v1/probe', { samples: [{ chunks: chunks.slice(0, 64) }], skipHeatmap: true });

@@ -59,7 +59,8 @@ const UNSIGNED = new Set(['uint64', 'fixed64']);
 const BASE64 = /^(?:[A-Za-z0-9+/\-_]{4})*(?:[A-Za-z0-9+/\-_]{2}(?:==)?|[A-Za-z0-9+/\-_]{3}=?)?$/;
 
 const at = (base: string, key: string) => (base ? `${base}.${key}` : key);
-const what = (v: unknown) => (v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v === 'object' ? 'an object' : `${typeof v} ${JSON.stringify(v)}`);
+const what = (v: unknown) =>
+  v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v === 'object' ? 'an object' : `${typeof v} ${JSON.stringify(v)}`;
 
 /** A JSON request body as the plain object `type.fromObject` takes. */
 export function parseMessage(type: protobuf.Type, value: unknown, field = ''): Record<string, unknown> {
@@ -79,7 +80,8 @@ export function parseMessage(type: protobuf.Type, value: unknown, field = ''): R
     if (v === null) continue; // null is the field's default, or unset
     const oneof = f.partOf?.name;
     if (oneof) {
-      if (oneofs.has(oneof)) throw new InvalidArgumentError(at(field, oneof), `set one of its fields, not ${oneofs.get(oneof)} and ${f.name}`);
+      if (oneofs.has(oneof))
+        throw new InvalidArgumentError(at(field, oneof), `set one of its fields, not ${oneofs.get(oneof)} and ${f.name}`);
       oneofs.set(oneof, f.name);
     }
     if (f.map) {
@@ -115,7 +117,12 @@ function parseSingle(f: protobuf.Field, v: unknown, where: string): unknown {
       throw new InvalidArgumentError(where, `expected base64 text, got ${what(v)}`);
     case 'double':
     case 'float': {
-      const x = typeof v === 'number' ? v : typeof v === 'string' && /^(NaN|-?Infinity|-?\d+(\.\d*)?([eE][+-]?\d+)?|-?\.\d+([eE][+-]?\d+)?)$/.test(v) ? Number(v) : undefined;
+      const x =
+        typeof v === 'number'
+          ? v
+          : typeof v === 'string' && /^(NaN|-?Infinity|-?\d+(\.\d*)?([eE][+-]?\d+)?|-?\.\d+([eE][+-]?\d+)?)$/.test(v)
+            ? Number(v)
+            : undefined;
       if (x !== undefined) return x;
       break;
     }
@@ -137,47 +144,97 @@ function parseSingle(f: protobuf.Field, v: unknown, where: string): unknown {
   throw new InvalidArgumentError(where, `expected ${LONGS.has(f.type) ? 'an integer (number or decimal string)' : f.type}, got ${what(v)}`);
 }
 
+/** How a message type's fields are written: each field's JSON name and kind, worked out
+ * once per type (a large answer formats hundreds of thousands of messages: an alternative
+ * of top-k is one). */
+interface FieldPlan {
+  field: protobuf.Field;
+  name: string;
+  kind: 'map' | 'repeated' | 'optional' | 'scalar';
+  format: (v: unknown) => unknown;
+}
+const plans = new Map<protobuf.Type, FieldPlan[]>();
+
+function planOf(type: protobuf.Type): FieldPlan[] {
+  let plan = plans.get(type);
+  if (!plan) {
+    plan = type.fieldsArray.map((f) => ({
+      field: f,
+      name: jsonName(f.name),
+      kind: f.map ? 'map' : f.repeated ? 'repeated' : f.partOf || f.resolvedType instanceof protobuf.Type ? 'optional' : 'scalar',
+      format: singleFormatter(f),
+    }));
+    plans.set(type, plan);
+  }
+  return plan;
+}
+
 /** A decoded message (protobufjs, proto names) as its JSON value. */
 export function formatMessage(type: protobuf.Type, msg: protobuf.Message | Record<string, unknown>): unknown {
   const m = msg as Record<string, unknown>;
   if (WRAPPERS.has(fullName(type))) return formatSingle(type.fields.value!, m.value);
   const out: Record<string, unknown> = {};
-  for (const f of type.fieldsArray) {
-    const v = m[f.name];
-    const set = Object.prototype.hasOwnProperty.call(m, f.name) && v !== null && v !== undefined;
-    if (f.map) out[jsonName(f.name)] = Object.fromEntries(Object.entries((v as object | undefined) ?? {}).map(([k, x]) => [k, formatSingle(f, x)]));
-    else if (f.repeated) out[jsonName(f.name)] = ((v as unknown[] | undefined) ?? []).map((x) => formatSingle(f, x));
-    else if (f.partOf || f.resolvedType instanceof protobuf.Type) {
-      if (set) out[jsonName(f.name)] = formatSingle(f, v);
-    } else out[jsonName(f.name)] = formatSingle(f, v ?? f.typeDefault);
+  for (const p of planOf(type)) {
+    const v = m[p.field.name];
+    switch (p.kind) {
+      case 'map':
+        out[p.name] = Object.fromEntries(Object.entries((v as object | undefined) ?? {}).map(([k, x]) => [k, p.format(x)]));
+        break;
+      case 'repeated':
+        out[p.name] = ((v as unknown[] | undefined) ?? []).map(p.format);
+        break;
+      case 'optional':
+        if (Object.prototype.hasOwnProperty.call(m, p.field.name) && v !== null && v !== undefined) out[p.name] = p.format(v);
+        break;
+      case 'scalar':
+        out[p.name] = p.format(v ?? p.field.typeDefault);
+    }
   }
   return out;
 }
 
 function formatSingle(f: protobuf.Field, v: unknown): unknown {
+  return singleFormatter(f)(v);
+}
+
+/** How one value of field `f` is written. */
+function singleFormatter(f: protobuf.Field): (v: unknown) => unknown {
   const resolved = f.resolvedType;
-  if (resolved instanceof protobuf.Type) return formatMessage(resolved, v as Record<string, unknown>);
-  if (resolved instanceof protobuf.Enum) return resolved.valuesById[v as number] ?? v;
-  if (LONGS.has(f.type)) return String(v); // Long and number both print their digits
+  if (resolved instanceof protobuf.Type) return (v) => formatMessage(resolved, v as Record<string, unknown>);
+  if (resolved instanceof protobuf.Enum) return (v) => resolved.valuesById[v as number] ?? v;
+  if (LONGS.has(f.type)) return (v) => String(v); // Long and number both print their digits
   switch (f.type) {
     case 'bytes':
-      return Buffer.from(v as Uint8Array).toString('base64');
+      return (v) => Buffer.from(v as Uint8Array).toString('base64');
     case 'float':
-      return finite(v as number) ?? shortestFloat32(v as number);
+      return (v) => finite(v as number) ?? shortestFloat32(v as number);
     case 'double':
-      return finite(v as number) ?? v;
+      return (v) => finite(v as number) ?? v;
     default:
-      return v;
+      return (v) => v;
   }
 }
 
 const finite = (x: number) => (Number.isNaN(x) ? 'NaN' : x === Infinity ? 'Infinity' : x === -Infinity ? '-Infinity' : undefined);
 
 /** The fewest decimal digits that read back as the same float32 (0.1, not
- * 0.10000000149011612): what a float field holds, as protobuf's own JSON printers write it. */
+ * 0.10000000149011612): what a float field holds, as protobuf's own JSON printers write it.
+ * The nearest d-digit decimal is never farther than the nearest (d−1)-digit one, and the
+ * decimals that read back as x are an interval around it: so digits that read back stay so
+ * with more, and the search starts at 6 (where most float32 log-probs need 6–9), going
+ * down while they still do, else up (a third of the time of counting up from 1). */
 export function shortestFloat32(x: number): number {
-  for (let digits = 1; digits < 9; digits++) {
-    const y = Number(x.toPrecision(digits));
+  let y = Number(x.toPrecision(6));
+  if (Math.fround(y) === x) {
+    for (let digits = 5; digits >= 1; digits--) {
+      const z = Number(x.toPrecision(digits));
+      if (Math.fround(z) !== x) break;
+      y = z;
+    }
+    return y;
+  }
+  for (let digits = 7; digits < 9; digits++) {
+    y = Number(x.toPrecision(digits));
     if (Math.fround(y) === x) return y;
   }
   return Number(x.toPrecision(9));

@@ -132,7 +132,7 @@ function withLimitFlags(cmd: Command): Command {
     )
     .addOption(
       new Option('--max-answer-values <n>', 'values in one answer: log-probs, alternatives, attention statistics, heatmap cells')
-        .default(2 ** 21)
+        .default(2 ** 18)
         .argParser(int('max-answer-values'))
         .env('CTXPROBE_MAX_ANSWER_VALUES'),
     )

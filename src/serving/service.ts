@@ -50,7 +50,7 @@ export interface ServiceOptions {
   /** Tokens in one answer: scored tokens of a request, tokens of a Tokenize (default 131,072). */
   maxScoredTokens?: number;
   /** Values in one answer: log-probs, alternatives, attention statistics, heatmap cells
-   * (requests/answer-size.ts; default 2,097,152). */
+   * (requests/answer-size.ts; default 262,144). */
   maxAnswerValues?: number;
   /** Worker threads that tokenise for each model (0: on the event loop). */
   tokenizerWorkers?: number;
@@ -97,7 +97,7 @@ export class Service {
     this.maxScoredTokens = options.maxScoredTokens ?? 2 ** 17;
     // An answer is built and serialised on the event loop in one piece: see
     // requests/answer-size.ts for what is counted, and the README's Limits for the cost.
-    this.maxAnswerValues = options.maxAnswerValues ?? 2 ** 21;
+    this.maxAnswerValues = options.maxAnswerValues ?? 2 ** 18;
     this.log = options.log ?? (() => {});
   }
 
@@ -337,7 +337,7 @@ export class Service {
     const counted = {
       items: prompts.length,
       tokens: prompts.reduce((n, p) => n + p.length, 0),
-      values: echoValues(prompts, k),
+      values: echoValues(prompts, topK),
       what: 'prompt tokens × (1 + logprobs)',
     };
     return this.scoreUnits(m, m.encoder.prepareEcho(prompts, k), call, counted);
