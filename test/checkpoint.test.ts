@@ -84,8 +84,15 @@ describe('sharded checkpoints', () => {
 
   it('follows Hugging Face cache symlinks to the real blobs folder', async () => {
     const src = makeFixture(FAMILY_FIXTURES.gpt2!);
-    const snapshot = tempDir('snapshot');
-    for (const f of fs.readdirSync(src.dir)) fs.symlinkSync(path.join(src.dir, f), path.join(snapshot, f));
+    // The cache's layout: models--org--name/snapshots/<rev>/<file> → ../../blobs/<hash>.
+    const repo = path.join(tempDir('hub'), 'models--org--gpt2');
+    const snapshot = path.join(repo, 'snapshots', 'abc123');
+    fs.mkdirSync(path.join(repo, 'blobs'), { recursive: true });
+    fs.mkdirSync(snapshot, { recursive: true });
+    fs.readdirSync(src.dir).forEach((f, i) => {
+      fs.copyFileSync(path.join(src.dir, f), path.join(repo, 'blobs', `blob${i}`));
+      fs.symlinkSync(`../../blobs/blob${i}`, path.join(snapshot, f));
+    });
     const tokens = [3, 4, 5, 6];
     const la = await logprobsOf(await load(snapshot), tokens);
     const lb = await logprobsOf(await load(src.dir), tokens);

@@ -5,7 +5,8 @@ import path from 'node:path';
 import type { ExternalTensor } from '../graph/builder.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16, type DTypeName } from '../common/dtypes.js';
 import { CheckpointError } from '../common/errors.js';
-import { readJsonObject } from './files.js';
+import { FILE_CAPS, checkpointFile, openRegularFile, readJsonObject } from './files.js';
+import { checkTensorRanges } from './validate.js';
 
 const DTYPES: Record<string, { name: DTypeName; bytes: number }> = {
   F32: { name: 'float32', bytes: 4 },
@@ -38,9 +39,8 @@ export class SafetensorsCheckpoint {
 
   private readHeader(file: string): void {
     const real = fs.realpathSync(file);
-    const fd = fs.openSync(real, 'r');
+    const { fd, size } = openRegularFile(real);
     try {
-      const size = fs.fstatSync(fd).size;
       const lenBuf = Buffer.alloc(8);
       fs.readSync(fd, lenBuf, 0, 8, 0);
       const headerLen = size >= 8 ? Number(lenBuf.readBigUInt64LE(0)) : 0;
@@ -48,7 +48,7 @@ export class SafetensorsCheckpoint {
       if (headerLen <= 0 || headerLen > 100_000_000 || 8 + headerLen > size)
         throw new CheckpointError(`${file}: not a safetensors file (header length ${headerLen}, file ${size} bytes)`);
       const headerBuf = Buffer.alloc(headerLen);
-      fs.readSync(fd, headerBuf, 0, headerLen, 8);
+      if (fs.readSync(fd, headerBuf, 0, headerLen, 8) !== headerLen) throw new CheckpointError(`${file}: the file ended inside its header`);
       let header: unknown;
       try {
         header = JSON.parse(headerBuf.toString('utf8'));
@@ -57,28 +57,15 @@ export class SafetensorsCheckpoint {
       }
       if (header === null || typeof header !== 'object' || Array.isArray(header))
         throw new CheckpointError(`${file}: safetensors header is not a JSON object`);
-      const dataBytes = size - 8 - headerLen;
-      for (const [name, info] of Object.entries(header as Record<string, any>)) {
-        if (name === '__metadata__') continue;
-        const bad = (what: string) => new CheckpointError(`${file}: tensor ${name}: ${what}`);
-        if (info === null || typeof info !== 'object') throw bad('its header entry is not an object');
-        const dtype = DTYPES[info.dtype];
-        if (!dtype) throw bad(`dtype ${JSON.stringify(info.dtype)} is not supported (F32, F16, BF16)`);
-        const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
-        if (!Array.isArray(info.shape) || !info.shape.every(isCount))
-          throw bad(`shape ${JSON.stringify(info.shape)} is not a list of sizes`);
-        const offsets = info.data_offsets;
-        if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every(isCount) || offsets[1]! < offsets[0]!)
-          throw bad(`data_offsets ${JSON.stringify(offsets)} are not [begin, end] byte offsets`);
-        const [begin, end] = offsets as [number, number];
-        const count = (info.shape as number[]).reduce((a, b) => a * b, 1);
-        if (end - begin !== count * dtype.bytes) {
-          throw bad(`data (${end - begin} bytes) disagrees with shape [${info.shape}] ${info.dtype} (${count * dtype.bytes} bytes)`);
-        }
-        if (end > dataBytes) throw bad(`data ends at byte ${end} of ${dataBytes}: the file is truncated`);
+      const ranges = Object.entries(header as Record<string, any>)
+        .filter(([name]) => name !== '__metadata__')
+        .map(([name, info]) => ({ name, ...headerEntry(file, name, info) }));
+      checkTensorRanges(file, ranges, size - 8 - headerLen);
+      for (const { name, dtype, shape, begin, end } of ranges) {
+        if (this.tensors.has(name)) throw new CheckpointError(`${file}: tensor ${name} is also in ${this.tensors.get(name)!.file}`);
         this.tensors.set(name, {
-          dtype: dtype.name,
-          shape: info.shape,
+          dtype,
+          shape,
           location: path.basename(real),
           offset: 8 + headerLen + begin,
           length: end - begin,
@@ -125,10 +112,28 @@ export class SafetensorsCheckpoint {
   }
 }
 
+/** One tensor's header entry, checked: dtype, shape, and byte range agreeing with them. */
+function headerEntry(file: string, name: string, info: any): { dtype: DTypeName; shape: number[]; begin: number; end: number } {
+  const bad = (what: string) => new CheckpointError(`${file}: tensor ${name}: ${what}`);
+  if (info === null || typeof info !== 'object') throw bad('its header entry is not an object');
+  const dtype = DTYPES[info.dtype];
+  if (!dtype) throw bad(`dtype ${JSON.stringify(info.dtype)} is not supported (F32, F16, BF16)`);
+  const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+  if (!Array.isArray(info.shape) || !info.shape.every(isCount)) throw bad(`shape ${JSON.stringify(info.shape)} is not a list of sizes`);
+  const offsets = info.data_offsets;
+  if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every(isCount) || offsets[1]! < offsets[0]!)
+    throw bad(`data_offsets ${JSON.stringify(offsets)} are not [begin, end] byte offsets`);
+  const [begin, end] = offsets as [number, number];
+  const bytes = (info.shape as number[]).reduce((a, b) => a * b, dtype.bytes);
+  if (!Number.isSafeInteger(bytes) || end - begin !== bytes)
+    throw bad(`data (${end - begin} bytes) disagrees with shape [${info.shape}] ${info.dtype} (${bytes} bytes)`);
+  return { dtype: dtype.name, shape: info.shape, begin, end };
+}
+
 function weightFiles(dir: string): string[] {
-  const index = path.join(dir, 'model.safetensors.index.json');
+  const index = checkpointFile(dir, 'model.safetensors.index.json');
   if (fs.existsSync(index)) {
-    const map: unknown = readJsonObject(index).weight_map ?? {};
+    const map: unknown = readJsonObject(index, CheckpointError, FILE_CAPS.shardIndex).weight_map ?? {};
     if (
       map === null ||
       typeof map !== 'object' ||
@@ -137,9 +142,9 @@ function weightFiles(dir: string): string[] {
       throw new CheckpointError(`${index}: weight_map must map tensor names to file names in the folder`);
     const files = [...new Set(Object.values(map as Record<string, string>))];
     if (files.length === 0) throw new CheckpointError(`${index}: empty weight_map`);
-    return files.map((f) => path.join(dir, f));
+    return files.map((f) => checkpointFile(dir, f));
   }
-  const single = path.join(dir, 'model.safetensors');
+  const single = checkpointFile(dir, 'model.safetensors');
   if (fs.existsSync(single)) return [single];
   throw new CheckpointError(`${dir}: no model.safetensors or model.safetensors.index.json`);
 }

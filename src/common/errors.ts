@@ -121,3 +121,10 @@ export function checkTokenIds(ids: readonly number[], vocab: number, field: stri
     if (!Number.isInteger(id) || id < 0 || id >= vocab) throw new InvalidArgumentError(`${field}[${i}]`, `token id ${id} is outside the vocabulary [0, ${vocab})`);
   });
 }
+
+/** A value as an error message shows it: short whatever was sent or stored (a config value
+ * may be a megabyte string), numbers as JavaScript writes them (1e999 parses to Infinity). */
+export function shownValue(v: unknown): string {
+  const text = typeof v === 'number' ? String(v) : (JSON.stringify(v) ?? String(v));
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}

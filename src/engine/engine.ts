@@ -5,6 +5,8 @@
 import { SessionHost, type HostTensor, type KvPiece, type RunResult } from './session-host.js';
 import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
 import { readModelConfig } from '../model/config.js';
+import { checkTensorsAgainstConfig } from '../model/config-checks.js';
+import { findNonFinite } from '../checkpoint/validate.js';
 import type { ModelConfig } from '../model/families.js';
 import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
@@ -62,11 +64,17 @@ export class Engine {
   ) {}
 
   static async load(dir: string, options: DeviceOptions = {}): Promise<Engine> {
+    // Every check of the checkpoint runs before anything is built from it, cheapest first:
+    // config values (types, ranges, caps), files and safetensors headers, the config
+    // against the headers' shapes, the device, the tokenizer's ids against the vocabulary,
+    // then one read of every weight for NaN and infinity.
     const config = readModelConfig(dir);
     const ckpt = new SafetensorsCheckpoint(dir);
+    checkTensorsAgainstConfig(config, ckpt.tensors, dir);
     const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? checkpointDtype(config.torchDtype, ckpt) });
     const profile = device.profile;
-    const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId });
+    const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize);
+    await findNonFinite([...ckpt.tensors].map(([name, t]) => ({ name, ...t })));
     // On the CPU one graph and one session score and probe, so the weights are prepacked
     // once: the probe nodes cost a pass that only scores next to nothing (one gathered
     // row). On WebGPU a pass costs what the host spends dispatching its nodes (about 18 µs

@@ -1,37 +1,57 @@
 // config.json of a checkpoint, read through its family's spec: the dimensions, rotary
 // frequencies and per-family settings the graph builder uses.
 import fs from 'node:fs';
-import path from 'node:path';
-import { CheckpointError } from '../common/errors.js';
-import { readJsonObject } from '../checkpoint/files.js';
+import { CheckpointError, shownValue } from '../common/errors.js';
+import { checkpointFile, readJsonObject } from '../checkpoint/files.js';
 import { FAMILIES } from './families.js';
-import { MAX_ROTARY_POSITIONS, activation, globalRopeConfig, int, positiveOrNone, ropeFrequencies } from './config-values.js';
+import {
+  DIM_CAPS,
+  MAX_ROTARY_POSITIONS,
+  activation,
+  flag,
+  globalRopeConfig,
+  int,
+  positiveNumber,
+  positiveOrNone,
+  ropeFrequencies,
+  windowOrNone,
+} from './config-values.js';
+import { checkSpecialIds } from './config-checks.js';
 import type { Dims, FamilySpec, ModelConfig, RawConfig } from './family-spec.js';
 
-/** The dimensions of a config, read through the family's key names and defaults. */
+/** The dimensions of a config, read through the family's key names and defaults, each
+ * checked for type and range (DIM_CAPS) before anything is sized by it. */
 export function readDims(spec: FamilySpec, c: RawConfig): Dims {
   const { keys, defaults } = spec;
-  const hidden = int(c, keys.hidden);
-  const heads = int(c, keys.heads);
+  const hidden = int(c, keys.hidden, undefined, DIM_CAPS.hidden);
+  const heads = int(c, keys.heads, undefined, DIM_CAPS.heads);
+  const headDimKey = keys.headDim !== undefined && c[keys.headDim] != null ? keys.headDim : undefined;
+  if (headDimKey === undefined && defaults.headDim === undefined && hidden % heads !== 0)
+    throw new CheckpointError(`config.json: ${keys.hidden} ${hidden} is not a multiple of ${keys.heads} ${heads} (and there is no head_dim)`);
+  const headDim = headDimKey ? int(c, headDimKey) : (defaults.headDim ?? hidden / heads);
+  if (headDim > DIM_CAPS.headDim)
+    throw new CheckpointError(`config.json: ${headDimKey ?? `${keys.hidden} / ${keys.heads}`} (head_dim ${headDim}) must be at most ${DIM_CAPS.headDim}`);
+  // Checked wherever the family reads it or not: a window of 0 or -1 is a broken config.
+  windowOrNone(c.sliding_window);
   return {
     hiddenSize: hidden,
-    numLayers: int(c, keys.layers),
+    numLayers: int(c, keys.layers, undefined, DIM_CAPS.layers),
     numHeads: heads,
-    numKvHeads: keys.kvHeads ? int(c, keys.kvHeads, heads) : heads,
-    headDim: keys.headDim ? int(c, keys.headDim, defaults.headDim ?? hidden / heads) : hidden / heads,
-    intermediateSize: int(c, keys.intermediate, defaults.intermediate?.(hidden)),
-    vocabSize: int(c, keys.vocab),
+    numKvHeads: keys.kvHeads ? int(c, keys.kvHeads, heads, DIM_CAPS.heads) : heads,
+    headDim,
+    intermediateSize: int(c, keys.intermediate, defaults.intermediate?.(hidden), DIM_CAPS.intermediate),
+    vocabSize: int(c, keys.vocab, undefined, DIM_CAPS.vocab),
     // Rotary models look cos/sin up in tables of this many rows (decoder.ts): 131072
     // positions are 64 MiB for a 128-wide head; longer configs (Qwen2.5-1M) are served up
     // to it.
     maxPositions: Math.min(
-      int(c, keys.maxPositions, defaults.maxPositions),
+      int(c, keys.maxPositions, defaults.maxPositions, DIM_CAPS.maxPositions),
       spec.positions.kind === 'rope' ? MAX_ROTARY_POSITIONS : Infinity,
     ),
-    normEps: c[keys.normEps] ?? defaults.normEps,
-    activation: activation(c[keys.activation] ?? defaults.activation),
-    tiedEmbeddings: c[keys.tied] ?? defaults.tied,
-    slidingWindow: spec.slidingWindow(c),
+    normEps: positiveNumber(c[keys.normEps] ?? defaults.normEps, keys.normEps),
+    activation: activation(c[keys.activation] ?? defaults.activation, keys.activation),
+    tiedEmbeddings: flag(c, keys.tied, defaults.tied),
+    slidingWindow: windowOrNone(spec.slidingWindow(c)),
   };
 }
 
@@ -41,7 +61,7 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
   const spec = FAMILIES.find((f) => f.modelTypes.includes(modelType));
   if (!spec) {
     const known = FAMILIES.flatMap((f) => f.modelTypes).join(', ');
-    throw new CheckpointError(`${file}: model_type ${JSON.stringify(modelType)} is not supported (supported: ${known})`);
+    throw new CheckpointError(`${file}: model_type ${shownValue(modelType)} is not supported (supported: ${known})`);
   }
   for (const rule of spec.unsupported) {
     if (!rule.supported(raw[rule.key])) {
@@ -57,6 +77,7 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
   if (dims.numHeads % dims.numKvHeads !== 0) {
     throw new CheckpointError(`${file}: num_attention_heads ${dims.numHeads} is not a multiple of num_key_value_heads ${dims.numKvHeads}`);
   }
+  checkSpecialIds(raw, spec.keys.vocab, dims.vocabSize);
   return {
     ...dims,
     modelType,
@@ -64,7 +85,13 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     bias: spec.bias(raw),
     rope:
       spec.positions.kind === 'rope'
-        ? ropeFrequencies(globalRopeConfig(raw), dims.headDim, spec.defaults.ropeTheta, spec.partialRotary ?? false)
+        ? ropeFrequencies(
+            globalRopeConfig(raw),
+            dims.headDim,
+            spec.defaults.ropeTheta,
+            spec.partialRotary ?? false,
+            raw.rope_parameters?.full_attention ? 'rope_parameters.full_attention' : 'rope_parameters',
+          )
         : undefined,
     localRope: spec.localRope?.(raw, dims.headDim),
     moe,
@@ -84,9 +111,17 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
   };
 }
 
-/** Read `config.json` of a checkpoint directory. */
+/** Read `config.json` of a checkpoint directory. The value checks name the key as
+ * `config.json: key`; here the file is named by its path. */
 export function readModelConfig(dir: string): ModelConfig {
-  const file = path.join(dir, 'config.json');
+  const file = checkpointFile(dir, 'config.json');
   if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no config.json`);
-  return parseModelConfig(readJsonObject(file), file);
+  const raw = readJsonObject(file);
+  try {
+    return parseModelConfig(raw, file);
+  } catch (e) {
+    const bare = 'config.json: ';
+    if (e instanceof CheckpointError && e.message.startsWith(bare)) throw new CheckpointError(`${file}: ${e.message.slice(bare.length)}`);
+    throw e;
+  }
 }

@@ -6,14 +6,14 @@
 // MLP, rotary or learned positions). Families are overrides of the Llama base. The
 // decoder in decoder.ts switches on the kinds; it has no per-family code paths.
 import { CheckpointError } from '../common/errors.js';
-import { positiveInt, ropeFrequencies } from './config-values.js';
+import { DIM_CAPS, countOf, flag, positiveInt, positiveNumber, ropeFrequencies, windowOrNone } from './config-values.js';
 import type { Biases, FamilySpec, RawConfig } from './family-spec.js';
 
 export type * from './family-spec.js';
 
 const fixedBiases = (qkv: boolean, o: boolean, mlp: boolean) => (): Biases => ({ qkv, o, mlp });
 /** q/k/v/o biases with `attention_bias`, none in the MLP (Qwen3, OLMo 2, Gemma, Qwen3-MoE). */
-const attentionBiases = (c: RawConfig): Biases => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: false });
+const attentionBiases = (c: RawConfig): Biases => ({ qkv: flag(c, 'attention_bias'), o: flag(c, 'attention_bias'), mlp: false });
 const absentOr =
   (...ok: unknown[]) =>
   (v: unknown) =>
@@ -50,7 +50,7 @@ const LLAMA: FamilySpec = {
   lmHead: 'lm_head.weight',
   linearLayout: 'out_in',
   // LlamaAttention: q/k/v/o bias = config.attention_bias; LlamaMLP: bias = config.mlp_bias.
-  bias: (c) => ({ qkv: c.attention_bias === true, o: c.attention_bias === true, mlp: c.mlp_bias === true }),
+  bias: (c) => ({ qkv: flag(c, 'attention_bias'), o: flag(c, 'attention_bias'), mlp: flag(c, 'mlp_bias') }),
   // LlamaModel has no sliding window: a `sliding_window` key in its config is ignored there too.
   slidingWindow: () => undefined,
   embedScale: 'none',
@@ -60,11 +60,14 @@ const LLAMA: FamilySpec = {
 // Qwen2 and Qwen3 (Qwen2Config, Qwen3Config): a window only with `use_sliding_window:
 // true` (default false), of `sliding_window` (default 4096), on the layers `layer_types`
 // names, else on the layers from `max_window_layers` (default 28) on.
+const qwenWindow = (c: RawConfig) =>
+  flag(c, 'use_sliding_window') ? (c.sliding_window === undefined ? 4096 : windowOrNone(c.sliding_window)) : undefined;
 const qwenWindows: Pick<FamilySpec, 'slidingWindow' | 'slidingLayers'> = {
-  slidingWindow: (c) =>
-    c.use_sliding_window === true ? (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)) : undefined,
+  slidingWindow: qwenWindow,
   slidingLayers: (c, layers) =>
-    Array.isArray(c.layer_types) ? layerTypes(c, layers, 1) : Array.from({ length: layers }, (_, l) => l >= (c.max_window_layers ?? 28)),
+    Array.isArray(c.layer_types)
+      ? layerTypes(c, layers, 1)
+      : Array.from({ length: layers }, (_, l) => l >= countOf(c, 'max_window_layers', 28)),
 };
 
 /** Which layers slide: `layer_types` when given (it wins over any pattern), else layer
@@ -112,9 +115,9 @@ const GEMMA2: FamilySpec = family(LLAMA, {
   embedScale: 'sqrtHidden',
   // Gemma2Attention: q/k/v/o bias = config.attention_bias; Gemma2MLP has none.
   bias: attentionBiases,
-  slidingWindow: (c) => (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)),
+  slidingWindow: (c) => (c.sliding_window === undefined ? 4096 : windowOrNone(c.sliding_window)),
   slidingLayers: (c, layers) => layerTypes(c, layers, 2),
-  attentionScale: (c) => (c.query_pre_attn_scalar ?? 256) ** -0.5,
+  attentionScale: (c) => positiveNumber(c.query_pre_attn_scalar ?? 256, 'query_pre_attn_scalar') ** -0.5,
   attentionSoftcap: (c) => (c.attn_logit_softcapping === undefined ? 50 : (c.attn_logit_softcapping ?? undefined)),
   finalSoftcap: (c) => (c.final_logit_softcapping === undefined ? 30 : (c.final_logit_softcapping ?? undefined)),
   unsupported: [{ key: 'use_bidirectional_attention', supported: absentOr(false), why: 'attention to every token, not causal' }],
@@ -127,7 +130,7 @@ export const FAMILIES: FamilySpec[] = [
     family: 'mistral',
     modelTypes: ['mistral'],
     bias: fixedBiases(false, false, false),
-    slidingWindow: (c) => c.sliding_window ?? undefined,
+    slidingWindow: (c) => windowOrNone(c.sliding_window),
   }),
   family(LLAMA, {
     family: 'qwen2',
@@ -173,7 +176,7 @@ export const FAMILIES: FamilySpec[] = [
     partialRotary: true,
     // Phi3Attention and Phi3MLP have no biases.
     bias: fixedBiases(false, false, false),
-    slidingWindow: (c) => c.sliding_window ?? undefined,
+    slidingWindow: (c) => windowOrNone(c.sliding_window),
   }),
   GEMMA2,
   // Gemma 3 text (modeling_gemma3.py, Gemma3TextConfig): Gemma 2's layout plus per-head
@@ -188,14 +191,14 @@ export const FAMILIES: FamilySpec[] = [
     modelTypes: ['gemma3_text'],
     defaults: { ...GEMMA2.defaults, maxPositions: 131072, ropeTheta: 1e6 },
     norms: { ...GEMMA2.norms, q: { name: 'self_attn.q_norm', over: 'head' }, k: { name: 'self_attn.k_norm', over: 'head' } },
-    slidingLayers: (c, layers) => layerTypes(c, layers, c.sliding_window_pattern ?? 6),
+    slidingLayers: (c, layers) => layerTypes(c, layers, positiveInt(c, 'sliding_window_pattern', 6)),
     attentionSoftcap: () => undefined,
     finalSoftcap: (c) => c.final_logit_softcapping ?? undefined,
     localRope: (c, headDim) => {
       const local = c.rope_parameters?.sliding_attention;
       return local
-        ? ropeFrequencies({ rope_parameters: local }, headDim)
-        : ropeFrequencies({ rope_theta: c.rope_local_base_freq ?? 10000 }, headDim);
+        ? ropeFrequencies({ rope_parameters: local }, headDim, 10000, false, 'rope_parameters.sliding_attention')
+        : ropeFrequencies({ rope_theta: positiveNumber(c.rope_local_base_freq ?? 10000, 'rope_local_base_freq') }, headDim);
     },
   }),
   // Mixtral (modeling_mixtral.py): Mistral with a sparse MoE block — router
@@ -213,14 +216,14 @@ export const FAMILIES: FamilySpec[] = [
       expert: { gate: 'w1', up: 'w3', down: 'w2' },
     },
     moe: (c, layers) => ({
-      experts: positiveInt(c, 'num_local_experts', 8),
+      experts: positiveInt(c, 'num_local_experts', 8, DIM_CAPS.experts),
       topK: positiveInt(c, 'num_experts_per_tok', 2),
       renormalize: true,
-      expertIntermediate: positiveInt(c, 'intermediate_size', 14336),
+      expertIntermediate: positiveInt(c, 'intermediate_size', 14336, DIM_CAPS.intermediate),
       sparseLayers: new Array(layers).fill(true),
     }),
     bias: fixedBiases(false, false, false),
-    slidingWindow: (c) => c.sliding_window ?? undefined,
+    slidingWindow: (c) => windowOrNone(c.sliding_window),
   }),
   // Qwen3-MoE (modeling_qwen3_moe.py, Qwen3MoeConfig): Qwen3's attention (per-head q/k
   // norms, head_dim hidden/heads unless given); router `mlp.gate`, softmax over all
@@ -243,20 +246,19 @@ export const FAMILIES: FamilySpec[] = [
     moe: (c, layers) => {
       const step = positiveInt(c, 'decoder_sparse_step', 1);
       const only: unknown = c.mlp_only_layers ?? [];
-      if (!Array.isArray(only) || !only.every((l) => Number.isInteger(l)))
+      if (!Array.isArray(only) || !only.every((l) => Number.isSafeInteger(l) && l >= 0))
         throw new CheckpointError(`config.json: mlp_only_layers must be a list of layer indices (got ${JSON.stringify(only)})`);
-      const experts = positiveInt(c, c.num_experts !== undefined ? 'num_experts' : 'num_local_experts', 128);
+      const experts = positiveInt(c, c.num_experts !== undefined ? 'num_experts' : 'num_local_experts', 128, DIM_CAPS.experts);
       return {
         experts,
         topK: positiveInt(c, 'num_experts_per_tok', 8),
-        renormalize: c.norm_topk_prob === true,
-        expertIntermediate: positiveInt(c, 'moe_intermediate_size', 768),
+        renormalize: flag(c, 'norm_topk_prob'),
+        expertIntermediate: positiveInt(c, 'moe_intermediate_size', 768, DIM_CAPS.intermediate),
         sparseLayers: Array.from({ length: layers }, (_, l) => !only.includes(l) && (l + 1) % step === 0),
       };
     },
     bias: attentionBiases,
-    slidingWindow: (c) =>
-      c.use_sliding_window === true ? (c.sliding_window === undefined ? 4096 : (c.sliding_window ?? undefined)) : undefined,
+    slidingWindow: qwenWindow,
   }),
   {
     family: 'gpt2',

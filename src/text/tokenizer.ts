@@ -1,9 +1,8 @@
 // Tokenisation with @huggingface/tokenizers (tokenizer.json + tokenizer_config.json).
 import fs from 'node:fs';
-import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { CheckpointError } from '../common/errors.js';
-import { readJsonObject } from '../checkpoint/files.js';
+import { CheckpointError, shownValue as shown } from '../common/errors.js';
+import { FILE_CAPS, checkpointFile, readBounded, readJsonObject } from '../checkpoint/files.js';
 import { TokenizerPool } from './tokenizer-pool.js';
 
 export class TextTokenizer {
@@ -24,16 +23,18 @@ export class TextTokenizer {
     this.chatTemplate = chatTemplateOf(config);
   }
 
-  /** Load from a checkpoint directory; `ids` are the model config's BOS/EOS, which win. */
-  static load(dir: string, ids: { bos?: number; eos?: number } = {}): TextTokenizer {
-    const file = path.join(dir, 'tokenizer.json');
+  /** Load from a checkpoint directory; `ids` are the model config's BOS/EOS, which win;
+   * with `vocabSize` (the model's embedding rows) every token id must lie below it. */
+  static load(dir: string, ids: { bos?: number; eos?: number } = {}, vocabSize?: number): TextTokenizer {
+    const file = checkpointFile(dir, 'tokenizer.json');
     if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no tokenizer.json`);
-    const json = readJsonObject(file);
-    const cfgFile = path.join(dir, 'tokenizer_config.json');
+    const json = readJsonObject(file, CheckpointError, FILE_CAPS.tokenizerJson);
+    validateTokenizerJson(json, file, vocabSize);
+    const cfgFile = checkpointFile(dir, 'tokenizer_config.json');
     const cfg: Record<string, any> = fs.existsSync(cfgFile) ? readJsonObject(cfgFile) : {};
     // Newer checkpoints keep the template in its own file, which wins over the config's.
-    const jinja = path.join(dir, 'chat_template.jinja');
-    if (fs.existsSync(jinja)) cfg.chat_template = fs.readFileSync(jinja, 'utf8');
+    const jinja = checkpointFile(dir, 'chat_template.jinja');
+    if (fs.existsSync(jinja)) cfg.chat_template = readBounded(jinja, FILE_CAPS.chatTemplate).toString('utf8');
     let tokenizer: Tokenizer;
     try {
       tokenizer = new Tokenizer(json, cfg);
@@ -100,4 +101,38 @@ function chatTemplateOf(config: Record<string, any>): string | undefined {
     return typeof named?.template === 'string' ? named.template : undefined;
   }
   return undefined;
+}
+
+/** Tokenizer models @huggingface/tokenizers implements. Any other `model.type` it guesses
+ * at from the fields present (WordLevel becomes its legacy lookup, which ignores
+ * `unk_token` and encodes an unknown word as an undefined id), so it is refused here. */
+const MODEL_TYPES = ['BPE', 'WordPiece', 'Unigram'];
+
+/** Refuse a tokenizer.json whose model the library does not implement, or whose token ids
+ * (the model's vocabulary, the added tokens) are not integers below `vocabSize`: such an
+ * id reaches the graph's Gather and fails there, or (a negative one) wraps around to a
+ * valid-looking id. */
+export function validateTokenizerJson(json: Record<string, any>, file: string, vocabSize?: number): void {
+  const unreadable = (why: string) => new CheckpointError(`${file}: not a tokenizer @huggingface/tokenizers can read (${why})`);
+  const model = json.model;
+  if (model === null || typeof model !== 'object' || Array.isArray(model)) throw unreadable('model must be an object');
+  if (!MODEL_TYPES.includes(model.type)) throw unreadable(`model.type ${shown(model.type)} is not one of ${MODEL_TYPES.join(', ')}`);
+  const limit = vocabSize ?? Number.MAX_SAFE_INTEGER;
+  const range = vocabSize === undefined ? 'a token id ≥ 0' : `a token id in [0, vocab_size ${vocabSize})`;
+  const check = (id: unknown, what: string) => {
+    if (!Number.isInteger(id) || (id as number) < 0 || (id as number) >= limit)
+      throw new CheckpointError(`${file}: ${what} has id ${shown(id)}, not ${range}`);
+  };
+  if (model.type === 'Unigram') {
+    // Unigram's vocabulary is a list: a piece's id is its index.
+    if (!Array.isArray(model.vocab)) throw unreadable('model.vocab must be a list of [piece, score]');
+    if (model.vocab.length > limit) check(limit, `model.vocab[${limit}] ${shown(model.vocab[limit]?.[0])}`);
+  } else {
+    if (model.vocab === null || typeof model.vocab !== 'object' || Array.isArray(model.vocab))
+      throw unreadable('model.vocab must map tokens to ids');
+    for (const token in model.vocab) check(model.vocab[token], `model.vocab token ${shown(token)}`);
+  }
+  const added: unknown = json.added_tokens ?? [];
+  if (!Array.isArray(added)) throw unreadable('added_tokens must be a list');
+  added.forEach((t: any, i) => check(t?.id, `added_tokens[${i}] ${shown(t?.content)}`));
 }
