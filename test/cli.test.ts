@@ -273,6 +273,9 @@ describe('ctxprobe serve', () => {
     });
     const { address } = await serving;
     const client = scoringClient(Number(address.split(':').pop()));
+    // Connected first: a connection still being made when SIGTERM comes is refused (under
+    // load one took longer than the 50 ms below), and the call must be in flight.
+    await new Promise<void>((resolve, reject) => client.waitForReady(Date.now() + 20_000, (e?: Error) => (e ? reject(e) : resolve())));
     const pending = unary(client, 'Score', { items: [{ id: 'q', contextText: 'Hello', continuationsText: [' world'] }] });
     await new Promise((r) => setTimeout(r, 50));
     child.kill('SIGTERM');
