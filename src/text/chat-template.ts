@@ -239,7 +239,7 @@ export function renderTemplate(
   }
 }
 
-export const seconds = (ms: number) => `${+(ms / 1000).toFixed(3)} s`;
+export const seconds = (ms: number) => `${+(ms / 1000).toFixed(1)} s`;
 
 function classify(r: Render, e: unknown): TemplateFailure {
   if (e instanceof BoundCrossed) return e.failure;
