@@ -11,7 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModel } from '../src/serving/repository.js';
 import { ChatTemplateProcess } from '../src/text/chat-template-host.js';
-import { TEMPLATE_BOUNDS } from '../src/text/chat-template.js';
+import { TEMPLATE_BOUNDS, compileTemplate, renderTemplate } from '../src/text/chat-template.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { client, healthClient, postJson, serveModel, unary } from './helpers.js';
 import { ROOT, serveCli, type Served } from './cli-serve.js';
@@ -72,10 +72,11 @@ function templateProcesses(serverPid: number): number[] {
     .map(Number);
 }
 
+/** Whether a process runs (a zombie, ended and not yet reaped, does not). */
 const alive = (pid: number) => {
   try {
-    process.kill(pid, 0);
-    return true;
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
   } catch {
     return false;
   }
@@ -245,6 +246,46 @@ describe('the template process', () => {
     expect(p.compilations).toBe(2);
     await p.close();
   }, 60_000);
+});
+
+describe('the renderer tells failures apart', () => {
+  const render = (template: string, args: Record<string, unknown> = {}) =>
+    renderTemplate(
+      compileTemplate(template),
+      { messages: [{ role: 'user', content: 'Hi' }], ...args },
+      { timeMs: 10_000, outputChars: 1000 },
+    );
+  const kind = (template: string, args?: Record<string, unknown>) => {
+    const r = render(template, args);
+    return 'failure' in r ? r.failure.kind : 'rendered';
+  };
+
+  it("the template's own raise_exception, however it is reached, is the client's conversation refused", () => {
+    expect(render("{{ raise_exception('Conversation roles must alternate') }}")).toEqual({
+      failure: { kind: 'rejected', message: 'Conversation roles must alternate' },
+    });
+    expect(kind("{% set fail = raise_exception %}{{ fail('aliased') }}")).toBe('rejected');
+    expect(
+      kind("{% macro check(m) %}{% if m.role != 'system' %}{{ raise_exception('no') }}{% endif %}{% endmacro %}{{ check(messages[0]) }}"),
+    ).toBe('rejected');
+  });
+
+  it('anything else is the template failing: an argument of raise_exception that fails, another function, an unknown filter', () => {
+    expect(kind('{{ raise_exception(nothing.here()) }}')).toBe('error');
+    expect(kind("{% macro raise(m) %}{{ m.x.y() }}{% endmacro %}{{ raise('z') }}")).toBe('error');
+    expect(kind('{{ messages | no_such_filter }}')).toBe('error');
+  });
+
+  it("template arguments that clash with the template's globals are the client's", () => {
+    expect(kind('{{ messages[0].content }}', { range: 1 })).toBe('arguments');
+  });
+
+  it('output is counted as loops write it, and any string the template builds is held to the bound', () => {
+    const out = render('{% for i in range(100000) %}x{% endfor %}');
+    expect(out).toEqual({ failure: { kind: 'output', message: 'wrote more than 1000 characters (the bound for these arguments)' } });
+    expect(kind("{% set ns = namespace(v='x') %}{% for i in range(40) %}{% set ns.v = ns.v ~ ns.v %}{% endfor %}")).toBe('output');
+    expect(render('{% for m in messages %}{{ m.content }}{% endfor %}')).toEqual({ text: 'Hi' });
+  });
 });
 
 describe('every render goes through the contained renderer', () => {

@@ -23,8 +23,10 @@ type Ended = { ended: TemplateFailure };
 
 export class ChatTemplateProcess {
   private child?: ChildProcess;
-  /** The process's last stderr: V8's reason when it aborts. */
-  private stderr = '';
+  /** Each process's last stderr: V8's reason when it aborts. */
+  private readonly stderr = new WeakMap<ChildProcess, string>();
+  /** Processes started and not yet closed. */
+  private readonly live = new Set<ChildProcess>();
   private tail: Promise<unknown> = Promise.resolve();
   private closed = false;
   /** Test hook: how many times the template has been compiled (once per process). */
@@ -58,16 +60,19 @@ export class ChatTemplateProcess {
     });
   }
 
+  /** End the process, and any ended at a bound that has not exited yet: each is waited
+   * for (a server that exits right after leaves no zombie). */
   async close(): Promise<void> {
     this.closed = true;
-    const child = this.child;
     this.child = undefined;
-    if (child && child.exitCode === null && child.signalCode === null) {
-      const gone = new Promise((resolve) => child.once('close', resolve));
-      idle(child, false); // held until it is gone
-      child.kill('SIGKILL');
-      await gone;
-    }
+    await Promise.all(
+      [...this.live].map((child) => {
+        const gone = new Promise((resolve) => child.once('close', resolve));
+        idle(child, false); // held until it is gone
+        child.kill('SIGKILL');
+        return gone;
+      }),
+    );
   }
 
   private queued<T>(work: () => Promise<T>): Promise<T> {
@@ -88,11 +93,14 @@ export class ChatTemplateProcess {
       // Nothing of the server's environment (tokens, paths) is the template's business.
       env: {},
     });
-    this.stderr = '';
     child.stderr!.setEncoding('utf8');
-    child.stderr!.on('data', (d: string) => (this.stderr = (this.stderr + d).slice(-4096)));
+    child.stderr!.on('data', (d: string) => this.stderr.set(child, ((this.stderr.get(child) ?? '') + d).slice(-4096)));
     child.on('error', () => {}); // a failed spawn also ends: 'close' says so
-    child.once('close', () => this.child === child && (this.child = undefined));
+    child.once('close', () => {
+      this.live.delete(child);
+      if (this.child === child) this.child = undefined;
+    });
+    this.live.add(child);
     this.child = child;
     idle(child, true);
     const outcome = await this.ask(child, { type: 'compile', text: this.text }, this.bounds.compileMs);
@@ -117,7 +125,7 @@ export class ChatTemplateProcess {
         resolve(outcome);
       };
       const onMessage = (reply: TemplateReply) => done(reply);
-      const onClose = (code: number | null, signal: NodeJS.Signals | null) => done({ ended: this.howItEnded(code, signal) });
+      const onClose = (code: number | null, signal: NodeJS.Signals | null) => done({ ended: this.howItEnded(child, code, signal) });
       const timer = setTimeout(() => {
         this.end(child);
         const message =
@@ -126,7 +134,11 @@ export class ChatTemplateProcess {
       }, ms);
       child.on('message', onMessage);
       child.on('close', onClose);
-      child.send(request, (err) => err && this.end(child));
+      child.send(request, (err) => {
+        if (!err) return;
+        this.end(child);
+        done({ ended: { kind: 'stopped', message: `could not be reached (${err.message})` } });
+      });
     }).finally(() => idle(child, true));
   }
 
@@ -135,9 +147,9 @@ export class ChatTemplateProcess {
     child.kill('SIGKILL');
   }
 
-  private howItEnded(code: number | null, signal: NodeJS.Signals | null): TemplateFailure {
+  private howItEnded(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): TemplateFailure {
     if (this.closed) return { kind: 'stopped', message: 'is closed (the model is unloading)' };
-    if (/heap out of memory|invalid size error|allocation failed/i.test(this.stderr))
+    if (/heap out of memory|invalid size error|allocation failed/i.test(this.stderr.get(child) ?? ''))
       return { kind: 'memory', message: `ran out of memory (its process's ${this.bounds.heapMb} MiB)` };
     return { kind: 'stopped', message: `ended its process (${signal ?? `exit code ${code}`})` };
   }
