@@ -85,9 +85,16 @@ export class Engine {
     const separateProbe = profile.separateProbeSession;
     const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind);
     const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
+    // The chat template is compiled now, once, in its own process: one that does not parse
+    // refuses the model here, naming its file, rather than failing every chat request.
+    await tokenizer.startChatTemplate();
+    const failed = async (e: Error): Promise<never> => {
+      await tokenizer.close();
+      sessionFailure(device, e);
+    };
     const started = performance.now();
     // No silent CPU fallback: where each node runs, from onnxruntime itself (placements.ts).
-    const placed = profile.checkPlacements ? await placements(graph.model, runOptions).catch((e: Error) => sessionFailure(device, e)) : undefined;
+    const placed = profile.checkPlacements ? await placements(graph.model, runOptions).catch(failed) : undefined;
     const host = new SessionHost({
       ...(profile.kvOnDevice ? { deviceKv: deviceKv(config, device) } : {}),
       sharedDeviceLock: profile.sharedDeviceLock,
@@ -96,7 +103,7 @@ export class Engine {
       await host.create(SESSION, graph.model, runOptions, { keyLayout: graph.keyLayout, indexFeeds: graph.indexFeeds });
     } catch (e) {
       await host.close();
-      sessionFailure(device, e as Error);
+      await failed(e as Error);
     }
     const sessionSeconds = (performance.now() - started) / 1000;
     const info: EngineInfo = {

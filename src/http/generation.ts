@@ -12,7 +12,7 @@ import { InvalidArgumentError } from '../common/errors.js';
 import type { ChoiceResult, TokenEvent } from '../requests/generate.js';
 import type { SamplingParams } from '../requests/sampling.js';
 import type { EchoScore } from '../requests/scoring.js';
-import { renderChatText } from '../requests/segments.js';
+import { chatText } from '../requests/segments.js';
 import type { ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
 import { toJson } from './json.js';
@@ -189,7 +189,7 @@ export async function chatCompletions(service: Service, m: ServedModel, body: Ch
     content: typeof msg.content === 'string' ? msg.content : msg.content.map((p) => p.text).join(''),
   }));
   service.checkTextBytes(messages, 'messages');
-  const text = renderChatText(tok, messages, 'messages', tok.chatTemplate, {
+  const text = await chatText(tok, messages, 'messages', {
     addGenerationPrompt: body.add_generation_prompt ?? true,
     kwargs: body.chat_template_kwargs ?? {},
   });

@@ -6,7 +6,6 @@
 // with the whole's. A token that straddles a chunk boundary therefore belongs to the
 // later chunk.
 import { append } from '../common/sequences.js';
-import { Template } from '@huggingface/jinja';
 import { InvalidArgumentError, checkTokenIds } from '../common/errors.js';
 import type { Engine } from '../engine/engine.js';
 import { commonPrefixLength } from '../common/sequences.js';
@@ -14,6 +13,14 @@ import { messageLabels, type ChatMessage } from '../common/labels.js';
 
 export type { ChatMessage };
 import type { TextTokenizer } from '../text/tokenizer.js';
+import {
+  compileTemplate,
+  describeTemplate,
+  renderTemplate,
+  templateArguments,
+  templateError,
+  type CompiledTemplate,
+} from '../text/chat-template.js';
 
 export interface TextChunk {
   label: string;
@@ -92,7 +99,36 @@ export function segmentIds(chunks: IdChunk[], field = 'chunks'): Segmented {
 }
 
 /** Render a conversation with the model's chat template (tokenizer_config.json or
- * chat_template.jinja) as one text: what a chat completion's prompt is. */
+ * chat_template.jinja) as one text — what a chat completion's prompt is — in the
+ * template's own process, within its bounds (src/text/chat-template-host.ts). A
+ * conversation the template refuses (its raise_exception) is INVALID_ARGUMENT with the
+ * template's own message, as before; the template failing otherwise (an error, its time, output or memory bound) is
+ * the checkpoint's, FAILED_PRECONDITION naming the template. */
+export async function chatText(
+  tok: TextTokenizer,
+  messages: { role: string; content: string }[],
+  field = 'messages',
+  options: ChatRenderOptions = {},
+): Promise<string> {
+  checkConversation(tok.chatTemplate, messages, field, '');
+  return tok.renderChatTemplate(templateArguments(tok.config, messages, options), field);
+}
+
+/** The model's chat template rendered once and cut into one chunk per message (see
+ * renderChat), in the template's own process, within its bounds (as chatText). */
+export async function chatChunks(
+  tok: TextTokenizer,
+  messages: ChatMessage[],
+  field = 'messages',
+  options: ChatRenderOptions = {},
+): Promise<TextChunk[]> {
+  const contents = checkMessages(tok.chatTemplate, messages, field);
+  const text = await chatText(tok, withContents(messages, contents), field, options);
+  return splitRendering(tok, messages, contents, text, field);
+}
+
+/** chatText on the calling thread, unbounded, with any template (`template`): for tests
+ * and tools; request paths render through chatText, in the template's process. */
 export function renderChatText(
   tok: TextTokenizer,
   messages: { role: string; content: string }[],
@@ -100,29 +136,19 @@ export function renderChatText(
   template = tok.chatTemplate,
   options: ChatRenderOptions = {},
 ): string {
-  if (!template) throw new InvalidArgumentError(field, 'the model has no chat template (tokenizer_config.json or chat_template.jinja)');
-  if (messages.length === 0) throw new InvalidArgumentError(field, 'at least one message is needed');
-  let compiled: Template;
+  checkConversation(template, messages, field, '');
+  let compiled: CompiledTemplate;
   try {
-    compiled = new Template(template);
+    compiled = compileTemplate(template!);
   } catch (e) {
     throw new InvalidArgumentError(field, `the model's chat template does not parse: ${(e as Error).message}`);
   }
-  const special = (name: string) => {
-    const v = tok.config[name];
-    return typeof v === 'string' ? v : (v?.content ?? '');
-  };
-  try {
-    return compiled.render({
-      bos_token: special('bos_token'),
-      eos_token: special('eos_token'),
-      ...options.kwargs,
-      messages,
-      add_generation_prompt: options.addGenerationPrompt ?? false, // raise_exception is built into @huggingface/jinja
-    });
-  } catch (e) {
-    throw new InvalidArgumentError(field, `the chat template cannot render these messages: ${(e as Error).message}`);
+  const result = renderTemplate(compiled, templateArguments(tok.config, messages, options));
+  if ('failure' in result) {
+    const where = template === tok.chatTemplate && tok.chatTemplateOrigin ? describeTemplate(tok.chatTemplateOrigin) : 'as given';
+    throw templateError(field, where, result.failure);
   }
+  return result.text;
 }
 
 /** How a conversation is rendered: the template's own arguments. */
@@ -140,7 +166,8 @@ export interface ChatRenderOptions {
  * goes to the message it introduces (all of it, for a template with no end-of-turn
  * token); markup after the last message (an EOS, the generation prompt) to the last chunk. A
  * template that drops a message, rewrites its content beyond trimming, or reorders
- * messages is refused naming the message. */
+ * messages is refused naming the message. On the calling thread, as renderChatText: request
+ * paths use chatChunks. */
 export function renderChat(
   tok: TextTokenizer,
   messages: ChatMessage[],
@@ -148,12 +175,20 @@ export function renderChat(
   template = tok.chatTemplate,
   options: ChatRenderOptions = {},
 ): TextChunk[] {
+  const contents = checkMessages(template, messages, field);
+  const text = renderChatText(tok, withContents(messages, contents), field, template, options);
+  return splitRendering(tok, messages, contents, text, field);
+}
+
+function checkConversation(template: string | undefined, messages: unknown[], field: string, advice: string): void {
   if (!template)
-    throw new InvalidArgumentError(
-      field,
-      'the model has no chat template (tokenizer_config.json or chat_template.jinja): send labelled chunks instead',
-    );
+    throw new InvalidArgumentError(field, `the model has no chat template (tokenizer_config.json or chat_template.jinja)${advice}`);
   if (messages.length === 0) throw new InvalidArgumentError(field, 'at least one message is needed');
+}
+
+/** Each message's content (its chunks joined, where it has chunks), checked. */
+function checkMessages(template: string | undefined, messages: ChatMessage[], field: string): string[] {
+  checkConversation(template, messages, field, ': send labelled chunks instead');
   messages.forEach((m, k) => {
     if (typeof m.role !== 'string') throw new InvalidArgumentError(`${field}[${k}].role`, 'must be a string');
     if (m.chunks?.length) {
@@ -162,14 +197,13 @@ export function renderChat(
         throw new InvalidArgumentError(`${field}[${k}].content`, "give the content or its chunks, not both (or the chunks' texts joined)");
     } else if (typeof m.content !== 'string') throw new InvalidArgumentError(`${field}[${k}].content`, 'must be a string');
   });
-  const contents = messages.map((m) => (m.chunks?.length ? m.chunks.map((c) => c.text).join('') : m.content));
-  const text = renderChatText(
-    tok,
-    messages.map((m, k) => ({ role: m.role, content: contents[k]! })),
-    field,
-    template,
-    options,
-  );
+  return messages.map((m) => (m.chunks?.length ? m.chunks.map((c) => c.text).join('') : m.content));
+}
+
+const withContents = (messages: ChatMessage[], contents: string[]) => messages.map((m, k) => ({ role: m.role, content: contents[k]! }));
+
+/** The rendering `text` of `messages` cut into one chunk per message (renderChat). */
+function splitRendering(tok: TextTokenizer, messages: ChatMessage[], contents: string[], text: string, field: string): TextChunk[] {
   // Where each message's content sits in the rendering: [start, end), and whether it is
   // the content as given (templates trim; Qwen3 drops earlier turns' reasoning).
   const spans: { start: number; end: number; exact: boolean }[] = [];
@@ -283,7 +317,7 @@ export async function segmentSample(
   if (sample.messages?.length)
     return segmentText(
       tok,
-      renderChat(tok, sample.messages, `${field}.messages`, tok.chatTemplate, {
+      await chatChunks(tok, sample.messages, `${field}.messages`, {
         addGenerationPrompt: sample.addGenerationPrompt,
         kwargs: sample.templateKwargs,
       }),

@@ -4,23 +4,31 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { CheckpointError, shownValue as shown } from '../common/errors.js';
 import { FILE_CAPS, checkpointFile, readBounded, readJsonObject } from '../checkpoint/files.js';
 import { TokenizerPool } from './tokenizer-pool.js';
+import { ChatTemplateProcess } from './chat-template-host.js';
+import { describeTemplate, templateError, type TemplateOrigin } from './chat-template.js';
 
 export class TextTokenizer {
   readonly bosId?: number;
   readonly eosId?: number;
   readonly chatTemplate?: string;
+  /** The chat template's file (and name in a named list). */
+  readonly chatTemplateOrigin?: TemplateOrigin;
 
   private pool?: TokenizerPool;
+  private template?: ChatTemplateProcess;
 
   private constructor(
     private readonly tok: Tokenizer,
     readonly config: Record<string, any>,
     ids: { bos?: number; eos?: number },
     private readonly source: { json: unknown; config: unknown },
+    templateFile: string,
   ) {
     this.bosId = ids.bos ?? this.idOf(config.bos_token);
     this.eosId = ids.eos ?? this.idOf(config.eos_token);
-    this.chatTemplate = chatTemplateOf(config);
+    const template = chatTemplateOf(config);
+    this.chatTemplate = template?.text;
+    if (template) this.chatTemplateOrigin = { file: templateFile, ...(template.name !== undefined && { name: template.name }) };
   }
 
   /** Load from a checkpoint directory; `ids` are the model config's BOS/EOS, which win;
@@ -34,7 +42,8 @@ export class TextTokenizer {
     const cfg: Record<string, any> = fs.existsSync(cfgFile) ? readJsonObject(cfgFile) : {};
     // Newer checkpoints keep the template in its own file, which wins over the config's.
     const jinja = checkpointFile(dir, 'chat_template.jinja');
-    if (fs.existsSync(jinja)) cfg.chat_template = readBounded(jinja, FILE_CAPS.chatTemplate).toString('utf8');
+    const fromJinja = fs.existsSync(jinja);
+    if (fromJinja) cfg.chat_template = readBounded(jinja, FILE_CAPS.chatTemplate).toString('utf8');
     let tokenizer: Tokenizer;
     try {
       tokenizer = new Tokenizer(json, cfg);
@@ -42,7 +51,34 @@ export class TextTokenizer {
     } catch (e) {
       throw new CheckpointError(`${file}: not a tokenizer @huggingface/tokenizers can read (${(e as Error).message})`);
     }
-    return new TextTokenizer(tokenizer, cfg, ids, { json, config: cfg });
+    return new TextTokenizer(tokenizer, cfg, ids, { json, config: cfg }, fromJinja ? jinja : cfgFile);
+  }
+
+  /** Compile the chat template in its own process (src/text/chat-template-host.ts), once:
+   * what a model's load does. A template that does not parse (or compile within its
+   * bounds) refuses the model, naming its file. */
+  async startChatTemplate(): Promise<void> {
+    if (this.chatTemplate === undefined || this.template) return;
+    this.template = new ChatTemplateProcess(this.chatTemplate);
+    const failure = await this.template.start();
+    if (!failure) return;
+    const origin = this.chatTemplateOrigin!;
+    const named = origin.name === undefined ? '' : ` (chat_template ${JSON.stringify(origin.name)})`;
+    throw new CheckpointError(`${origin.file}${named}: the chat template ${failure.message}`);
+  }
+
+  /** The chat template rendered with `args` in its process, within its bounds; a failure
+   * throws the error it answers with (templateError), about `field`. */
+  async renderChatTemplate(args: Record<string, unknown>, field: string): Promise<string> {
+    if (!this.template) await this.startChatTemplate();
+    const result = await this.template!.render(args);
+    if ('failure' in result) throw templateError(field, describeTemplate(this.chatTemplateOrigin!), result.failure);
+    return result.text;
+  }
+
+  /** Test hook: how many times the chat template was compiled. */
+  get chatTemplateCompilations(): number {
+    return this.template?.compilations ?? 0;
   }
 
   /** Tokenise in `workers` worker threads from now on (0: on the calling thread). */
@@ -51,7 +87,7 @@ export class TextTokenizer {
   }
 
   async close(): Promise<void> {
-    await this.pool?.close();
+    await Promise.all([this.pool?.close(), this.template?.close()]);
     this.pool = undefined;
   }
 
@@ -93,12 +129,13 @@ export class TextTokenizer {
 
 /** The chat template of a tokenizer config: a string, or the template named `default` of
  * a named list (`[{"name": "default", "template": …}, {"name": "tool_use", …}]`). */
-function chatTemplateOf(config: Record<string, any>): string | undefined {
+function chatTemplateOf(config: Record<string, any>): { text: string; name?: string } | undefined {
   const t = config.chat_template;
-  if (typeof t === 'string') return t;
+  if (typeof t === 'string') return { text: t };
   if (Array.isArray(t)) {
     const named = t.find((x) => x?.name === 'default') ?? t[0];
-    return typeof named?.template === 'string' ? named.template : undefined;
+    if (typeof named?.template !== 'string') return undefined;
+    return { text: named.template, ...(typeof named.name === 'string' && { name: named.name }) };
   }
   return undefined;
 }
