@@ -10,7 +10,7 @@ import { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import { InvalidArgumentError } from '../common/errors.js';
 import type { ChoiceResult, TokenEvent } from '../requests/generate.js';
-import type { SamplingParams } from '../requests/sampling.js';
+import { checkSamplingOptions, type SamplingParams } from '../requests/sampling.js';
 import type { EchoScore } from '../requests/scoring.js';
 import { renderChatText } from '../requests/segments.js';
 import type { ServedModel, Service } from '../serving/service.js';
@@ -60,6 +60,8 @@ export interface SamplingBody {
   suffix?: string | null;
 }
 
+const stopStrings = (stop: SamplingBody['stop']): string[] => (stop == null ? [] : typeof stop === 'string' ? [stop] : stop);
+
 /** Options this server does not implement, refused by name unless they ask for nothing. */
 function checkUnsupported(b: SamplingBody): void {
   const refuse = (field: string) => {
@@ -73,6 +75,15 @@ function checkUnsupported(b: SamplingBody): void {
   if (b.suffix) refuse('suffix');
 }
 
+/** The options of a scoring request (completions with max_tokens 0 or 1, greedy; the
+ * sampling fields are in its schema too): refused as generation refuses them — options
+ * this server does not implement unless neutral, values out of range — with the same
+ * messages, so none is taken and then ignored. (A stop string with max_tokens 1 makes it
+ * a generation: wantsGeneration.) */
+export function checkScoringOptions(b: SamplingBody): void {
+  checkSamplingOptions(samplingParams(b, 1, 0));
+}
+
 export function samplingParams(b: SamplingBody, maxTokens: number, logprobs: number): SamplingParams {
   checkUnsupported(b);
   return {
@@ -83,7 +94,7 @@ export function samplingParams(b: SamplingBody, maxTokens: number, logprobs: num
     minP: b.min_p ?? 0,
     ...(b.seed !== undefined ? { seed: b.seed } : {}),
     maxTokens,
-    stop: b.stop == null ? [] : typeof b.stop === 'string' ? [b.stop] : b.stop,
+    stop: stopStrings(b.stop),
     n: b.n ?? 1,
     logprobs,
     ignoreEos: b.ignore_eos ?? false,
@@ -269,10 +280,14 @@ export interface CompletionsGenerationBody extends SamplingBody {
 }
 
 /** Whether a completions request generates: more than one token, a stream, several
- * choices or sampling. max_tokens 0 or 1 at temperature 0 (or unset) is the scoring path
- * lm-evaluation-harness's loglikelihood requests take (echo, greedy next token). */
+ * choices, sampling, or one token that a stop string may end. max_tokens 0 or 1 at
+ * temperature 0 (or unset) is the scoring path lm-evaluation-harness's loglikelihood
+ * requests take (echo, greedy next token). */
 export function wantsGeneration(b: CompletionsGenerationBody): boolean {
-  return (b.max_tokens ?? 16) > 1 || b.stream === true || (b.n ?? 1) > 1 || (b.temperature ?? 0) > 0;
+  const maxTokens = b.max_tokens ?? 16;
+  return (
+    maxTokens > 1 || b.stream === true || (b.n ?? 1) > 1 || (b.temperature ?? 0) > 0 || (maxTokens === 1 && stopStrings(b.stop).length > 0)
+  );
 }
 
 export async function generateCompletions(
