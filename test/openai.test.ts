@@ -144,6 +144,33 @@ describe('/v1/completions', () => {
     expect(stopped.body.choices[0]).toMatchObject({ finish_reason: 'stop', text: '' });
   });
 
+  it('logprobs 0: each position holds its own token and log-prob (as vLLM), scoring, echo and generation alike', async () => {
+    const prompt = [5, 6, 7, 8];
+    const own = (lp: any) =>
+      lp.top_logprobs.forEach((top: any, k: number) =>
+        expect(top, `position ${k}`).toEqual(k === 0 && lp.token_logprobs[0] === null ? null : { [lp.tokens[k]]: lp.token_logprobs[k] }),
+      );
+    const scoring = (await post('/v1/completions', { prompt, max_tokens: 1, temperature: 0, echo: true, logprobs: 0 })).body.choices[0]
+      .logprobs;
+    expect(scoring.top_logprobs).toHaveLength(prompt.length + 1);
+    own(scoring);
+    const greedy = (await post('/v1/completions', { prompt, max_tokens: 3, temperature: 0, echo: true, logprobs: 0 })).body.choices[0]
+      .logprobs;
+    expect(greedy.top_logprobs).toHaveLength(prompt.length + 3);
+    own(greedy);
+    // The same shape: the scoring answer is the greedy generation's first positions.
+    expect(greedy.top_logprobs.slice(0, prompt.length + 1)).toEqual(scoring.top_logprobs);
+    for (const extra of [{ temperature: 1, seed: 3 }, { return_tokens_as_token_ids: true }]) {
+      const body = { prompt, max_tokens: 3, logprobs: 0, ...extra };
+      const sampled = (await post('/v1/completions', body)).body.choices[0].logprobs;
+      expect(sampled.top_logprobs, JSON.stringify(extra)).toHaveLength(3);
+      own(sampled);
+    }
+    const ids = (await post('/v1/completions', { prompt, max_tokens: 0, echo: true, logprobs: 0, return_tokens_as_token_ids: true })).body;
+    own(ids.choices[0].logprobs);
+    expect(ids.choices[0].logprobs.tokens.at(-1)).toBe(`token_id:${prompt.at(-1)}`);
+  });
+
   it('answers bad requests with 4xx and an OpenAI-style error', async () => {
     const cases: [unknown, number, RegExp][] = [
       [{ prompt: 'x', max_tokens: 5, presence_penalty: 1 }, 400, /presence_penalty: is not supported/],

@@ -16,7 +16,7 @@ import { renderChatText } from '../requests/segments.js';
 import type { ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
 import { toJson } from './json.js';
-import { clientGone, tokenKeys, topLogprobs, topTexts, withSpare } from './logprobs.js';
+import { clientGone, positionTop, tokenKeys, topTexts, withSpare } from './logprobs.js';
 
 /** The sampling fields both routes share (OpenAI's, and vLLM's top_k / min_p). */
 export const SAMPLING_PROPERTIES = {
@@ -392,13 +392,15 @@ function completionLogprobs(
   const { prompts, offsets, want, asIds, echoed } = o;
   const ids = prompts.map((p) => p.ids);
   const keyed = (ids: number[]) => tokenKeys(service, m, ids, asIds);
-  const tops = (t: { ids: number[]; logprobs: number[] }) => topLogprobs(service, m, t, Math.max(1, want ?? 0), asIds);
+  // One entry a token: its N most likely alternatives, or with logprobs 0 the token itself.
+  const tops = (tokens: number[], lps: number[], alternatives: ({ ids: number[]; logprobs: number[] } | undefined)[]) =>
+    tokens.map((id, k) => positionTop(service, m, { id, logprob: lps[k]! }, alternatives[k], want ?? 0, asIds));
   const tokenLogprobs = (i: number, c: number, tokens: number[], lps: number[], alternatives: { ids: number[]; logprobs: number[] }[]) => {
     const texts = service.tokenTexts(m, tokens);
     return {
       tokens: keyed(tokens),
       token_logprobs: lps,
-      top_logprobs: alternatives.map(tops),
+      top_logprobs: tops(tokens, lps, alternatives),
       text_offset: texts.map((t) => {
         const at = offsets[i]![c]!;
         offsets[i]![c] = at + t.length;
@@ -415,7 +417,7 @@ function completionLogprobs(
     return {
       tokens: keyed(ids[i]!),
       token_logprobs: [null, ...e.promptLogprobs],
-      top_logprobs: [null, ...e.top.slice(0, -1).map(tops)],
+      top_logprobs: [null, ...tops(ids[i]!.slice(1), e.promptLogprobs, e.top.slice(0, -1))],
       text_offset: texts.map((t, k) => ((at += added[k] ? 0 : t.length), at - (added[k] ? 0 : t.length))),
     };
   };

@@ -11,7 +11,7 @@ import crypto from 'node:crypto';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ServedModel, Service } from '../serving/service.js';
 import { toJson } from './json.js';
-import { clientGone, TOP_SPARE, tokenKeys, topLogprobs } from './logprobs.js';
+import { clientGone, positionTop, TOP_SPARE, tokenKeys } from './logprobs.js';
 import type { RouteConfig } from './route-config.js';
 import {
   CHAT_SCHEMA,
@@ -112,7 +112,7 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
           : {
               tokens: asIds ? tokenKeys(service, m, ids, true) : texts,
               token_logprobs: lps,
-              top_logprobs: tops.map((t) => (t ? topLogprobs(service, m, t, Math.max(1, want), asIds) : null)),
+              top_logprobs: tops.map((t, k) => (t ? positionTop(service, m, { id: ids[k]!, logprob: lps[k]! }, t, want, asIds) : null)),
               text_offset: textOffset,
             },
     };
