@@ -161,7 +161,11 @@ export const CHAT_SCHEMA = {
             ],
             description: 'a string or a list of {"type": "text", "text": …} parts is required',
           },
+          // Passed to the template with the message, as transformers' apply_chat_template
+          // passes the whole message (templates read message.name, message.tool_call_id);
+          // any other field (tool_calls among them) is refused by name.
           name: { type: 'string' },
+          tool_call_id: { type: 'string' },
         },
       },
     },
@@ -181,7 +185,7 @@ export const CHAT_SCHEMA = {
 
 interface ChatBody extends SamplingBody {
   model?: string;
-  messages: { role: string; content: string | { type: 'text'; text: string }[] }[];
+  messages: { role: string; content: string | { type: 'text'; text: string }[]; name?: string; tool_call_id?: string }[];
   max_tokens?: number | null;
   max_completion_tokens?: number | null;
   logprobs?: boolean | null;
@@ -195,9 +199,10 @@ export async function chatCompletions(service: Service, m: ServedModel, body: Ch
   if (body.continue_final_message)
     throw new InvalidArgumentError('continue_final_message', 'is not supported by this server (leave it out)');
   const tok = m.engine.tokenizer;
-  const messages = body.messages.map((msg) => ({
-    role: msg.role,
-    content: typeof msg.content === 'string' ? msg.content : msg.content.map((p) => p.text).join(''),
+  // The fields a template may read, only those given (so that `is defined` holds as in Python).
+  const messages = body.messages.map(({ content, ...rest }) => ({
+    ...rest,
+    content: typeof content === 'string' ? content : content.map((p) => p.text).join(''),
   }));
   service.checkTextBytes(messages, 'messages');
   const text = renderChatText(tok, messages, 'messages', tok.chatTemplate, {

@@ -92,10 +92,11 @@ export function segmentIds(chunks: IdChunk[], field = 'chunks'): Segmented {
 }
 
 /** Render a conversation with the model's chat template (tokenizer_config.json or
- * chat_template.jinja) as one text: what a chat completion's prompt is. */
+ * chat_template.jinja) as one text: what a chat completion's prompt is. Each message goes
+ * to the template whole, as transformers passes it (`name`, `tool_call_id`, …). */
 export function renderChatText(
   tok: TextTokenizer,
-  messages: { role: string; content: string }[],
+  messages: { role: string; content: string; name?: string; tool_call_id?: string }[],
   field = 'messages',
   template = tok.chatTemplate,
   options: ChatRenderOptions = {},
