@@ -28,7 +28,7 @@ export interface ProbeInputs {
   chunkBins: string; // [NG, 1, BIN_GROUP] float: 1 for the chunk bins (below bins − 3), else 0
   excludedBins: string; // [NG, 1, BIN_GROUP] float: 1 for the excluded bin, else 0
   numBins: string; // [1] int64: a multiple of BIN_GROUP (engine/probe-feeds.ts)
-  queryRows: string; // [B, kv, G, Q, 1] int64: each sample's own query rows (of the pass's T), then padding
+  queryRows: string; // [B, kv, G, Q, 1] int64: each sample's own query rows (of the pass's T), then padding (GatherND's indices)
   queryWeight: string; // [B, 1, 1, Q] float: each sample's weight at its rows (0 at padding)
   queryWeightRow: string; // [B, 1, 1, 1, 1, Q] float: the same, as the left side of a product
   rawHeads: string; // [Hr] int64
@@ -92,7 +92,7 @@ export interface LayerProbe {
 //   key_bin [B,S] ─OneHot(bins)─► [B,S,bins] ─Reshape, Transpose─► [B,NG,S,16]
 //   key_bin < bins − 3 ─Cast─·[bin = bins − 3]─+ one-hots─► mass bins [B,1,1,NG,S,16]
 //   key_bin = bins − 2 ─Cast─► excluded keys [B,S] ─·2─► excluded penalty [B,1,1,1,S]
-//   query_rows [B,Q] ─Unsqueeze─Expand─► [B,kv,G,Q,1]
+//   query_rows [B,Q] ─Unsqueeze─Expand(─Cast int64, WebGPU)─► [B,kv,G,Q,1]
 // Made from feeds: the integer ops run on the host side of the graph and hand the device
 // bools to cast, so nothing here waits on the device.
 export function probeInputs(
@@ -130,7 +130,8 @@ export function probeInputs(
     });
     const qw = g.node('Unsqueeze', [queryWeight, g.ints([1, 2])], { name: 'query_weight' });
     const rows5 = g.node('Unsqueeze', [queryRows, g.ints([1, 2, 4])], { name: 'query_rows_5d' });
-    const rows = g.node('Expand', [rows5, g.ints([1, heads.kv, heads.group, 1, 1])], { name: 'query_rows' });
+    const expanded = g.node('Expand', [rows5, g.ints([1, heads.kv, heads.group, 1, 1])], { name: 'query_rows_per_head' });
+    const rows = g.indexType === 'int64' ? expanded : g.cast(expanded, 'int64', g.indexType, 'query_rows');
     return {
       keyBin,
       keyBinsOneHot3: oneHot,

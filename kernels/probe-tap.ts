@@ -31,7 +31,8 @@ class ProbeTap implements DecoderTap {
     // run on the device, where int64 ones ran on the CPU and sent 2 × 18 MB up a pass
     // (H100, 8k probe).
     const keyBin = g.indexInput('key_bin', ['batch', 'total']);
-    const queryRows = g.input('query_rows', 'int64', ['batch', 'query_rows']);
+    // An index feed too: on WebGPU int32 in the one upload, expanded over heads on the device.
+    const queryRows = g.indexInput('query_rows', ['batch', 'query_rows']);
     const queryWeight = g.input('query_weight', 'float32', ['batch', 'query_rows']);
     const numBins = g.input('num_bins', 'int64', [1]);
     const rawHeads = g.input('raw_heads', 'int64', ['raw_heads']);
