@@ -3,7 +3,7 @@
 // probe graph is the scoring graph plus this: attention statistics beside the log-probs,
 // so one pass can answer both.
 //
-// Extra inputs: key_bin [B,S], query_rows [Q], query_weight [B,Q], num_bins [1], raw_heads [Hr],
+// Extra inputs: key_bin [B,S], query_rows [B,Q], query_weight [B,Q], num_bins [1], raw_heads [Hr],
 // raw_queries [Q], want_heatmap [1] (false: no per-row maps, 1-row heat outputs). Outputs: probe.votes / probe.mass
 // [B,layers,H,bins], probe.sink_votes / probe.sink_mass [B,layers,H], raw.L
 // [B,Hr,Q,S], heat.{max,mean}.key_{max,sum} [B,T,bins], heat.key_count [B,T,bins].
@@ -31,13 +31,19 @@ class ProbeTap implements DecoderTap {
     // run on the device, where int64 ones ran on the CPU and sent 2 × 18 MB up a pass
     // (H100, 8k probe).
     const keyBin = g.indexInput('key_bin', ['batch', 'total']);
-    const queryRows = g.input('query_rows', 'int64', ['query_rows']);
+    // An index feed too: on WebGPU int32 in the one upload, expanded over heads on the device.
+    const queryRows = g.indexInput('query_rows', ['batch', 'query_rows']);
     const queryWeight = g.input('query_weight', 'float32', ['batch', 'query_rows']);
     const numBins = g.input('num_bins', 'int64', [1]);
     const rawHeads = g.input('raw_heads', 'int64', ['raw_heads']);
     const rawQueries = g.input('raw_queries', 'int64', ['raw_queries']);
     const wantHeatmap = g.input('want_heatmap', 'bool', [1]);
-    this.inputs = probeInputs(g, keyBin, queryRows, queryWeight, numBins, rawHeads, rawQueries, wantHeatmap);
+    const { numHeads, numKvHeads } = m.config;
+    this.inputs = probeInputs(
+      g,
+      { keyBin, queryRows, queryWeight, numBins, rawHeads, rawQueries, wantHeatmap },
+      { kv: numKvHeads, group: numHeads / numKvHeads },
+    );
   }
 
   attentionProbs(_layer: number, probs: string): void {
@@ -123,7 +129,7 @@ class ProbeTap implements DecoderTap {
         ['max', this.poolMax],
         ['mean', poolMean],
       ] as const) {
-        const h = heatmapKeys(g, pooled, inputs.keyBin, inputs.keyBinsOneHot3, inputs.numBins, `heat_${name}`);
+        const h = heatmapKeys(g, pooled, inputs.keyBin, inputs.keyBinsGrouped, inputs.numBins, `heat_${name}`);
         g.output(`heat.${name}.key_max`, h.keyMax, 'float32', ['batch', 'heat_rows', 'bins']);
         g.output(`heat.${name}.key_sum`, h.keySum, 'float32', ['batch', 'heat_rows', 'bins']);
       }

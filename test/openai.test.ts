@@ -105,6 +105,72 @@ describe('/v1/completions', () => {
     );
   });
 
+  it('refuses on the scoring path (max_tokens 0 or 1, greedy) what generation refuses, with its message; takes neutral values', async () => {
+    const prompt = [5, 6, 7, 8];
+    const refused: Record<string, unknown>[] = [
+      { logit_bias: { '5': 1 } },
+      { suffix: 'y' },
+      { presence_penalty: 0.5 },
+      { frequency_penalty: 0.5 },
+      { repetition_penalty: 1.2 },
+      { best_of: 3 },
+      { top_p: 7 },
+      { top_k: -3 },
+      { min_p: 2 },
+      { stop: [''] },
+    ];
+    for (const extra of refused) {
+      const generation = await post('/v1/completions', { prompt, max_tokens: 2, ...extra });
+      expect(generation.status, JSON.stringify(extra)).toBe(400);
+      expect(generation.body.error.message).toMatch(new RegExp(`^${Object.keys(extra)[0]}: `));
+      for (const max_tokens of [0, 1]) {
+        const scoring = await post('/v1/completions', { prompt, max_tokens, temperature: 0, echo: true, logprobs: 1, ...extra });
+        expect(scoring.status, `${JSON.stringify(extra)} max_tokens ${max_tokens}`).toBe(400);
+        expect(scoring.body.error.message).toBe(generation.body.error.message);
+      }
+    }
+    // Neutral values (and what the harness sends besides: seed) change nothing.
+    const harness = { prompt, max_tokens: 1, temperature: 0, echo: true, logprobs: 1, seed: 1234 };
+    const plain = await post('/v1/completions', harness);
+    const neutral = { presence_penalty: 0, frequency_penalty: 0, repetition_penalty: 1, best_of: 1, n: 1, top_p: 1, top_k: -1, min_p: 0 };
+    const withNeutral = await post('/v1/completions', { ...harness, ...neutral, logit_bias: {}, suffix: null, stop: null, user: 'u' });
+    expect(withNeutral.status).toBe(200);
+    expect(withNeutral.body.choices).toEqual(plain.body.choices);
+    // A stop string can end the one token: max_tokens 1 with stop generates, and stops there.
+    const next = plain.body.choices[0].text.slice(-1);
+    expect(next.length).toBe(1);
+    const stopped = await post('/v1/completions', { prompt, max_tokens: 1, temperature: 0, stop: [next] });
+    expect(stopped.status).toBe(200);
+    expect(stopped.body.choices[0]).toMatchObject({ finish_reason: 'stop', text: '' });
+  });
+
+  it('logprobs 0: each position holds its own token and log-prob (as vLLM), scoring, echo and generation alike', async () => {
+    const prompt = [5, 6, 7, 8];
+    const own = (lp: any) =>
+      lp.top_logprobs.forEach((top: any, k: number) =>
+        expect(top, `position ${k}`).toEqual(k === 0 && lp.token_logprobs[0] === null ? null : { [lp.tokens[k]]: lp.token_logprobs[k] }),
+      );
+    const scoring = (await post('/v1/completions', { prompt, max_tokens: 1, temperature: 0, echo: true, logprobs: 0 })).body.choices[0]
+      .logprobs;
+    expect(scoring.top_logprobs).toHaveLength(prompt.length + 1);
+    own(scoring);
+    const greedy = (await post('/v1/completions', { prompt, max_tokens: 3, temperature: 0, echo: true, logprobs: 0 })).body.choices[0]
+      .logprobs;
+    expect(greedy.top_logprobs).toHaveLength(prompt.length + 3);
+    own(greedy);
+    // The same shape: the scoring answer is the greedy generation's first positions.
+    expect(greedy.top_logprobs.slice(0, prompt.length + 1)).toEqual(scoring.top_logprobs);
+    for (const extra of [{ temperature: 1, seed: 3 }, { return_tokens_as_token_ids: true }]) {
+      const body = { prompt, max_tokens: 3, logprobs: 0, ...extra };
+      const sampled = (await post('/v1/completions', body)).body.choices[0].logprobs;
+      expect(sampled.top_logprobs, JSON.stringify(extra)).toHaveLength(3);
+      own(sampled);
+    }
+    const ids = (await post('/v1/completions', { prompt, max_tokens: 0, echo: true, logprobs: 0, return_tokens_as_token_ids: true })).body;
+    own(ids.choices[0].logprobs);
+    expect(ids.choices[0].logprobs.tokens.at(-1)).toBe(`token_id:${prompt.at(-1)}`);
+  });
+
   it('answers bad requests with 4xx and an OpenAI-style error', async () => {
     const cases: [unknown, number, RegExp][] = [
       [{ prompt: 'x', max_tokens: 5, presence_penalty: 1 }, 400, /presence_penalty: is not supported/],

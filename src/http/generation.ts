@@ -10,13 +10,13 @@ import { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import { InvalidArgumentError } from '../common/errors.js';
 import type { ChoiceResult, TokenEvent } from '../requests/generate.js';
-import type { SamplingParams } from '../requests/sampling.js';
+import { checkSamplingOptions, type SamplingParams } from '../requests/sampling.js';
 import type { EchoScore } from '../requests/scoring.js';
 import { chatText } from '../requests/segments.js';
 import type { ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
 import { toJson } from './json.js';
-import { clientGone, tokenKeys, topLogprobs, topTexts, withSpare } from './logprobs.js';
+import { clientGone, positionTop, tokenKeys, topTexts, withSpare } from './logprobs.js';
 
 /** The sampling fields both routes share (OpenAI's, and vLLM's top_k / min_p). */
 export const SAMPLING_PROPERTIES = {
@@ -60,6 +60,8 @@ export interface SamplingBody {
   suffix?: string | null;
 }
 
+const stopStrings = (stop: SamplingBody['stop']): string[] => (stop == null ? [] : typeof stop === 'string' ? [stop] : stop);
+
 /** Options this server does not implement, refused by name unless they ask for nothing. */
 function checkUnsupported(b: SamplingBody): void {
   const refuse = (field: string) => {
@@ -73,6 +75,15 @@ function checkUnsupported(b: SamplingBody): void {
   if (b.suffix) refuse('suffix');
 }
 
+/** The options of a scoring request (completions with max_tokens 0 or 1, greedy; the
+ * sampling fields are in its schema too): refused as generation refuses them — options
+ * this server does not implement unless neutral, values out of range — with the same
+ * messages, so none is taken and then ignored. (A stop string with max_tokens 1 makes it
+ * a generation: wantsGeneration.) */
+export function checkScoringOptions(b: SamplingBody): void {
+  checkSamplingOptions(samplingParams(b, 1, 0));
+}
+
 export function samplingParams(b: SamplingBody, maxTokens: number, logprobs: number): SamplingParams {
   checkUnsupported(b);
   return {
@@ -83,7 +94,7 @@ export function samplingParams(b: SamplingBody, maxTokens: number, logprobs: num
     minP: b.min_p ?? 0,
     ...(b.seed !== undefined ? { seed: b.seed } : {}),
     maxTokens,
-    stop: b.stop == null ? [] : typeof b.stop === 'string' ? [b.stop] : b.stop,
+    stop: stopStrings(b.stop),
     n: b.n ?? 1,
     logprobs,
     ignoreEos: b.ignore_eos ?? false,
@@ -150,7 +161,11 @@ export const CHAT_SCHEMA = {
             ],
             description: 'a string or a list of {"type": "text", "text": …} parts is required',
           },
+          // Passed to the template with the message, as transformers' apply_chat_template
+          // passes the whole message (templates read message.name, message.tool_call_id);
+          // any other field (tool_calls among them) is refused by name.
           name: { type: 'string' },
+          tool_call_id: { type: 'string' },
         },
       },
     },
@@ -170,7 +185,7 @@ export const CHAT_SCHEMA = {
 
 interface ChatBody extends SamplingBody {
   model?: string;
-  messages: { role: string; content: string | { type: 'text'; text: string }[] }[];
+  messages: { role: string; content: string | { type: 'text'; text: string }[]; name?: string; tool_call_id?: string }[];
   max_tokens?: number | null;
   max_completion_tokens?: number | null;
   logprobs?: boolean | null;
@@ -184,9 +199,10 @@ export async function chatCompletions(service: Service, m: ServedModel, body: Ch
   if (body.continue_final_message)
     throw new InvalidArgumentError('continue_final_message', 'is not supported by this server (leave it out)');
   const tok = m.engine.tokenizer;
-  const messages = body.messages.map((msg) => ({
-    role: msg.role,
-    content: typeof msg.content === 'string' ? msg.content : msg.content.map((p) => p.text).join(''),
+  // The fields a template may read, only those given (so that `is defined` holds as in Python).
+  const messages = body.messages.map(({ content, ...rest }) => ({
+    ...rest,
+    content: typeof content === 'string' ? content : content.map((p) => p.text).join(''),
   }));
   service.checkTextBytes(messages, 'messages');
   const text = await chatText(tok, messages, 'messages', {
@@ -269,10 +285,14 @@ export interface CompletionsGenerationBody extends SamplingBody {
 }
 
 /** Whether a completions request generates: more than one token, a stream, several
- * choices or sampling. max_tokens 0 or 1 at temperature 0 (or unset) is the scoring path
- * lm-evaluation-harness's loglikelihood requests take (echo, greedy next token). */
+ * choices, sampling, or one token that a stop string may end. max_tokens 0 or 1 at
+ * temperature 0 (or unset) is the scoring path lm-evaluation-harness's loglikelihood
+ * requests take (echo, greedy next token). */
 export function wantsGeneration(b: CompletionsGenerationBody): boolean {
-  return (b.max_tokens ?? 16) > 1 || b.stream === true || (b.n ?? 1) > 1 || (b.temperature ?? 0) > 0;
+  const maxTokens = b.max_tokens ?? 16;
+  return (
+    maxTokens > 1 || b.stream === true || (b.n ?? 1) > 1 || (b.temperature ?? 0) > 0 || (maxTokens === 1 && stopStrings(b.stop).length > 0)
+  );
 }
 
 export async function generateCompletions(
@@ -377,13 +397,15 @@ function completionLogprobs(
   const { prompts, offsets, want, asIds, echoed } = o;
   const ids = prompts.map((p) => p.ids);
   const keyed = (ids: number[]) => tokenKeys(service, m, ids, asIds);
-  const tops = (t: { ids: number[]; logprobs: number[] }) => topLogprobs(service, m, t, Math.max(1, want ?? 0), asIds);
+  // One entry a token: its N most likely alternatives, or with logprobs 0 the token itself.
+  const tops = (tokens: number[], lps: number[], alternatives: ({ ids: number[]; logprobs: number[] } | undefined)[]) =>
+    tokens.map((id, k) => positionTop(service, m, { id, logprob: lps[k]! }, alternatives[k], want ?? 0, asIds));
   const tokenLogprobs = (i: number, c: number, tokens: number[], lps: number[], alternatives: { ids: number[]; logprobs: number[] }[]) => {
     const texts = service.tokenTexts(m, tokens);
     return {
       tokens: keyed(tokens),
       token_logprobs: lps,
-      top_logprobs: alternatives.map(tops),
+      top_logprobs: tops(tokens, lps, alternatives),
       text_offset: texts.map((t) => {
         const at = offsets[i]![c]!;
         offsets[i]![c] = at + t.length;
@@ -400,7 +422,7 @@ function completionLogprobs(
     return {
       tokens: keyed(ids[i]!),
       token_logprobs: [null, ...e.promptLogprobs],
-      top_logprobs: [null, ...e.top.slice(0, -1).map(tops)],
+      top_logprobs: [null, ...tops(ids[i]!.slice(1), e.promptLogprobs, e.top.slice(0, -1))],
       text_offset: texts.map((t, k) => ((at += added[k] ? 0 : t.length), at - (added[k] ? 0 : t.length))),
     };
   };

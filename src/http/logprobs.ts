@@ -35,6 +35,22 @@ export function topLogprobs(service: Service, m: ServedModel, top: Alternatives,
   return new OrderedObject(byId ? top.ids.slice(0, n).map((id, k) => [`token_id:${id}`, top.logprobs[k]!]) : topTexts(service, m, top, n));
 }
 
+/** The completions `top_logprobs` entry of one position, on every path (scoring, echo,
+ * generation): with logprobs N ≥ 1 the N most likely (topLogprobs); with 0, as vLLM (and
+ * OpenAI's "the log-prob of the sampled token, always"), the position's own token alone
+ * with its log-prob. */
+export function positionTop(
+  service: Service,
+  m: ServedModel,
+  own: { id: number; logprob: number },
+  top: Alternatives | undefined,
+  n: number,
+  byId: boolean,
+): OrderedObject {
+  if (n > 0) return topLogprobs(service, m, top!, n, byId);
+  return new OrderedObject([[tokenKeys(service, m, [own.id], byId)[0]!, own.logprob]]);
+}
+
 /** Alternatives to draw for N keyed by text: N and the spare, within the server's limit. */
 export function withSpare(m: ServedModel, n: number, byId: boolean): number {
   return n > 0 && !byId ? Math.min(n + TOP_SPARE, m.scorer.maxTopK, m.engine.config.vocabSize) : n;

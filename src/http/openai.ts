@@ -11,9 +11,16 @@ import crypto from 'node:crypto';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ServedModel, Service } from '../serving/service.js';
 import { toJson } from './json.js';
-import { clientGone, TOP_SPARE, tokenKeys, topLogprobs } from './logprobs.js';
+import { clientGone, positionTop, TOP_SPARE, tokenKeys } from './logprobs.js';
 import type { RouteConfig } from './route-config.js';
-import { CHAT_SCHEMA, chatCompletions, generateCompletions, wantsGeneration } from './generation.js';
+import {
+  CHAT_SCHEMA,
+  chatCompletions,
+  checkScoringOptions,
+  generateCompletions,
+  wantsGeneration,
+  type CompletionsGenerationBody,
+} from './generation.js';
 import { completionsSchema, DETOKENIZE_SCHEMA, MODEL_QUERY, TOKENIZE_SCHEMA } from './openai-schemas.js';
 
 /** The OpenAI-compatible routes (completions, chat, models), vLLM's tokenizer routes and
@@ -56,19 +63,14 @@ export function registerOpenAiRoutes(app: FastifyInstance, service: Service): vo
   });
 }
 
-interface CompletionsBody {
+interface CompletionsBody extends CompletionsGenerationBody {
   model?: string;
   prompt: string | string[] | number[] | number[][];
-  max_tokens?: number;
-  echo?: boolean;
-  logprobs?: number | null;
-  n?: number;
-  stream?: boolean;
   add_special_tokens?: boolean;
-  return_tokens_as_token_ids?: boolean;
 }
 
 async function completions(service: Service, m: ServedModel, body: CompletionsBody, reply: FastifyReply) {
+  checkScoringOptions(body);
   const maxTokens = body.max_tokens ?? 16;
   const echo = body.echo === true;
   const logprobs = body.logprobs ?? null;
@@ -110,7 +112,7 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
           : {
               tokens: asIds ? tokenKeys(service, m, ids, true) : texts,
               token_logprobs: lps,
-              top_logprobs: tops.map((t) => (t ? topLogprobs(service, m, t, Math.max(1, want), asIds) : null)),
+              top_logprobs: tops.map((t, k) => (t ? positionTop(service, m, { id: ids[k]!, logprob: lps[k]! }, t, want, asIds) : null)),
               text_offset: textOffset,
             },
     };

@@ -30,6 +30,31 @@ export interface SamplingParams {
  * completions API's (chat: `top_logprobs`, `max_completion_tokens`). */
 export type SamplingFieldNames = Partial<Record<'logprobs' | 'max_tokens', string>>;
 
+const needer =
+  (names: SamplingFieldNames) =>
+  (ok: boolean, field: string, what: string): void => {
+    if (!ok) throw new InvalidArgumentError(names[field as keyof SamplingFieldNames] ?? field, what);
+  };
+
+/** Check the options of how tokens are drawn and when a choice ends (temperature, top_p,
+ * top_k, min_p, seed, n, stop), naming the field: also what a scoring request (one greedy
+ * token) is given of them, so that it refuses what generation refuses. */
+export function checkSamplingOptions(p: Omit<SamplingParams, 'maxTokens' | 'logprobs'>): void {
+  const need = needer({});
+  need(Number.isFinite(p.temperature) && p.temperature >= 0, 'temperature', 'must be a number ≥ 0');
+  need(Number.isFinite(p.topP) && p.topP > 0 && p.topP <= 1, 'top_p', 'must be in (0, 1]');
+  need(Number.isInteger(p.topK) && p.topK >= 0, 'top_k', 'must be a whole number ≥ 0 (0 or -1: off)');
+  need(Number.isFinite(p.minP) && p.minP >= 0 && p.minP <= 1, 'min_p', 'must be in [0, 1]');
+  // OpenAI's seed is an int64 (JSON numbers past 2⁵³ arrive rounded, still whole).
+  need(p.seed === undefined || (Number.isInteger(p.seed) && Math.abs(p.seed) <= 2 ** 63), 'seed', 'must be a whole number in [-2⁶³, 2⁶³]');
+  need(Number.isInteger(p.n) && p.n >= 1 && p.n <= 64, 'n', 'must be a whole number in [1, 64]');
+  need(
+    p.stop.length <= 16 && p.stop.every((s) => s.length > 0 && s.length <= 256),
+    'stop',
+    'at most 16 non-empty strings of at most 256 characters',
+  );
+}
+
 /** Check sampling parameters, naming the field (OpenAI's names). */
 export function checkSampling(
   p: SamplingParams,
@@ -38,23 +63,10 @@ export function checkSampling(
   maxTopK: number,
   names: SamplingFieldNames = {},
 ): void {
-  const need = (ok: boolean, field: string, what: string) => {
-    if (!ok) throw new InvalidArgumentError(names[field as keyof SamplingFieldNames] ?? field, what);
-  };
-  need(Number.isFinite(p.temperature) && p.temperature >= 0, 'temperature', 'must be a number ≥ 0');
-  need(Number.isFinite(p.topP) && p.topP > 0 && p.topP <= 1, 'top_p', 'must be in (0, 1]');
-  need(Number.isInteger(p.topK) && p.topK >= 0, 'top_k', 'must be a whole number ≥ 0 (0 or -1: off)');
-  need(Number.isFinite(p.minP) && p.minP >= 0 && p.minP <= 1, 'min_p', 'must be in [0, 1]');
-  // OpenAI's seed is an int64 (JSON numbers past 2⁵³ arrive rounded, still whole).
-  need(p.seed === undefined || (Number.isInteger(p.seed) && Math.abs(p.seed) <= 2 ** 63), 'seed', 'must be a whole number in [-2⁶³, 2⁶³]');
+  const need = needer(names);
+  checkSamplingOptions(p);
   need(Number.isInteger(p.maxTokens) && p.maxTokens >= 1, 'max_tokens', 'must be a whole number ≥ 1 to generate');
-  need(Number.isInteger(p.n) && p.n >= 1 && p.n <= 64, 'n', 'must be a whole number in [1, 64]');
   need(Number.isInteger(p.logprobs) && p.logprobs >= 0 && p.logprobs <= maxTopK, 'logprobs', `must be a whole number in [0, ${maxTopK}]`);
-  need(
-    p.stop.length <= 16 && p.stop.every((s) => s.length > 0 && s.length <= 256),
-    'stop',
-    'at most 16 non-empty strings of at most 256 characters',
-  );
   need(promptLength >= 1, 'prompt', 'must hold at least one token');
   if (promptLength + p.maxTokens > model.maxLength)
     throw new InvalidArgumentError(

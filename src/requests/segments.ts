@@ -100,13 +100,14 @@ export function segmentIds(chunks: IdChunk[], field = 'chunks'): Segmented {
 
 /** Render a conversation with the model's chat template (tokenizer_config.json or
  * chat_template.jinja) as one text — what a chat completion's prompt is — in the
- * template's own process, within its bounds (src/text/chat-template-host.ts). A
+ * template's own process, within its bounds (src/text/chat-template-host.ts). Each message
+ * goes to the template whole, as transformers passes it (`name`, `tool_call_id`, …). A
  * conversation the template refuses (its raise_exception) is INVALID_ARGUMENT with the
  * template's own message, as before; the template failing otherwise (an error, its time, output or memory bound) is
  * the checkpoint's, FAILED_PRECONDITION naming the template. */
 export async function chatText(
   tok: TextTokenizer,
-  messages: { role: string; content: string }[],
+  messages: { role: string; content: string; name?: string; tool_call_id?: string }[],
   field = 'messages',
   options: ChatRenderOptions = {},
 ): Promise<string> {
@@ -131,7 +132,7 @@ export async function chatChunks(
  * and tools; request paths render through chatText, in the template's process. */
 export function renderChatText(
   tok: TextTokenizer,
-  messages: { role: string; content: string }[],
+  messages: { role: string; content: string; name?: string; tool_call_id?: string }[],
   field = 'messages',
   template = tok.chatTemplate,
   options: ChatRenderOptions = {},
