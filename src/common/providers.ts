@@ -85,6 +85,11 @@ export interface ProviderProfile {
   /** Every session thread of the process takes one lock for its work on this provider
    * (two threads at once break Dawn's device). */
   sharedDeviceLock: boolean;
+  /** Weights narrower than the compute dtype (BF16, F16 computed in float32) can stay as
+   * stored, each widened for its product, where widened they would not fit in the host's
+   * memory (engine/memory.ts): the weights live in the host's memory, and the provider
+   * casts bfloat16. */
+  weightsAsStored: boolean;
 
   // ---- the device ------------------------------------------------------------------------
   /** Its name in messages. */
@@ -182,6 +187,7 @@ export const PROVIDERS = {
     slotAlignment: 1,
     checkPlacements: false,
     sharedDeviceLock: false,
+    weightsAsStored: true,
     label: 'CPU',
     numbered: false,
     adapter: 'none',
@@ -217,6 +223,7 @@ export const PROVIDERS = {
     slotAlignment: 4,
     checkPlacements: true,
     sharedDeviceLock: true,
+    weightsAsStored: false,
     label: 'WebGPU',
     numbered: false,
     adapter: 'vulkan',
@@ -243,6 +250,7 @@ export const PROVIDERS = {
     slotAlignment: 1,
     checkPlacements: false,
     sharedDeviceLock: false,
+    weightsAsStored: false,
     label: 'CUDA',
     numbered: true,
     adapter: 'nvidia',

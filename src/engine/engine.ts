@@ -2,16 +2,19 @@
 // worker thread (session-host.ts) so passes never hold the event loop. A pass's rows may
 // score (log-probs, top-k), probe (attention statistics) or both. It knows rows,
 // positions and KV; it knows nothing of text, requests or clients.
+import path from 'node:path';
 import { SessionHost, type HostTensor, type KvPiece, type RunResult } from './session-host.js';
 import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
 import { readModelConfig } from '../model/config.js';
 import { checkTensorsAgainstConfig } from '../model/config-checks.js';
 import { findNonFinite } from '../checkpoint/validate.js';
 import type { ModelConfig } from '../model/families.js';
+import type { WeightsAtRest } from '../model/ops.js';
 import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, type DeviceOptions, type ResolvedDevice } from './device.js';
+import { memoryRefusal, passLimits, planMemory, type MemoryPlan, type PassLimits } from './memory.js';
 import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
@@ -38,12 +41,42 @@ export interface EngineInfo {
   adapter: string;
   dtype: ComputeDType;
   dtypeReason: string;
+  /** How the weights are stored and held: the checkpoint's dtypes, at rest as stored or
+   * as computed, and why (memory.ts). */
+  weights: string;
   graphNodes: number;
   sessionSeconds: number;
   /** On a GPU provider: the nodes onnxruntime left to its CPU provider, by op type (index
    * arithmetic; a float op among them is named in `floatNodesOnCpu`). */
   cpuNodes?: Record<string, number>;
   floatNodesOnCpu?: string[];
+}
+
+/** How a model is loaded: its device, and what its scorer's passes will be (for the memory
+ * plan: the scorer's own settings); `weightsAtRest` forces how narrow weights lie at rest. */
+export interface EngineOptions extends DeviceOptions {
+  passLimits?: Partial<PassLimits>;
+  weightsAtRest?: WeightsAtRest;
+}
+
+/** The memory plan of a model on its device: where the host's memory holds the weights
+ * (the CPU), how they lie at rest or a refusal; elsewhere widened at load (WebGPU has no
+ * bfloat16 type, and onnxruntime-node cannot tell a GPU's memory). */
+function weightsPlan(config: ModelConfig, ckpt: SafetensorsCheckpoint, device: ResolvedDevice, options: EngineOptions): MemoryPlan {
+  const limits = passLimits(device.profile, device.bufferCache, options.passLimits);
+  if (!device.profile.weightsAsStored) {
+    return { atRest: 'compute', weights: 0, working: 0, need: 0, reason: `as the ${device.profile.label} graph computes them` };
+  }
+  const plan = planMemory(config, ckpt.tensors.values(), device.dtype, limits);
+  if (options.weightsAtRest) return { ...plan, atRest: options.weightsAtRest, reason: 'as asked (weightsAtRest)' };
+  if (!plan.fits) throw new DeviceError(memoryRefusal(path.basename(ckpt.dir), plan, limits));
+  return plan;
+}
+
+/** The load log's and ListModels' words for how the weights lie. */
+function weightsInfo(ckpt: SafetensorsCheckpoint, plan: MemoryPlan): string {
+  const stored = [...new Set([...ckpt.tensors.values()].map((t) => t.dtype))].join('/');
+  return `${stored} checkpoint; ${plan.reason}`;
 }
 
 /** The model's onnxruntime session, and with a separate probe session the probe graph's
@@ -59,11 +92,13 @@ export class Engine {
     private readonly host: SessionHost,
     readonly device: ResolvedDevice,
     readonly info: EngineInfo,
+    /** The graphs widen stored weights each pass (they read `weights_keep_shape`). */
+    private readonly weightsAsStored: boolean,
     /** With a separate probe session: the probe graph, for a session made on the first probe. */
     private readonly probeGraph?: { build: () => DecoderGraph; options: Record<string, unknown> },
   ) {}
 
-  static async load(dir: string, options: DeviceOptions = {}): Promise<Engine> {
+  static async load(dir: string, options: EngineOptions = {}): Promise<Engine> {
     // Every check of the checkpoint runs before anything is built from it, cheapest first:
     // config values (types, ranges, caps), files and safetensors headers, the config
     // against the headers' shapes, the device, the tokenizer's ids against the vocabulary,
@@ -74,6 +109,9 @@ export class Engine {
     const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? checkpointDtype(config.torchDtype, ckpt) });
     const profile = device.profile;
     const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize);
+    // What it needs in memory, before anything is allocated: how its weights lie at rest,
+    // or a refusal naming the need where it cannot fit (memory.ts).
+    const memory = weightsPlan(config, ckpt, device, options);
     await findNonFinite([...ckpt.tensors].map(([name, t]) => ({ name, ...t })));
     // On the CPU one graph and one session score and probe, so the weights are prepacked
     // once: the probe nodes cost a pass that only scores next to nothing (one gathered
@@ -83,7 +121,7 @@ export class Engine {
     // generation run a graph without it, and probes a second session, made on the first
     // probe (its own copy of the weights on the device from then on).
     const separateProbe = profile.separateProbeSession;
-    const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind);
+    const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind, memory.atRest);
     const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
     // The chat template is compiled now, once, in its own process: one that does not parse
     // refuses the model here, naming its file, rather than failing every chat request.
@@ -120,14 +158,15 @@ export class Engine {
       adapter: describeAdapter(profile.adapter),
       dtype: device.dtype,
       dtypeReason: device.dtypeReason,
+      weights: weightsInfo(ckpt, memory),
       graphNodes: graph.nodeCount,
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
     };
     const probeGraph = separateProbe
-      ? { build: () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind), options: runOptions }
+      ? { build: () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind, memory.atRest), options: runOptions }
       : undefined;
-    return new Engine(dir, config, tokenizer, host, device, info, probeGraph);
+    return new Engine(dir, config, tokenizer, host, device, info, graph.keepsWeightsAsStored, probeGraph);
   }
 
   /** The session a pass runs in: the model's, or for a probing pass with a separate probe
@@ -253,7 +292,12 @@ export class Engine {
    * its answer read from the outputs. */
   async forward(req: ForwardRequest): Promise<ForwardResult> {
     const shape = this.shapeOf(req);
-    const feeds = passFeeds(req, shape, { config: this.config, profile: this.device.profile, probeTapAlways: !this.probeGraph });
+    const feeds = passFeeds(req, shape, {
+      config: this.config,
+      profile: this.device.profile,
+      probeTapAlways: !this.probeGraph,
+      weightsAsStored: this.weightsAsStored,
+    });
     const fetches = passFetches(req, shape);
     // Counted before the run: its buffers are transferred to the session thread (detached
     // here after; the inputs counted 0 bytes until this was measured before it).
@@ -343,7 +387,15 @@ function checkpointDtype(configured: string | undefined, ckpt: SafetensorsCheckp
 function sessionOptions(weightsDir: string, device: ResolvedDevice, layers: number): Record<string, unknown> {
   const options: Record<string, unknown> = {
     ...device.sessionOptions,
-    extra: { session: { model_external_initializers_file_folder_path: weightsDir } },
+    extra: {
+      session: { model_external_initializers_file_folder_path: weightsDir },
+      // A weight widened at load is one constant folded: onnxruntime skips folding any
+      // output over 1 GiB (a guard against hostile models) and would widen such a weight
+      // every pass instead (a 128k-vocabulary embedding of width 2304 in BF16: 2.3 s a pass
+      // against 0.2 for its F32 twin). The memory plan counts every widened weight, so the
+      // guard is off ("0": no limit); a plan that keeps weights as stored folds none.
+      optimization: { constant_folding_max_output_size_in_bytes: '0' },
+    },
   };
   if (device.profile.kvOnDevice) {
     const kv = Array.from({ length: layers }, (_, i) => [`new.${i}.key`, `new.${i}.value`, `full.${i}.key`, `full.${i}.value`]).flat();

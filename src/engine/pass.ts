@@ -2,6 +2,7 @@
 // feeds (token ids, positions, key positions, what is scored; probe-feeds.ts for probe
 // rows), the outputs it fetches, and the result read from them.
 import type { ModelConfig } from '../model/families.js';
+import { KEEP_SHAPE } from '../model/ops.js';
 import type { ProviderProfile } from '../common/providers.js';
 import type { HostTensor } from './session-host.js';
 import type { ForwardRequest, ForwardResult, ScoredPosition } from './pass-types.js';
@@ -26,6 +27,8 @@ export interface PassContext {
   profile: ProviderProfile;
   /** The graph reads probe inputs on every pass (an idle row when none probes). */
   probeTapAlways: boolean;
+  /** The graph widens stored weights each pass: it reads `weights_keep_shape`. */
+  weightsAsStored: boolean;
 }
 
 const int64 = (data: BigInt64Array, dims: number[]): HostTensor => ({ type: 'int64', data, dims });
@@ -47,6 +50,7 @@ export function passFeeds(req: ForwardRequest, shape: PassShape, ctx: PassContex
   // returns its keys and values whole: the next step's past as it lies, with no layout run
   // (workers/session/gather.ts).
   if (ctx.profile.kvOnDevice) feeds.full_slots = int64(BigInt64Array.from([BigInt(req.keepPresent && T <= 4 ? P + T : 0)]), [1]);
+  if (ctx.weightsAsStored) feeds[KEEP_SHAPE] = int64(BigInt64Array.of(0n, 0n), [2]);
   if (ctx.config.rope?.long) {
     feeds.sequence_lengths = int64(
       BigInt64Array.from(req.rows, (r) => BigInt(r.sequenceLength ?? r.startPosition + r.tokens.length)),

@@ -150,6 +150,11 @@ export class OnnxGraph {
     return this.nodeN(opType, options.name ?? opType, inputs, options)[0]!;
   }
 
+  /** Whether the graph has declared input `name`. */
+  hasInput(name: string): boolean {
+    return this.inputs.some((i) => i.name === name);
+  }
+
   input(name: string, dtype: DTypeName, dims: (number | string)[]): string {
     this.inputs.push(valueInfo(name, dtype, dims));
     return name;

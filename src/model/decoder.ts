@@ -43,7 +43,7 @@ import type { ProviderKind } from '../common/providers.js';
 import { unreachable } from '../common/unreachable.js';
 import type { MlpSpec, ModelConfig } from './families.js';
 import { logprobKernel } from '../../kernels/logprobs.js';
-import type { WeightSource } from './ops.js';
+import { KEEP_SHAPE, type WeightSource, type WeightsAtRest } from './ops.js';
 import { pastInputs, type Layout, type Past } from './past.js';
 import { AttentionOps, type Rope } from './self-attention.js';
 import type { DecoderTap } from './tap.js';
@@ -60,6 +60,8 @@ export interface DecoderGraph {
   /** How the graph lays out its keys, so what the session thread feeds it: `branches` reads
    * past_lengths and past_rows, `gather` reads kv_rows and kv_steps (past.ts). */
   keyLayout: Layout['kind'];
+  /** The graph widens stored weights each pass: it reads `weights_keep_shape` ([0, 0]). */
+  keepsWeightsAsStored: boolean;
 }
 
 export function buildDecoderGraph(
@@ -68,8 +70,10 @@ export function buildDecoderGraph(
   dtype: ComputeDType = 'float32',
   tap?: DecoderTap,
   provider: ProviderKind = 'cpu',
+  atRest: WeightsAtRest = 'compute',
 ): DecoderGraph {
   const b = new DecoderBuilder(config, weights, dtype, tap, provider);
+  b.atRest = atRest;
   b.build();
   const model = b.g.encode(`ctxprobe/${config.modelType}`);
   return {
@@ -78,6 +82,7 @@ export function buildDecoderGraph(
     nodeCount: b.g.nodeCount,
     indexFeeds: b.g.indexFeedPlan,
     keyLayout: b.g.provider.ifNodes ? 'branches' : 'gather',
+    keepsWeightsAsStored: b.g.hasInput(KEEP_SHAPE),
   };
 }
 
@@ -171,10 +176,10 @@ class DecoderBuilder extends AttentionOps {
   }
 
   // input_ids ──Gather(embed)──► x ──(+ Gather(wpe, position_ids) for learned positions)
+  // (weights kept as stored: the rows gathered, then widened)
   private embed(inputIds: string, positionIds: string): string {
     const { g, c } = this;
-    const table = this.weight(this.spec.embed, [c.vocabSize, c.hiddenSize]);
-    const x = this.scaleEmbeddings(g.node('Gather', [table, inputIds], { name: 'embed_tokens', attrs: { axis: 0 } }));
+    const x = this.scaleEmbeddings(this.embedRows(inputIds));
     const positions = this.spec.positions;
     switch (positions.kind) {
       case 'rope':
@@ -187,6 +192,17 @@ class DecoderBuilder extends AttentionOps {
       default:
         return unreachable(positions);
     }
+  }
+
+  private embedRows(inputIds: string): string {
+    const { g, c } = this;
+    const shape = [c.vocabSize, c.hiddenSize];
+    const stored = this.atRest === 'stored' ? this.storedWeight(this.spec.embed, shape) : undefined;
+    if (stored && stored.dtype !== this.dt) {
+      const rows = g.node('Gather', [stored.init, inputIds], { name: 'embed_tokens', attrs: { axis: 0 } });
+      return g.cast(rows, this.dt, stored.dtype, 'embed_rows_cast');
+    }
+    return g.node('Gather', [this.weight(this.spec.embed, shape), inputIds], { name: 'embed_tokens', attrs: { axis: 0 } });
   }
 
   // Gemma: embeddings × √hidden, the factor rounded to the compute dtype as transformers

@@ -16,9 +16,25 @@ export interface WeightSource {
   has(name: string): boolean;
 }
 
+/** How weights stored in a narrower float than the compute dtype (BF16, F16 checkpoints
+ * computed in float32) lie in memory between passes:
+ * - `compute`: widened once, at load (onnxruntime folds each Cast into a float32
+ *   initializer): twice the checkpoint's bytes at rest, nothing per pass;
+ * - `stored`: as the checkpoint stores them, each matrix widened for its product every pass
+ *   (exact: bfloat16 and float16 widen to float32 without rounding) and the embedding's rows
+ *   after they are gathered: the checkpoint's bytes at rest, a cast of every matrix a pass.
+ *   The Cast reads its weight through a Reshape whose shape is a feed (`weights_keep_shape`,
+ *   [0, 0]: every dim as it is), so onnxruntime cannot fold it at load. */
+export type WeightsAtRest = 'compute' | 'stored';
+
+/** The feed that keeps stored weights from being folded at load: [0, 0] every pass. */
+export const KEEP_SHAPE = 'weights_keep_shape';
+
 export class ModelOps {
   readonly g: GraphBuilder;
   protected readonly spec: ModelConfig['spec'];
+  /** Set before building: how narrow stored weights lie at rest (WeightsAtRest). */
+  atRest: WeightsAtRest = 'compute';
 
   constructor(
     protected readonly c: ModelConfig,
@@ -129,20 +145,34 @@ export class ModelOps {
   protected readonly weights = new Map<string, string>();
 
   /** A checkpoint tensor as `as` (default: the compute dtype; a Cast ORT folds at load
-   * when the stored dtype differs). The initializer is made once per tensor. */
+   * when the stored dtype differs, or that runs each pass for a matrix kept as stored:
+   * WeightsAtRest). The initializer is made once per tensor. */
   protected weight(name: string, shape: number[], as: DTypeName = this.dt): string {
     const key = `${name}:${as}`;
     const known = this.weights.get(key);
     if (known) return known;
+    const { init, dtype } = this.storedWeight(name, shape);
+    const kept = this.atRest === 'stored' && shape.length === 2 && dtype !== as;
+    const value = this.g.cast(kept ? this.unfolded(init) : init, as, dtype, 'weight_cast');
+    this.weights.set(key, value);
+    return value;
+  }
+
+  /** A checkpoint tensor as it is stored: its initializer (made once) and dtype. */
+  protected storedWeight(name: string, shape: number[]): { init: string; dtype: DTypeName } {
     const stored = this.source.get(this.storedName(name), shape);
     let init = this.weights.get(`${name}:stored`);
     if (!init) {
       init = this.g.external(name, stored);
       this.weights.set(`${name}:stored`, init);
     }
-    const value = this.g.cast(init, as, stored.dtype, 'weight_cast');
-    this.weights.set(key, value);
-    return value;
+    return { init, dtype: stored.dtype };
+  }
+
+  //   W ─Reshape(weights_keep_shape = [0, 0])─► W: the same tensor, not a constant to fold
+  private unfolded(w: string): string {
+    const keep = this.g.hasInput(KEEP_SHAPE) ? KEEP_SHAPE : this.g.input(KEEP_SHAPE, 'int64', [2]);
+    return this.g.node('Reshape', [w, keep], { name: 'weight_as_stored' });
   }
 
   /** The name the checkpoint uses for a weight: the spec's, or one of its alternatives. */

@@ -160,6 +160,43 @@ export function writeSyntheticCheckpoint(dir: string, s: SyntheticSpec, options:
   return tensors;
 }
 
+/** A checkpoint of a real model's shape whose weights are all zeros, written as sparse files
+ * (a header, then a hole of the tensors' size): a Llama-3-8B shape in BF16 is 16 GB on
+ * paper and costs no disk, for tests and benchmarks of loading at the size users run
+ * (bench/real-models.ts). `shards` files, as large checkpoints come. */
+export function writeZeroCheckpoint(dir: string, s: SyntheticSpec, dtype: 'float32' | 'float16' | 'bfloat16', shards = 1): void {
+  fs.mkdirSync(dir, { recursive: true });
+  const tok = byteLevelBpe(s.vocab, !NO_BOS.has(s.family), s.chatTemplate);
+  const vocabSize = Math.max(s.vocabSize ?? 0, Math.ceil(tok.size / 8) * 8);
+  const config = { ...hfConfig(s, vocabSize, tok.ids), torch_dtype: dtype };
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config, null, 2));
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok.json));
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(tok.config, null, 2));
+  const names = [...requiredTensors(config)];
+  const bytes = dtype === 'float32' ? 4 : 2;
+  const perShard = Math.ceil(names.length / shards);
+  const weightMap: Record<string, string> = {};
+  for (let k = 0; k < shards; k++) {
+    const file = shards === 1 ? 'model.safetensors' : `model-${String(k + 1).padStart(5, '0')}-of-${String(shards).padStart(5, '0')}.safetensors`;
+    const header: Record<string, unknown> = { __metadata__: { format: 'pt' } };
+    let offset = 0;
+    for (const [name, shape] of names.slice(k * perShard, (k + 1) * perShard)) {
+      const length = shape.reduce((a, b) => a * b, 1) * bytes;
+      header[name] = { dtype: { float32: 'F32', float16: 'F16', bfloat16: 'BF16' }[dtype], shape, data_offsets: [offset, offset + length] };
+      weightMap[name] = file;
+      offset += length;
+    }
+    let json = JSON.stringify(header);
+    json += ' '.repeat((8 - (json.length % 8)) % 8);
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
+    const target = path.join(dir, file);
+    fs.writeFileSync(target, Buffer.concat([len, Buffer.from(json)]));
+    fs.truncateSync(target, 8 + Buffer.byteLength(json) + offset);
+  }
+  if (shards > 1) fs.writeFileSync(path.join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: {}, weight_map: weightMap }, null, 2));
+}
+
 // ---- a byte-level BPE tokenizer, learned from the corpus -------------------------------
 
 const CHATML_TOKENS = ['<|im_start|>', '<|im_end|>'];

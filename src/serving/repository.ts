@@ -199,6 +199,8 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     threads: entry.threads,
     cpuMemArena: entry.cpuMemArena,
     ...(entry.gpuBufferCache !== undefined && { bufferCache: entry.gpuBufferCache }),
+    // The scorer's passes, for the engine's memory plan (it refuses what cannot fit).
+    passLimits: { maxBatchTokens: entry.maxBatchTokens, maxAttentionBytes: entry.maxAttentionBytes, prefixCacheBytes: entry.prefixCacheBytes },
   });
   const scorer = new Scorer(engine, {
     maxLength: entry.maxLength,

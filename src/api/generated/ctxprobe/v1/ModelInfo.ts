@@ -44,6 +44,12 @@ export interface ModelInfo {
    * cuda: the NVIDIA GPUs); empty on the CPU.
    */
   'adapter'?: (string);
+  /**
+   * How the weights are stored and held in memory, and why: the checkpoint's dtypes, then
+   * widened to the compute dtype at load or kept as stored (each matrix widened for its
+   * product) where widened they would not fit.
+   */
+  'weights'?: (string);
 }
 
 export interface ModelInfo__Output {
@@ -88,4 +94,10 @@ export interface ModelInfo__Output {
    * cuda: the NVIDIA GPUs); empty on the CPU.
    */
   'adapter': (string);
+  /**
+   * How the weights are stored and held in memory, and why: the checkpoint's dtypes, then
+   * widened to the compute dtype at load or kept as stored (each matrix widened for its
+   * product) where widened they would not fit.
+   */
+  'weights': (string);
 }

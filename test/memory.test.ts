@@ -1,0 +1,110 @@
+// Models at the size users run: what a model needs in memory is worked out before anything
+// is built (engine/memory.ts). A BF16 checkpoint whose float32 copy would not fit keeps its
+// weights as stored, each matrix widened for its product (exact), and answers; one that
+// cannot fit at all is refused at load naming what it needs — never a kill by the kernel.
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
+import { directScoring } from '../src/requests/scoring.js';
+import { planMemory } from '../src/engine/memory.js';
+import { readModelConfig } from '../src/model/config.js';
+import { writeZeroCheckpoint } from '../src/model/synthetic.js';
+import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+import { serveCli } from './cli-serve.js';
+
+const GiB = 2 ** 30;
+const dirs: string[] = [];
+afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+
+/** A Llama-3 shape (8B: hidden 4096, 32 layers; 70B: 8192, 80), zeros, sparse on disk. */
+function llama3(size: '8b' | '70b'): string {
+  const dir = tempDir(`llama3-${size}`);
+  dirs.push(dir);
+  const shape =
+    size === '8b'
+      ? { hidden: 4096, layers: 32, heads: 32, intermediate: 14336 }
+      : { hidden: 8192, layers: 80, heads: 64, intermediate: 28672 };
+  writeZeroCheckpoint(
+    dir,
+    { family: 'llama', ...shape, kvHeads: 8, vocab: 384, vocabSize: 128256, maxPositions: 8192, ropeTheta: 500000 },
+    'bfloat16',
+    4,
+  );
+  return dir;
+}
+
+describe('the memory plan', () => {
+  const config = readModelConfig(makeFixture(FAMILY_FIXTURES.llama!).dir);
+  const limits = { maxBatchTokens: 512, maxAttentionBytes: 192 * 2 ** 20, prefixCacheBytes: GiB };
+  // Matrices of 4096 × 4096, as many as the parameters need.
+  const tensors = (dtype: 'bfloat16' | 'float32', params: number) =>
+    Array.from({ length: Math.round(params / 4096 ** 2) }, () => ({ dtype, shape: [4096, 4096] }));
+
+  it('widens at load what fits widened, keeps as stored what fits only so, refuses the rest', () => {
+    const bf16 = tensors('bfloat16', 8e9); // 16 GB stored, 32 GB widened
+    expect(planMemory(config, bf16, 'float32', limits, 64 * GiB)).toMatchObject({ atRest: 'compute', fits: true });
+    const kept = planMemory(config, bf16, 'float32', limits, 22 * GiB);
+    expect(kept).toMatchObject({ atRest: 'stored', fits: true });
+    expect(kept.reason).toMatch(
+      /kept as stored \(14\.9 GiB\), each matrix widened to float32 for its product: widened at load it would need 3\d\.\d GiB, 22\.0 GiB available/,
+    );
+    expect(planMemory(config, bf16, 'float32', limits, 12 * GiB)).toMatchObject({ atRest: 'stored', fits: false });
+    // Float32 weights are as stored already: nothing to keep narrower.
+    expect(planMemory(config, tensors('float32', 8e9), 'float32', limits, 22 * GiB)).toMatchObject({ atRest: 'compute', fits: false });
+  });
+});
+
+describe('weights kept as stored', () => {
+  it('a BF16 checkpoint widened per product scores as when widened at load', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.llama!, { dtype: 'bfloat16' });
+    const items = [{ context: [5, 9, 31, 7, 12], continuations: [[44, 3, 17], [2]] }];
+    const answers = [];
+    for (const weightsAtRest of ['compute', 'stored'] as const) {
+      const engine = await Engine.load(fx.dir, { threads: 1, weightsAtRest });
+      answers.push(await directScoring(new Scorer(engine)).loglikelihood(items));
+      expect(engine.info.weights).toMatch(weightsAtRest === 'stored' ? /as asked/ : /bfloat16 checkpoint/);
+      await engine.release();
+    }
+    const [folded, stored] = answers;
+    expect(stored![0]!.map((c) => c.tokenIds)).toEqual(folded![0]!.map((c) => c.tokenIds));
+    stored![0]!.forEach((c, k) =>
+      c.tokenLogprobs.forEach((lp, t) => expect(Math.abs(lp - folded![0]![k]!.tokenLogprobs[t]!)).toBeLessThan(1e-5)),
+    );
+  });
+
+  it('a Llama-3-8B shape in BF16 serves on this machine, its weights as stored, and answers', async () => {
+    const dir = llama3('8b');
+    const s = await serveCli(dir, ['--threads', '2', '--metrics-port', '-1']);
+    try {
+      const loaded = s.lines.find((l) => l.event === 'model_loaded')!;
+      expect(loaded.weights).toMatch(/^bfloat16 checkpoint; kept as stored \(15\.0 GiB\)/);
+      const res = await fetch(`http://127.0.0.1:${s.httpPort}/v1/score`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ items: [{ contextIds: { ids: [1, 2, 3] }, continuationsIds: [{ ids: [4, 5] }] }] }),
+      });
+      expect(res.status).toBe(200);
+      // Zero weights: every token equally likely, log-prob −ln(vocab).
+      const lp = (await res.json()).items[0].continuations[0].tokenLogprobs;
+      expect(lp.map((x: number) => +x.toFixed(4))).toEqual([-11.7618, -11.7618]);
+      const models = await (await fetch(`http://127.0.0.1:${s.httpPort}/v1/list-models`)).json();
+      expect(models.models[0].weights).toMatch(/kept as stored/);
+    } finally {
+      await s.stop();
+    }
+  }, 600_000);
+
+  it('a Llama-3-70B shape in BF16 is refused at load, naming what it needs and what to do', async () => {
+    const dir = llama3('70b');
+    const err = await serveCli(dir, ['--metrics-port', '-1']).then(
+      (s) => (s.stop(), new Error('it served')),
+      (e) => e,
+    );
+    expect(err.message).toMatch(
+      new RegExp(`${path.basename(dir)}: needs about 1[3-4]\\d\\.\\d GiB of memory — weights 1[3-4]\\d\\.\\d GiB \\(as stored\\)`),
+    );
+    expect(err.message).toMatch(/Options: a quantized checkpoint \(a GGUF file in Q4_K_M or Q8_0\)/);
+  }, 120_000);
+});
