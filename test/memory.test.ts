@@ -9,12 +9,14 @@ import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { directScoring } from '../src/requests/scoring.js';
 import { planMemory } from '../src/engine/memory.js';
+import { PROVIDERS } from '../src/common/providers.js';
 import { readModelConfig } from '../src/model/config.js';
 import { writeZeroCheckpoint } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { serveCli } from './cli-serve.js';
 
 const GiB = 2 ** 30;
+const VULKAN = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some((d) => fs.existsSync(d) && fs.readdirSync(d).length > 0);
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
 
@@ -95,6 +97,63 @@ describe('weights kept as stored', () => {
       await s.stop();
     }
   }, 600_000);
+
+  it('an embedding and head in row blocks answer as whole ones (ids in every block)', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.qwen2!); // untied? tied: the blocks serve both
+    const items = [{ context: [0, 77, 150, 299, 12], continuations: [[298, 1, 151], [76]] }];
+    const whole = await Engine.load(fx.dir, { threads: 1 });
+    const expected = await directScoring(new Scorer(whole)).loglikelihood(items);
+    await whole.release();
+    const cpu = PROVIDERS.cpu as { maxTensorBytes?: number };
+    cpu.maxTensorBytes = 40 * 32 * 4; // 40 rows of 32 floats a block: 8 blocks of 300 rows
+    try {
+      const blocked = await Engine.load(fx.dir, { threads: 1 });
+      const got = await directScoring(new Scorer(blocked)).loglikelihood(items);
+      await blocked.release();
+      got[0]!.forEach((c, k) => {
+        expect(c.tokenIds).toEqual(expected[0]![k]!.tokenIds);
+        c.tokenLogprobs.forEach((lp, t) => expect(Math.abs(lp - expected[0]![k]!.tokenLogprobs[t]!)).toBeLessThan(1e-6));
+      });
+    } finally {
+      delete cpu.maxTensorBytes;
+    }
+  });
+
+  it('a 152k-vocabulary float32 embedding and head (Qwen2.5-7B widths) serve on WebGPU (lavapipe), in row blocks', async () => {
+    if (!VULKAN) return console.warn('skipped: no Vulkan driver (the webgpu tests say how to install lavapipe)');
+    const dir = tempDir('qwen7b-widths');
+    dirs.push(dir);
+    writeZeroCheckpoint(
+      dir,
+      {
+        family: 'qwen2',
+        hidden: 3584,
+        layers: 1,
+        heads: 28,
+        kvHeads: 4,
+        intermediate: 1024,
+        vocab: 384,
+        vocabSize: 152064,
+        maxPositions: 4096,
+        tied: false,
+      },
+      'float32',
+    );
+    const s = await serveCli(dir, ['--device', 'webgpu', '--metrics-port', '-1']);
+    try {
+      const res = await fetch(`http://127.0.0.1:${s.httpPort}/v1/score`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ items: [{ contextIds: { ids: [1, 2, 3] }, continuationsIds: [{ ids: [152000, 7] }] }] }),
+      });
+      expect(res.status).toBe(200);
+      // Zero weights: every token equally likely (an id of the last block too).
+      const lp = (await res.json()).items[0].continuations[0].tokenLogprobs;
+      expect(lp.map((x: number) => +x.toFixed(4))).toEqual([-11.9321, -11.9321]);
+    } finally {
+      await s.stop();
+    }
+  }, 900_000);
 
   it('a Llama-3-70B shape in BF16 is refused at load, naming what it needs and what to do', async () => {
     const dir = llama3('70b');

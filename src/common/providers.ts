@@ -90,6 +90,14 @@ export interface ProviderProfile {
    * memory (engine/memory.ts): the weights live in the host's memory, and the provider
    * casts bfloat16. */
   weightsAsStored: boolean;
+  /** The largest weight tensor the provider's kernels take whole; a larger embedding or
+   * output head is split into row blocks (their own initializers, read in place from the
+   * checkpoint). WebGPU binds a tensor over the adapter's maxStorageBufferBindingSize as
+   * several segments, and a shader may bind 16 buffers in all: on lavapipe (128 MiB
+   * bindings) the Gather and the Transpose of a 152k × 3584 float32 table (2.18 GB) needed
+   * 17 and failed on every request. 1 GiB blocks bind as 8 segments there; a GPU's own
+   * limits are larger. */
+  maxTensorBytes?: number;
 
   // ---- the device ------------------------------------------------------------------------
   /** Its name in messages. */
@@ -224,6 +232,7 @@ export const PROVIDERS = {
     checkPlacements: true,
     sharedDeviceLock: true,
     weightsAsStored: false,
+    maxTensorBytes: 2 ** 30,
     label: 'WebGPU',
     numbered: false,
     adapter: 'vulkan',

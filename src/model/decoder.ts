@@ -202,7 +202,28 @@ class DecoderBuilder extends AttentionOps {
       const rows = g.node('Gather', [stored.init, inputIds], { name: 'embed_tokens', attrs: { axis: 0 } });
       return g.cast(rows, this.dt, stored.dtype, 'embed_rows_cast');
     }
-    return g.node('Gather', [this.weight(this.spec.embed, shape), inputIds], { name: 'embed_tokens', attrs: { axis: 0 } });
+    const blocks = this.weightRows(this.spec.embed, [c.vocabSize, c.hiddenSize]);
+    if (blocks.length === 1) return g.node('Gather', [blocks[0]!.value, inputIds], { name: 'embed_tokens', attrs: { axis: 0 } });
+    return g.scope('embed_tokens', () => this.blockGather(blocks, inputIds));
+  }
+
+  // A table in row blocks (weightRows): each id's row from the block that holds it, the
+  // other blocks gathering row 0 and passed over — the one row, exactly.
+  //   ids ─GreaterOrEqual(start)─And(Less(end))─► in block ─┐
+  //   ids ─Sub(start)──────────────────────────Where(in block, ·, 0)─► local ─Gather(block)─► rows
+  //   rows of each block ─Where(in block, rows, the blocks before)─►
+  private blockGather(blocks: { value: string; start: number; end: number }[], ids: string): string {
+    const { g } = this;
+    let x = '';
+    blocks.forEach((b, k) => {
+      g.scope(`block_${k}`, () => {
+        const inBlock = g.node('And', [g.node('GreaterOrEqual', [ids, g.index(b.start)], { name: 'from_start' }), g.node('Less', [ids, g.index(b.end)], { name: 'before_end' })], { name: 'in_block' });
+        const local = g.node('Where', [inBlock, g.node('Sub', [ids, g.index(b.start)], { name: 'offset' }), g.index(0)], { name: 'local' });
+        const rows = g.node('Gather', [b.value, local], { name: 'rows', attrs: { axis: 0 } });
+        x = k === 0 ? rows : g.node('Where', [g.node('Unsqueeze', [inBlock, g.ints([-1])], { name: 'in_block_3d' }), rows, x], { name: 'picked' });
+      });
+    });
+    return x;
   }
 
   // Gemma: embeddings × √hidden, the factor rounded to the compute dtype as transformers
@@ -383,9 +404,14 @@ class DecoderBuilder extends AttentionOps {
     const flat = g.node('Reshape', [x, g.ints([-1, c.hiddenSize])], { name: 'flatten_positions' });
     const scored = g.node('Gather', [flat, scoreRows], { name: 'scored_positions', attrs: { axis: 0 } });
     const normed = g.scope('norm', () => this.norm(scored, this.spec.finalNorm, c.hiddenSize, 'any'));
-    const head = this.weight(c.tiedEmbeddings ? this.spec.embed : this.spec.lmHead, [c.vocabSize, c.hiddenSize]);
+    // Row blocks of the head (weightRows) give the logits of their tokens, side by side.
+    const blocks = this.weightRows(c.tiedEmbeddings ? this.spec.embed : this.spec.lmHead, [c.vocabSize, c.hiddenSize]);
     const logits = this.toFloat32(
-      g.scope('lm_head', () => g.matMulT(normed, head)),
+      g.scope('lm_head', () =>
+        blocks.length === 1
+          ? g.matMulT(normed, blocks[0]!.value)
+          : g.node('Concat', blocks.map((b, k) => g.matMulT(normed, b.value, { rank: 2, name: `block_${k}` })), { name: 'logits', attrs: { axis: -1 } }),
+      ),
     );
     return this.softcap(logits, c.finalSoftcap, 'logits_softcap');
   }

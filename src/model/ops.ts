@@ -30,6 +30,8 @@ export type WeightsAtRest = 'compute' | 'stored';
 /** The feed that keeps stored weights from being folded at load: [0, 0] every pass. */
 export const KEEP_SHAPE = 'weights_keep_shape';
 
+const BYTES_OF: Partial<Record<DTypeName, number>> = { float32: 4, float16: 2, bfloat16: 2 };
+
 export class ModelOps {
   readonly g: GraphBuilder;
   protected readonly spec: ModelConfig['spec'];
@@ -156,6 +158,33 @@ export class ModelOps {
     const value = this.g.cast(kept ? this.unfolded(init) : init, as, dtype, 'weight_cast');
     this.weights.set(key, value);
     return value;
+  }
+
+  /** A [rows, width] checkpoint matrix as `as`, whole, or in blocks of rows where it is
+   * larger than the provider's kernels take (providers.ts maxTensorBytes): each block its
+   * own initializer, the stored bytes of its rows read in place. */
+  protected weightRows(name: string, shape: [number, number], as: DTypeName = this.dt): { value: string; start: number; end: number }[] {
+    const limit = this.g.provider.maxTensorBytes;
+    const [rows, width] = shape;
+    const size = BYTES_OF[as] ?? 4;
+    const bytes = rows * width * size;
+    if (limit === undefined || bytes <= limit) return [{ value: this.weight(name, shape, as), start: 0, end: rows }];
+    const stored = this.source.get(this.storedName(name), shape);
+    const per = Math.max(1, Math.floor(limit / (width * size)));
+    const rowBytes = stored.length / rows;
+    const blocks: { value: string; start: number; end: number }[] = [];
+    for (let start = 0; start < rows; start += per) {
+      const end = Math.min(rows, start + per);
+      const key = `${name}:rows.${start}:${as}`;
+      let value = this.weights.get(key);
+      if (!value) {
+        const init = this.g.external(`${name}.rows.${start}`, { ...stored, shape: [end - start, width], offset: stored.offset + start * rowBytes, length: (end - start) * rowBytes });
+        value = this.g.cast(init, as, stored.dtype, 'weight_cast');
+        this.weights.set(key, value);
+      }
+      blocks.push({ value, start, end });
+    }
+    return blocks;
   }
 
   /** A checkpoint tensor as it is stored: its initializer (made once) and dtype. */
