@@ -60,7 +60,7 @@ const CPU_MEM_ARENA_DEFAULT = false;
 
 const CUDA_HELP =
   'the CUDA build of onnxruntime-node is not installed. On a GPU host with CUDA 12 and cuDNN 9, ' +
-  'reinstall it with its CUDA binaries: `ONNXRUNTIME_NODE_INSTALL=cuda12 npm rebuild onnxruntime-node` (see README, "GPU hosts")';
+  'install its CUDA binaries: `(cd node_modules/onnxruntime-node && ONNXRUNTIME_NODE_INSTALL=cuda12 node script/install.js)` (as the README, "GPU hosts", and deploy/docker/Dockerfile.cuda do)';
 
 export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   const spec = (options.device ?? 'cpu').trim().toLowerCase();
