@@ -290,6 +290,10 @@ async function loadModels(server: CtxprobeServer, flags: ServeFlags, shutdown: S
       ...(m.engine.device.bufferCache !== undefined && { gpuBufferCache: m.engine.device.bufferCache }),
       maxBatchTokens: m.scorer.maxBatchTokens,
       prefixCacheBytes: m.scorer.cache?.budget ?? 0,
+      // Weights onnxruntime would have read from the file for the session's life, held in a
+      // private copy instead; `weightsMapped`: files the process still maps (none on the CPU).
+      heldWeightBytes: m.engine.weights.heldBytes,
+      weightsMapped: m.engine.weights.mapped ?? 'unknown',
     });
     if (entry.synthetic)
       log({

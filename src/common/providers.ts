@@ -85,6 +85,13 @@ export interface ProviderProfile {
   /** Every session thread of the process takes one lock for its work on this provider
    * (two threads at once break Dawn's device). */
   sharedDeviceLock: boolean;
+  /** The checkpoint weights a session would go on reading from onnxruntime's memory map of
+   * the weights file after it is made (a file truncated under the server then faults the
+   * process with SIGBUS at the next pass): every weight some node reads other than as one
+   * of `copiedAs` (op, input slot), the inputs onnxruntime copies at load — prepacked
+   * product weights, Casts folded. The session thread reads those into memory it owns
+   * (graph/held-weights.ts). `false` where every weight is copied to the device at load. */
+  mappedWeights: false | { copiedAs: readonly (readonly [op: string, input: number])[] };
 
   // ---- the device ------------------------------------------------------------------------
   /** Its name in messages. */
@@ -182,6 +189,16 @@ export const PROVIDERS = {
     slotAlignment: 1,
     checkPlacements: false,
     sharedDeviceLock: false,
+    // Measured (/proc/self/maps after session creation, 56M Llama): the embedding, used by a
+    // Gather, and every norm weight stayed mapped; every FusedMatMul weight was prepacked.
+    mappedWeights: {
+      copiedAs: [
+        ['MatMul', 1],
+        ['FusedMatMul', 1],
+        ['Gemm', 1],
+        ['Cast', 0],
+      ],
+    },
     label: 'CPU',
     numbered: false,
     adapter: 'none',
@@ -217,6 +234,8 @@ export const PROVIDERS = {
     slotAlignment: 4,
     checkPlacements: true,
     sharedDeviceLock: true,
+    // Measured on lavapipe: no mapping of the weights file is left once the session is made.
+    mappedWeights: false,
     label: 'WebGPU',
     numbered: false,
     adapter: 'vulkan',
@@ -243,6 +262,9 @@ export const PROVIDERS = {
     slotAlignment: 1,
     checkPlacements: false,
     sharedDeviceLock: false,
+    // Not run here (no CUDA provider): weights go to the device at load as on WebGPU; the
+    // session thread reports any mapping left (Engine.weightsHeld).
+    mappedWeights: false,
     label: 'CUDA',
     numbered: true,
     adapter: 'nvidia',

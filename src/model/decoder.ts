@@ -38,6 +38,7 @@
 //   is already where the caller keeps it; returning it again cost a copy of the whole
 //   past per pass (measured at a 1900-token past, batch 1: 46 → 30 ms a pass).
 import type { IndexFeedPlan } from '../graph/index-feeds.js';
+import { HELD_WEIGHTS_ROOT, type HeldWeights } from '../graph/held-weights.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import type { ProviderKind } from '../common/providers.js';
 import { unreachable } from '../common/unreachable.js';
@@ -60,6 +61,9 @@ export interface DecoderGraph {
   /** How the graph lays out its keys, so what the session thread feeds it: `branches` reads
    * past_lengths and past_rows, `gather` reads kv_rows and kv_steps (past.ts). */
   keyLayout: Layout['kind'];
+  /** With `heldWeightsFile`: the weights the session thread copies there at load, read from
+   * that private copy (graph/held-weights.ts); every file is then named from the root. */
+  heldWeights?: HeldWeights;
 }
 
 export function buildDecoderGraph(
@@ -68,16 +72,19 @@ export function buildDecoderGraph(
   dtype: ComputeDType = 'float32',
   tap?: DecoderTap,
   provider: ProviderKind = 'cpu',
+  heldWeightsFile?: string,
 ): DecoderGraph {
   const b = new DecoderBuilder(config, weights, dtype, tap, provider);
   b.build();
+  const heldWeights = heldWeightsFile ? b.g.holdMappedWeights({ file: heldWeightsFile, weightsDir: weights.weightsDir }) : undefined;
   const model = b.g.encode(`ctxprobe/${config.modelType}`);
   return {
     model,
-    weightsDir: weights.weightsDir,
+    weightsDir: heldWeights ? HELD_WEIGHTS_ROOT : weights.weightsDir,
     nodeCount: b.g.nodeCount,
     indexFeeds: b.g.indexFeedPlan,
     keyLayout: b.g.provider.ifNodes ? 'branches' : 'gather',
+    ...(heldWeights && { heldWeights }),
   };
 }
 
