@@ -81,7 +81,7 @@ export class Service {
   private inFlight = 0;
   private readonly log: (line: Record<string, unknown>) => void;
   /** Models named in the configuration that are not served, and what a call naming one gets:
-   * those whose weights changed under them (weights-watch.ts). */
+   * those that failed to load, and those whose weights changed under them (weights-watch.ts). */
   private readonly unserved = new Map<string, CtxprobeError>();
   private readonly modelHealth: ((model: string, status: 'SERVING' | 'NOT_SERVING') => void)[] = [];
   private readonly weightsWatch: WeightsWatch;
@@ -127,6 +127,12 @@ export class Service {
     return served;
   }
 
+  /** A model of the configuration that failed to load: not served, and a call naming it is
+   * told why (NOT_FOUND). */
+  addFailed(name: string, reason: string): void {
+    this.refuse(name, new NotFoundError('model', `model ${JSON.stringify(name)} is not served: it failed to load (${reason})`));
+  }
+
   /** From now on, calls naming `model` get `err`, and its health is NOT_SERVING. */
   private refuse(model: string, err: CtxprobeError): void {
     this.unserved.set(model, err);
@@ -134,7 +140,7 @@ export class Service {
   }
 
   /** `listener` hears each configured model's health as it changes: SERVING once loaded,
-   * NOT_SERVING when it can no longer answer. */
+   * NOT_SERVING when it failed to load or can no longer answer. */
   onModelHealth(listener: (model: string, status: 'SERVING' | 'NOT_SERVING') => void): void {
     this.modelHealth.push(listener);
   }
