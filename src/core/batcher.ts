@@ -244,7 +244,7 @@ export class Batcher {
       const scores = await this.scoreJobs(live);
       let at = 0;
       for (const j of live) {
-        j.resolve(scores.slice(at, at + j.units.length));
+        answer(j, scores.slice(at, at + j.units.length));
         at += j.units.length;
       }
     } catch (err) {
@@ -252,7 +252,7 @@ export class Batcher {
       for (const j of live) {
         if (j.cancelled) continue; // already answered (cancelled or refused)
         try {
-          j.resolve(await this.scoreJobs([j]));
+          answer(j, await this.scoreJobs([j]));
         } catch (e) {
           j.reject(e);
         }
@@ -279,6 +279,15 @@ export class Batcher {
     }
     return scores;
   }
+}
+
+/** Give a job its scores. A job cancelled while its round ran (its caller gone, its
+ * deadline passed: its promise is settled) takes none, and what the round kept for it (a
+ * generation step's pinned sequence) is released here: nobody else would, and each such
+ * pin kept its path in the prefix cache for good, out of reach of eviction. */
+function answer(job: Job, scores: UnitScore[]): void {
+  if (job.cancelled) for (const s of scores) s.kept?.release();
+  else job.resolve(scores);
 }
 
 /** Items a job stands for: its units (scored sequences, probed samples). */
