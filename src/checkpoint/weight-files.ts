@@ -19,7 +19,14 @@ export function heldWeightsPath(): string {
  * file, only the owner may read it) with plain reads: a file cut short is a CheckpointError
  * naming it now, never a fault at a later pass. */
 export function writeHeldWeights(dir: string, held: HeldWeights): void {
-  const out = fs.openSync(held.file, 'wx', 0o600);
+  let out: number;
+  try {
+    out = fs.openSync(held.file, 'wx', 0o600);
+  } catch (e) {
+    throw new CheckpointError(
+      `cannot write ${held.file}, the private copy of the ${held.bytes} bytes of weights a session would otherwise read from the checkpoint's files for its life (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}): set TMPDIR to a writable folder`,
+    );
+  }
   const chunk = Buffer.allocUnsafe(Math.min(2 ** 20, Math.max(1, ...held.pieces.map((p) => p.length))));
   try {
     for (const location of new Set(held.pieces.map((p) => p.location))) {
