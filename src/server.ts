@@ -77,6 +77,13 @@ export class CtxprobeServer {
     private readonly options: ServerOptions,
   ) {
     this.service = new Service(this.metrics, options);
+    // Each configured model's health under `model/<name>`; the server's follows (SERVING
+    // while some model answers).
+    this.service.onModelHealth((model, status) => {
+      this.health.setStatus(modelHealthName(model), status);
+      this.healthPortServer?.setStatus(modelHealthName(model), status);
+      this.setHealth(this.service.health());
+    });
   }
 
   get models(): Map<string, ServedModel> {
@@ -239,6 +246,9 @@ export class CtxprobeServer {
     void this.healthPortServer?.close();
   }
 }
+
+/** The grpc.health.v1 service name a model's own health is reported under. */
+export const modelHealthName = (model: string) => `model/${model}`;
 
 /** How long answered calls' connections may take to flush and close once no call is left:
  * a 64 MiB answer (the message limit) goes out over loopback in ~0.1 s. */

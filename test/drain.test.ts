@@ -2,6 +2,7 @@
 // with connections that never close and streams that never half-close; cancelled
 // streams and expired deadlines as the metrics record them.
 import { execFile, spawn } from 'node:child_process';
+import http from 'node:http';
 import http2 from 'node:http2';
 import net from 'node:net';
 import path from 'node:path';
@@ -264,6 +265,58 @@ describe('counters that stay true', () => {
     expect(delta('ctxprobe_requests_total{method="Score",code="DEADLINE_EXCEEDED"}')).toBe(5);
     expect(delta('ctxprobe_requests_total{method="Score",code="CANCELLED"}')).toBe(0);
   });
+});
+
+/** POST `body` to `route` and hang up `afterMs` later; whether an answer came first. */
+function hangUp(port: number, route: string, body: unknown, afterMs: number): Promise<'answered' | 'hung up'> {
+  return new Promise((resolve) => {
+    const req = http.request({ host: '127.0.0.1', port, path: route, method: 'POST', headers: { 'content-type': 'application/json' } });
+    req.on('error', () => {});
+    req.on('response', () => resolve('answered'));
+    req.end(JSON.stringify(body));
+    setTimeout(() => {
+      req.destroy();
+      resolve('hung up');
+    }, afterMs);
+  });
+}
+
+describe('an HTTP call whose client hangs up before the answer', () => {
+  it('ends with its socket: in flight 0, counted as 499 / CANCELLED, and a later SIGTERM drains at once', async () => {
+    const dir = makeFixture({ ...FAMILY_FIXTURES.llama!, maxPositions: 4096 }).dir;
+    const s = await serveCli(dir, ['--drain-timeout-ms', '30000']);
+    const long = (i: number) => Array.from({ length: 300 }, (_, k) => `word${(k * 7 + i) % 23}`).join(' ');
+    // Each takes seconds on one thread; the client leaves after 300 ms, before any answer.
+    const calls: [string, unknown][] = [
+      ['/v1/completions', { prompt: Array.from({ length: 48 }, (_, i) => long(i)), max_tokens: 0, echo: true, logprobs: 1 }],
+      ['/v1/score', { items: Array.from({ length: 48 }, (_, i) => ({ contextText: long(i), continuationsText: [' a', ' b'] })) }],
+      [
+        '/v1/probe',
+        {
+          samples: Array.from({ length: 24 }, (_, i) => ({
+            chunks: [
+              { label: 'a', text: long(i) },
+              { label: 'b', text: ' end' },
+            ],
+          })),
+        },
+      ],
+    ];
+    for (const [route, body] of calls) expect(await hangUp(s.httpPort, route, body, 300), route).toBe('hung up');
+    let metrics = await scrape(s.metricsPort);
+    for (let t = 0; t < 100 && metrics.get('ctxprobe_calls_in_flight') !== 0; t++) {
+      await new Promise((r) => setTimeout(r, 50));
+      metrics = await scrape(s.metricsPort);
+    }
+    expect(metrics.get('ctxprobe_calls_in_flight')).toBe(0);
+    expect(metrics.get('ctxprobe_requests_total{method="http /v1/completions",code="499"}')).toBe(1);
+    expect(metrics.get('ctxprobe_requests_total{method="Score",code="CANCELLED"}')).toBe(1);
+    expect(metrics.get('ctxprobe_requests_total{method="Probe",code="CANCELLED"}')).toBe(1);
+    const started = Date.now();
+    expect(await s.stop()).toBe(0);
+    expect(s.lines.find((l) => l.event === 'stopped')!.how).toBe('drained');
+    expect(Date.now() - started).toBeLessThan(20_000); // not the 30 s deadline
+  }, 90_000);
 });
 
 describe('running work stops between passes when its caller is gone', () => {

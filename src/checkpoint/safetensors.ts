@@ -78,6 +78,11 @@ export class SafetensorsCheckpoint {
     }
   }
 
+  /** The real paths of the weights files (as the session opens them). */
+  get files(): string[] {
+    return [...new Set([...this.tensors.values()].map((t) => path.join(t.dir, t.location)))];
+  }
+
   get(name: string, expectedShape?: number[]): StoredTensor {
     const t = this.tensors.get(name);
     if (!t) throw new CheckpointError(`${this.dir}: tensor ${name} is missing from the checkpoint`);

@@ -106,8 +106,9 @@ export function withModelFlags(cmd: Command): Command {
     );
 }
 
-/** The models to serve: one checkpoint from --model, else every config in the repository. */
-export function entriesFrom(flags: ModelFlags & { models?: string; name?: string }): ModelEntry[] {
+/** The models to serve, with the flags' settings over theirs: one checkpoint from --model,
+ * else every config of the repository (or the entries given, read from it). */
+export function entriesFrom(flags: ModelFlags & { models?: string; name?: string }, repository?: ModelEntry[]): ModelEntry[] {
   const overrides = {
     ...(flags.device !== undefined && { device: flags.device }),
     ...(flags.dtype !== undefined && { dtype: flags.dtype }),
@@ -122,7 +123,7 @@ export function entriesFrom(flags: ModelFlags & { models?: string; name?: string
     const dir = path.resolve(flags.model);
     return [{ name: flags.name ?? path.basename(dir), path: dir, ...overrides }];
   }
-  return readRepository(flags.models ?? DEFAULT_REPOSITORY).map((e) => ({ ...e, ...overrides }));
+  return (repository ?? readRepository(flags.models ?? DEFAULT_REPOSITORY)).map((e) => ({ ...e, ...overrides }));
 }
 
 /** Write a figure or report where the user asked, making its folder (`--svg out/attr`). */

@@ -1,6 +1,14 @@
 // `ctxprobe serve` (the server, its flags and signals) and `ctxprobe health`.
 import { Command, Option } from 'commander';
-import { DEFAULT_REPOSITORY, loadModel, type LoadedModel } from '../serving/repository.js';
+import {
+  DEFAULT_REPOSITORY,
+  loadModel,
+  readRepositoryEntries,
+  type FailedModel,
+  type LoadedModel,
+  type ModelEntry,
+} from '../serving/repository.js';
+import { ConfigError } from '../common/errors.js';
 import { CtxprobeServer } from '../server.js';
 import { resolveSecurity, type TlsFiles } from '../serving/security.js';
 import { entriesFrom, int, log, mallocAdvice, portOrOff, withModelFlags, type ModelFlags } from './common.js';
@@ -280,36 +288,83 @@ function drainOnSignals(server: CtxprobeServer, drainTimeoutMs: number): Shutdow
   return shutdown;
 }
 
-/** Each model of the flags, loaded and added in turn (none after a signal); then SERVING. */
+/** Each model of the flags, loaded and added in turn (none after a signal); then SERVING.
+ * A model that cannot be loaded (its config, its checkpoint, its device) is logged with its
+ * file and reason and not served, and the others are; if none loads, the start fails. */
 async function loadModels(server: CtxprobeServer, flags: ServeFlags, shutdown: Shutdown): Promise<void> {
-  for (const entry of entriesFrom(flags)) {
+  const { entries, failed } = modelsOf(flags);
+  for (const f of failed) modelFailed(server, f, f.file);
+  for (const entry of entries) {
     if (shutdown.stopping) return;
     shutdown.loading = loadModel({ ...entry, maxContinuations: entry.maxContinuations ?? flags.maxContinuations });
-    const m = await shutdown.loading;
+    let m: LoadedModel;
+    try {
+      m = await shutdown.loading;
+    } catch (e) {
+      shutdown.loading = undefined;
+      // One checkpoint served as --model fails the start as before.
+      if (flags.model) throw e;
+      const f = { name: entry.name, file: entry.path, reason: (e as Error).message };
+      modelFailed(server, f, entry.configFile);
+      failed.push(f);
+      continue;
+    }
     if (shutdown.stopping) return; // the stop frees it
     shutdown.loading = undefined;
-    log({
-      level: 'info',
-      event: 'model_loaded',
-      model: entry.name,
-      path: entry.path,
-      seconds: +m.loadSeconds.toFixed(3),
-      ...m.engine.info,
-      ...(m.engine.device.bufferCache !== undefined && { gpuBufferCache: m.engine.device.bufferCache }),
-      maxBatchTokens: m.scorer.maxBatchTokens,
-      prefixCacheBytes: m.scorer.cache?.budget ?? 0,
-    });
-    if (entry.synthetic)
-      log({
-        level: 'warn',
-        event: 'random_weights',
-        model: entry.name,
-        message: 'this model has random weights; pass --model DIR for a real checkpoint',
-      });
+    logLoaded(entry, m);
     server.addModel(m);
   }
+  if (server.models.size === 0) {
+    const reasons = failed.map((f) => `${f.name}: ${f.reason}`).join('; ');
+    throw new ConfigError(`no model of ${flags.models} could be loaded (${reasons || 'the repository has no *.json model config'})`);
+  }
   server.setServing();
-  log({ level: 'info', event: 'serving', address: server.address, models: [...server.models.keys()] });
+  log({
+    level: 'info',
+    event: 'serving',
+    address: server.address,
+    models: [...server.models.keys()],
+    ...(failed.length > 0 && { failedModels: failed.map((f) => f.name) }),
+  });
+}
+
+/** The models to load and the configs of the repository that are none (--model: no such). */
+function modelsOf(flags: ServeFlags): { entries: ModelEntry[]; failed: FailedModel[] } {
+  if (flags.model) return { entries: entriesFrom(flags), failed: [] };
+  const { entries, failed } = readRepositoryEntries(flags.models);
+  return { entries: entriesFrom(flags, entries), failed };
+}
+
+/** A model that is not served: logged with its file (its checkpoint, or its config when
+ * that is what is wrong), its config file and why. */
+function modelFailed(server: CtxprobeServer, f: FailedModel, config: string | undefined): void {
+  log({ level: 'error', event: 'model_failed', model: f.name, file: f.file, ...(config && { config }), message: f.reason });
+  server.service.addFailed(f.name, f.reason);
+}
+
+function logLoaded(entry: ModelEntry, m: LoadedModel): void {
+  log({
+    level: 'info',
+    event: 'model_loaded',
+    model: entry.name,
+    path: entry.path,
+    seconds: +m.loadSeconds.toFixed(3),
+    ...m.engine.info,
+    ...(m.engine.device.bufferCache !== undefined && { gpuBufferCache: m.engine.device.bufferCache }),
+    maxBatchTokens: m.scorer.maxBatchTokens,
+    prefixCacheBytes: m.scorer.cache?.budget ?? 0,
+    // Weights onnxruntime would have read from the file for the session's life, held in a
+    // private copy instead; `weightsMapped`: files the process still maps (none on the CPU).
+    heldWeightBytes: m.engine.weights.heldBytes,
+    weightsMapped: m.engine.weights.mapped ?? 'unknown',
+  });
+  if (entry.synthetic)
+    log({
+      level: 'warn',
+      event: 'random_weights',
+      model: entry.name,
+      message: 'this model has random weights; pass --model DIR for a real checkpoint',
+    });
 }
 
 export function registerHealth(program: Command): void {

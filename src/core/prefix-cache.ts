@@ -10,7 +10,10 @@
 // A node's KV is a range of a segment: a KV tensor kept in the session host under a
 // handle (one per computed row; a node split in two shares it). Bytes are counted per
 // segment and freed when no node uses it. Eviction removes least recently used leaves
-// that no in-flight round has pinned, until the bytes are within the budget.
+// that no in-flight round has pinned, until the bytes are within the budget: the leaves
+// wait in a heap ordered by last use, so a round's lookups, inserts and evictions cost
+// what its own paths and evictions cost, whatever the number of entries (a scan of every
+// node per round took a small request from 10 ms to 77 ms at 140k entries).
 //
 // Scores live with the position whose logits made them: position i keeps, per target
 // token, its log-prob and greedy flag, and the top-k of its distribution when one was
@@ -44,6 +47,10 @@ class Node {
   topK: (TopK | undefined)[];
   pins = 0;
   lastUse = 0;
+  /** Out of the trie (evicted or cleared). */
+  removed = false;
+  /** The one entry of the eviction heap that stands for this node (older ones are stale). */
+  heapSeq = 0;
   constructor(
     public parent: Node | undefined,
     /** Absolute position of tokens[0]. */
@@ -77,6 +84,13 @@ export interface CacheStats {
   evictions: number;
 }
 
+/** A leaf waiting for eviction: valid while it is its node's latest (`seq`). */
+interface HeapEntry {
+  node: Node;
+  lastUse: number;
+  seq: number;
+}
+
 export class PrefixCache {
   private readonly root = new Node(undefined, 0, [], undefined, 0);
   private clock = 0;
@@ -85,9 +99,19 @@ export class PrefixCache {
   private live = new Set<Match>();
   /** Segments `rebase` left unused, freed by `settle`. */
   private retired: KvSegment[] = [];
+  /** Eviction candidates, least recently used first: a min-heap of unpinned leaves by
+   * (last use, push order); stale entries (a leaf pinned, touched, grown or gone since) are
+   * skipped as they come up and dropped when they outnumber the entries. */
+  private heap: HeapEntry[] = [];
+  private heapSeq = 0;
   bytes = 0;
   entries = 0;
   evictions = 0;
+  /** Tokens held, over every node. */
+  private tokens = 0;
+  /** Nodes that evictions and splits have looked at so far: what a round costs the cache
+   * beyond its own paths (tests and bench/prefix-cache-entries.ts read it). */
+  examined = 0;
 
   constructor(
     /** KV bytes of one position (all layers, keys and values). */
@@ -123,7 +147,7 @@ export class PrefixCache {
 
   release(match: Match): void {
     if (!this.live.delete(match)) return;
-    for (const n of match.nodes) n.pins--;
+    for (const n of match.nodes) if (--n.pins === 0) this.unpinned(n);
   }
 
   /** The KV of positions [0, upTo) of a match, as segment pieces in order (nodes that
@@ -197,6 +221,7 @@ export class PrefixCache {
       match.nodes.push(leaf);
       match.depth = end;
       this.entries++;
+      this.tokens += leaf.tokens.length;
     }
     if (segment.refs > 0) {
       this.segments.add(segment);
@@ -250,14 +275,15 @@ export class PrefixCache {
     upper.topK = node.topK.slice(0, k);
     upper.lastUse = node.lastUse;
     // Matches through `node` now pass through `upper`; those that ended inside the upper
-    // half no longer reach the lower one.
-    for (const m of this.live) {
+    // half no longer reach the lower one. Only a pinned node is on a live match's path.
+    for (const m of node.pins > 0 ? this.live : []) {
+      this.examined++;
       const at = m.nodes.indexOf(node);
       if (at < 0) continue;
       upper.pins++;
       if (m.depth <= node.depth + k) {
         m.nodes[at] = upper;
-        node.pins--;
+        if (--node.pins === 0) this.unpinned(node);
       } else m.nodes.splice(at, 0, upper);
     }
     node.segment!.refs++;
@@ -273,32 +299,54 @@ export class PrefixCache {
     return upper;
   }
 
-  /** Evict unpinned least recently used leaves until the bytes fit the budget. */
+  /** Evict unpinned least recently used leaves until the bytes fit the budget. A parent
+   * left childless becomes a candidate in its turn, at its own last use (never later
+   * than its children's). */
   evict(): void {
-    if (this.bytes <= this.budget) return;
-    const leaves: Node[] = [];
-    const walk = (n: Node) => {
-      for (const c of n.children.values()) c.children.size === 0 ? leaves.push(c) : walk(c);
-    };
-    walk(this.root);
-    leaves.sort((a, b) => a.lastUse - b.lastUse);
-    // A parent left childless becomes a candidate in its turn (it is never more recent
-    // than its children).
-    for (let i = 0; i < leaves.length && this.bytes > this.budget; i++) {
-      const leaf = leaves[i]!;
-      if (leaf.pins > 0) continue;
+    while (this.bytes > this.budget) {
+      const leaf = this.popCandidate();
+      if (!leaf) return;
       this.remove(leaf);
       const parent = leaf.parent!;
-      if (parent !== this.root && parent.children.size === 0) {
-        const at = leaves.findIndex((l, j) => j > i && l.lastUse >= parent.lastUse);
-        leaves.splice(at < 0 ? leaves.length : at, 0, parent);
-      }
+      if (parent !== this.root) this.unpinned(parent);
+    }
+  }
+
+  /** A node just left unpinned or childless: a leaf with no pin goes in line for eviction
+   * at its last use (any earlier entry of it goes stale). Pinned leaves wait out of line:
+   * evictions never step over them. */
+  private unpinned(node: Node): void {
+    if (node.pins > 0 || node.children.size > 0 || node.removed) return;
+    const entry = { node, lastUse: node.lastUse, seq: ++this.heapSeq };
+    node.heapSeq = entry.seq;
+    heapPush(this.heap, entry);
+    // Stale entries (a leaf touched again, a leaf that grew children or left) are dropped
+    // once they outnumber the entries: amortised O(1) a push.
+    if (this.heap.length > 2 * this.entries + 64) {
+      this.heap = this.heap.filter((e) => this.current(e));
+      heapify(this.heap);
+    }
+  }
+
+  private current(e: HeapEntry): boolean {
+    return e.seq === e.node.heapSeq && !e.node.removed && e.node.children.size === 0 && e.node.pins === 0;
+  }
+
+  /** The least recently used leaf, out of the heap. */
+  private popCandidate(): Node | undefined {
+    for (;;) {
+      const e = heapPop(this.heap);
+      if (!e) return undefined;
+      this.examined++;
+      if (this.current(e)) return e.node;
     }
   }
 
   private remove(leaf: Node): void {
     leaf.parent!.children.delete(leaf.tokens[0]!);
+    leaf.removed = true;
     this.entries--;
+    this.tokens -= leaf.tokens.length;
     this.evictions++;
     const s = leaf.segment!;
     if (--s.refs === 0) {
@@ -314,20 +362,59 @@ export class PrefixCache {
     this.segments.clear();
     this.retired = [];
     this.root.children.clear();
+    this.heap = [];
     this.bytes = 0;
     this.entries = 0;
+    this.tokens = 0;
   }
 
+  /** The cache's counts, kept as it changes (no walk: batchers read them every round). */
   stats(): CacheStats {
-    let tokens = 0;
-    const walk = (n: Node) => {
-      for (const c of n.children.values()) {
-        tokens += c.tokens.length;
-        walk(c);
-      }
-    };
-    walk(this.root);
-    return { bytes: this.bytes, entries: this.entries, segments: this.segments.size, tokens, evictions: this.evictions };
+    return { bytes: this.bytes, entries: this.entries, segments: this.segments.size, tokens: this.tokens, evictions: this.evictions };
+  }
+}
+
+// A binary min-heap of eviction candidates by (last use, push order).
+const before = (a: HeapEntry, b: HeapEntry) => a.lastUse < b.lastUse || (a.lastUse === b.lastUse && a.seq < b.seq);
+
+function heapPush(heap: HeapEntry[], e: HeapEntry): void {
+  heap.push(e);
+  siftUp(heap, heap.length - 1);
+}
+
+function heapPop(heap: HeapEntry[]): HeapEntry | undefined {
+  const top = heap[0];
+  const last = heap.pop();
+  if (heap.length > 0 && last) {
+    heap[0] = last;
+    siftDown(heap, 0);
+  }
+  return top;
+}
+
+function heapify(heap: HeapEntry[]): void {
+  for (let i = (heap.length >> 1) - 1; i >= 0; i--) siftDown(heap, i);
+}
+
+function siftUp(heap: HeapEntry[], i: number): void {
+  while (i > 0) {
+    const up = (i - 1) >> 1;
+    if (!before(heap[i]!, heap[up]!)) return;
+    [heap[i], heap[up]] = [heap[up]!, heap[i]!];
+    i = up;
+  }
+}
+
+function siftDown(heap: HeapEntry[], i: number): void {
+  for (;;) {
+    const l = 2 * i + 1;
+    const r = l + 1;
+    let min = i;
+    if (l < heap.length && before(heap[l]!, heap[min]!)) min = l;
+    if (r < heap.length && before(heap[r]!, heap[min]!)) min = r;
+    if (min === i) return;
+    [heap[i], heap[min]] = [heap[min]!, heap[i]!];
+    i = min;
   }
 }
 

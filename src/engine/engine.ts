@@ -18,7 +18,8 @@ import { memoryRefusal, passLimits, planMemory, type MemoryPlan, type PassLimits
 import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
-import { DeviceError } from '../common/errors.js';
+import { CheckpointError, DeviceError } from '../common/errors.js';
+import { WeightFiles, heldWeightsPath } from '../checkpoint/weight-files.js';
 import { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
@@ -79,6 +80,19 @@ function weightsInfo(ckpt: SafetensorsCheckpoint, plan: MemoryPlan): string {
   return `${stored} checkpoint; ${plan.reason}`;
 }
 
+/** A loaded model's weights files: as they were at load (`files`); whether its sessions hold
+ * every weight in memory of their own (`held`: no weights file is mapped once they are
+ * made), the files still mapped (`mapped`; absent where that cannot be told); and the
+ * bytes read into held memory. */
+export interface EngineWeights {
+  /** The checkpoint's folder the files are in. */
+  dir: string;
+  files: WeightFiles;
+  held: boolean;
+  mapped?: string[];
+  heldBytes: number;
+}
+
 /** The model's onnxruntime session, and with a separate probe session the probe graph's
  * (see `Engine.load`). */
 const SESSION = 'model';
@@ -92,10 +106,14 @@ export class Engine {
     private readonly host: SessionHost,
     readonly device: ResolvedDevice,
     readonly info: EngineInfo,
+    /** The weights files as they were at load, and whether the sessions hold every weight in
+     * memory of their own (else some stay mapped from a file: a file changed under the
+     * server refuses the model's passes, see `forward`). */
+    readonly weights: EngineWeights,
     /** The graphs widen stored weights each pass (they read `weights_keep_shape`). */
     private readonly weightsAsStored: boolean,
     /** With a separate probe session: the probe graph, for a session made on the first probe. */
-    private readonly probeGraph?: { build: () => DecoderGraph; options: Record<string, unknown> },
+    private readonly probeGraph?: { build: () => DecoderGraph },
   ) {}
 
   static async load(dir: string, options: EngineOptions = {}): Promise<Engine> {
@@ -121,7 +139,8 @@ export class Engine {
     // generation run a graph without it, and probes a second session, made on the first
     // probe (its own copy of the weights on the device from then on).
     const separateProbe = profile.separateProbeSession;
-    const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind, memory.atRest);
+    const graphWeights = () => ({ atRest: memory.atRest, heldWeightsFile: heldWeightsPath() });
+    const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind, graphWeights());
     const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
     // The chat template is compiled now, once, in its own process: one that does not parse
     // refuses the model here, naming its file, rather than failing every chat request.
@@ -137,8 +156,15 @@ export class Engine {
       ...(profile.kvOnDevice ? { deviceKv: deviceKv(config, device) } : {}),
       sharedDeviceLock: profile.sharedDeviceLock,
     });
+    // Recorded before the session reads them: a change during the load shows at the first check.
+    const files = new WeightFiles(ckpt.files);
+    let mapped: string[] | undefined;
     try {
-      await host.create(SESSION, graph.model, runOptions, { keyLayout: graph.keyLayout, indexFeeds: graph.indexFeeds });
+      ({ mapped } = await host.create(SESSION, graph.model, runOptions, {
+        keyLayout: graph.keyLayout,
+        indexFeeds: graph.indexFeeds,
+        weights: sessionWeights(graph, files, ckpt.weightsDir),
+      }));
     } catch (e) {
       await host.close();
       await failed(e as Error);
@@ -164,9 +190,27 @@ export class Engine {
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
     };
     const probeGraph = separateProbe
-      ? { build: () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind, memory.atRest), options: runOptions }
+      ? { build: () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind, graphWeights()) }
       : undefined;
-    return new Engine(dir, config, tokenizer, host, device, info, graph.keepsWeightsAsStored, probeGraph);
+    const weights = {
+      dir: ckpt.weightsDir,
+      files,
+      held: mapped?.length === 0,
+      ...(mapped && { mapped }),
+      heldBytes: graph.heldWeights?.bytes ?? 0,
+    };
+    return new Engine(dir, config, tokenizer, host, device, info, weights, graph.keepsWeightsAsStored, probeGraph);
+  }
+
+  /** Refuse to run a pass that would read weights from a file changed since the load (only
+   * where some weight stayed mapped from it: the held ones cannot change). */
+  private checkWeights(): void {
+    if (this.weights.held) return;
+    const changed = this.weights.files.changed();
+    if (changed)
+      throw new CheckpointError(
+        `${changed.file}: the weights file was ${changed.change} since the model was loaded, and the model reads it in place: restart the server to load it again`,
+      );
   }
 
   /** The session a pass runs in: the model's, or for a probing pass with a separate probe
@@ -174,9 +218,18 @@ export class Engine {
   private sessionFor(probing: boolean): Promise<string> {
     if (!probing || !this.probeGraph) return Promise.resolve(SESSION);
     if (this.probeCreated) return this.probeCreated;
+    // A session made from a file changed since the load would not be the model's.
+    const changed = this.weights.files.changed();
+    if (changed)
+      return Promise.reject(new CheckpointError(`${changed.file}: the weights file was ${changed.change} since the model was loaded`));
     const graph = this.probeGraph.build();
+    const weights = sessionWeights(graph, this.weights.files, this.weights.dir);
     this.probeCreated = this.host
-      .create(PROBE_SESSION, graph.model, this.probeGraph.options, { keyLayout: graph.keyLayout, indexFeeds: graph.indexFeeds })
+      .create(PROBE_SESSION, graph.model, sessionOptions(graph.weightsDir, this.device, this.config.numLayers), {
+        keyLayout: graph.keyLayout,
+        indexFeeds: graph.indexFeeds,
+        weights,
+      })
       .then(
         () => PROBE_SESSION,
         (e: Error) => {
@@ -291,6 +344,7 @@ export class Engine {
   /** One forward pass: its shape, feeds and fetches, the run on the session thread, and
    * its answer read from the outputs. */
   async forward(req: ForwardRequest): Promise<ForwardResult> {
+    this.checkWeights();
     const shape = this.shapeOf(req);
     const feeds = passFeeds(req, shape, {
       config: this.config,
@@ -332,7 +386,8 @@ export class Engine {
       throw new Error(`engine: a past laid out with room for ${past.room} new slots is read by a pass of ${T}, row for row`);
     }
     const probing = req.rows.some((r) => r.probe);
-    if (req.raw && (!probing || req.rows.length !== 1 || P > 0)) throw new Error('engine: raw attention is taken from one probe row without a past');
+    if (req.raw && (!probing || req.rows.length !== 1 || P > 0))
+      throw new Error('engine: raw attention is taken from one probe row without a past');
     return {
       B: req.rows.length,
       T,
@@ -379,6 +434,11 @@ function checkpointDtype(configured: string | undefined, ckpt: SafetensorsCheckp
   if (configured) return configured;
   const stored = new Set([...ckpt.tensors.values()].map((t) => t.dtype));
   return stored.size === 1 ? [...stored][0] : undefined;
+}
+
+/** The weights files a session is made from, and the weights it holds in memory of its own. */
+function sessionWeights(graph: DecoderGraph, files: WeightFiles, dir: string) {
+  return { dir, files: [...files.files], ...(graph.heldWeights && { held: graph.heldWeights }) };
 }
 
 /** onnxruntime session options: the device's, and where external weights live. With KV on

@@ -12,6 +12,7 @@ import { UnavailableError } from '../common/errors.js';
 import { startWorker } from '../workers/start.js';
 import type { IndexFeedPlan } from '../graph/index-feeds.js';
 import type {
+  CreatedSession,
   DeviceKv,
   KeyLayoutKind,
   KvPiece,
@@ -20,6 +21,7 @@ import type {
   SessionMessage,
   SessionReply,
   SessionThreadData,
+  SessionWeights,
 } from '../workers/session/protocol.js';
 
 // onnxruntime 1.30 starts Microsoft's telemetry client when it creates its environment (the
@@ -87,13 +89,14 @@ export class SessionHost {
 
   /** Create a session named `name` from a serialized model (session options as onnxruntime
    * takes them), telling the thread what the graph reads: where its keys lie, and the index
-   * feeds it takes as one input. */
+   * feeds it takes as one input; and the weights files, with the weights the thread reads
+   * into memory of its own. Answers which weights files are still mapped once it is made. */
   create(
     name: string,
     model: Uint8Array,
     options: Extract<SessionMessage, { op: 'create' }>['options'],
-    reads: { keyLayout: KeyLayoutKind; indexFeeds?: IndexFeedPlan },
-  ): Promise<void> {
+    reads: { keyLayout: KeyLayoutKind; indexFeeds?: IndexFeedPlan; weights?: SessionWeights },
+  ): Promise<CreatedSession> {
     return this.call({ op: 'create', name, model, options, ...reads });
   }
 

@@ -15,6 +15,7 @@ import onnxProto from 'onnx-proto';
 import { ONNX_DTYPE, ONNX_DTYPE_LABEL, f32ToF16, type DTypeName } from '../common/dtypes.js';
 import { PROVIDERS, type ProviderKind, type ProviderProfile } from '../common/providers.js';
 import { INDEX_FEEDS, INDEX_FEED_SIZES, sizeInput, type IndexFeed, type IndexFeedPlan } from './index-feeds.js';
+import { holdMappedWeights, type HeldWeights } from './held-weights.js';
 
 const { onnx } = onnxProto;
 /** A float attribute that happens to be a whole number (alpha=1.0) must say so. */
@@ -45,6 +46,8 @@ export interface NodeOptions {
 export class OnnxGraph {
   protected nodes: InstanceType<typeof onnx.NodeProto>[] = [];
   private readonly initializers: InstanceType<typeof onnx.TensorProto>[] = [];
+  /** The checkpoint weights among them, by name. */
+  private readonly externals = new Map<string, InstanceType<typeof onnx.TensorProto>>();
   private readonly inputs: InstanceType<typeof onnx.ValueInfoProto>[] = [];
   private readonly outputs: InstanceType<typeof onnx.ValueInfoProto>[] = [];
   private readonly scopeStack: string[] = [];
@@ -310,20 +313,28 @@ export class OnnxGraph {
 
   /** A checkpoint weight, referenced in place inside its safetensors file. */
   external(name: string, tensor: ExternalTensor): string {
-    this.initializers.push(
-      onnx.TensorProto.create({
-        name,
-        dataType: ONNX_DTYPE[tensor.dtype],
-        dims: tensor.shape,
-        dataLocation: onnx.TensorProto.DataLocation.EXTERNAL,
-        externalData: [
-          { key: 'location', value: tensor.location },
-          { key: 'offset', value: String(tensor.offset) },
-          { key: 'length', value: String(tensor.length) },
-        ],
-      }),
-    );
+    const init = onnx.TensorProto.create({
+      name,
+      dataType: ONNX_DTYPE[tensor.dtype],
+      dims: tensor.shape,
+      dataLocation: onnx.TensorProto.DataLocation.EXTERNAL,
+      externalData: [
+        { key: 'location', value: tensor.location },
+        { key: 'offset', value: String(tensor.offset) },
+        { key: 'length', value: String(tensor.length) },
+      ],
+    });
+    this.initializers.push(init);
+    this.externals.set(name, init);
     return name;
+  }
+
+  /** Where the provider would leave weights mapped from the file for a session's life
+   * (`mappedWeights`), point them into a private copy at `where.file` that the session thread
+   * writes, and say what it holds (graph/held-weights.ts). Call once the graph is complete. */
+  holdMappedWeights(where: { file: string; weightsDir: string }): HeldWeights | undefined {
+    const mapped = this.provider.mappedWeights;
+    return mapped ? holdMappedWeights(this.nodes, this.externals, mapped.copiedAs, where) : undefined;
   }
 
   /** Serialise as an ONNX model (IR 10, opset 21 unless asked — bench/attention-ops.ts

@@ -103,24 +103,27 @@ function recordCalls(app: FastifyInstance, service: Service, checkToken: HttpOpt
       throw new UnauthenticatedError('authorization: a valid "Bearer <token>" is required');
     }
   });
-  // A call is in flight (what a drain waits for) once its body has arrived: a client that
-  // never finishes sending one holds no drain. One refused before that is recorded as it ends.
-  app.addHook('preValidation', async (req) => {
-    const r = records.get(req);
-    if (r) r.record ??= service.begin(methodOf(req));
-  });
   const end = (req: FastifyRequest, status: number) => {
     const r = records.get(req);
     if (!r) return;
     const code = !rpcOf(req) ? String(status) : r.failure !== undefined ? codeNameOf(r.failure) : status === 499 ? 'CANCELLED' : 'OK';
     (r.record ??= service.begin(methodOf(req))).end(code, r.failure);
   };
-  app.addHook('onResponse', async (req, reply) => end(req, reply.statusCode));
-  app.addHook('onRequestAbort', async (req) => end(req, 499));
-  // A stream whose client hangs up mid-answer never finishes: its call ends with the socket.
-  app.addHook('onSend', async (req, reply) => {
+  // A call is in flight (what a drain waits for) once its body has arrived: a client that
+  // never finishes sending one holds no drain. One refused before that is recorded as it ends.
+  // From then on a client that hangs up ends the call with its socket (499, CANCELLED): an
+  // answer sent to a closed socket never finishes, so `onResponse` never comes (a
+  // non-streaming call cut off mid-work stayed in flight for good, uncounted, and held
+  // every later drain to its deadline), and the work stops at its next pass.
+  app.addHook('preValidation', async (req, reply) => {
+    const r = records.get(req);
+    if (!r || r.record) return;
+    r.record = service.begin(methodOf(req));
+    if (req.raw.socket?.destroyed) return end(req, 499);
     reply.raw.once('close', () => reply.raw.writableFinished || end(req, 499));
   });
+  app.addHook('onResponse', async (req, reply) => end(req, reply.statusCode));
+  app.addHook('onRequestAbort', async (req) => end(req, 499));
   return (req, failure) => {
     const r = records.get(req);
     if (r) r.failure = failure;

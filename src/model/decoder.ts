@@ -38,6 +38,7 @@
 //   is already where the caller keeps it; returning it again cost a copy of the whole
 //   past per pass (measured at a 1900-token past, batch 1: 46 → 30 ms a pass).
 import type { IndexFeedPlan } from '../graph/index-feeds.js';
+import { HELD_WEIGHTS_ROOT, type HeldWeights } from '../graph/held-weights.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import type { ProviderKind } from '../common/providers.js';
 import { unreachable } from '../common/unreachable.js';
@@ -62,6 +63,17 @@ export interface DecoderGraph {
   keyLayout: Layout['kind'];
   /** The graph widens stored weights each pass: it reads `weights_keep_shape` ([0, 0]). */
   keepsWeightsAsStored: boolean;
+  /** With `heldWeightsFile`: the weights the session thread copies there at load, read from
+   * that private copy (graph/held-weights.ts); every file is then named from the root. */
+  heldWeights?: HeldWeights;
+}
+
+/** How a graph takes its weights: narrow ones widened at load or kept as stored
+ * (WeightsAtRest), and a private file the weights a session would read from the
+ * checkpoint's memory map are copied to (graph/held-weights.ts). */
+export interface GraphWeights {
+  atRest?: WeightsAtRest;
+  heldWeightsFile?: string;
 }
 
 export function buildDecoderGraph(
@@ -70,19 +82,22 @@ export function buildDecoderGraph(
   dtype: ComputeDType = 'float32',
   tap?: DecoderTap,
   provider: ProviderKind = 'cpu',
-  atRest: WeightsAtRest = 'compute',
+  weightsOptions: GraphWeights = {},
 ): DecoderGraph {
+  const { atRest = 'compute', heldWeightsFile } = weightsOptions;
   const b = new DecoderBuilder(config, weights, dtype, tap, provider);
   b.atRest = atRest;
   b.build();
+  const heldWeights = heldWeightsFile ? b.g.holdMappedWeights({ file: heldWeightsFile, weightsDir: weights.weightsDir }) : undefined;
   const model = b.g.encode(`ctxprobe/${config.modelType}`);
   return {
     model,
-    weightsDir: weights.weightsDir,
+    weightsDir: heldWeights ? HELD_WEIGHTS_ROOT : weights.weightsDir,
     nodeCount: b.g.nodeCount,
     indexFeeds: b.g.indexFeedPlan,
     keyLayout: b.g.provider.ifNodes ? 'branches' : 'gather',
     keepsWeightsAsStored: b.g.hasInput(KEEP_SHAPE),
+    ...(heldWeights && { heldWeights }),
   };
 }
 

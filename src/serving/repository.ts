@@ -41,6 +41,8 @@ export interface ModelEntry {
   /** KV bytes the prefix cache keeps across requests (default 1 GiB; 0: within a round only). */
   prefixCacheBytes?: number;
   synthetic?: SyntheticSpec;
+  /** The repository file it was read from (not a setting). */
+  configFile?: string;
 }
 
 export interface LoadedModel {
@@ -108,46 +110,79 @@ const ENTRY_SCHEMA = {
 
 const validEntry = new Ajv({ allErrors: false }).compile<Omit<ModelEntry, 'name'> & { name?: string }>(ENTRY_SCHEMA);
 
-/** Read every `*.json` model config of a repository folder, sorted by file name. */
+/** Read every `*.json` model config of a repository folder, sorted by file name; the first
+ * file that is not a model config is an error. */
 export function readRepository(dir: string = DEFAULT_REPOSITORY): ModelEntry[] {
+  const { entries, failed } = readRepositoryEntries(dir);
+  if (failed[0]) throw new ConfigError(failed[0].reason);
+  return entries;
+}
+
+/** A model config of a repository that cannot be served: its name (the file's when it names
+ * none), its file, and why. */
+export interface FailedModel {
+  name: string;
+  file: string;
+  reason: string;
+}
+
+/** Every `*.json` model config of a repository folder, sorted by file name, and the files
+ * that are not one (a later file naming a model again among them). */
+export function readRepositoryEntries(dir: string = DEFAULT_REPOSITORY): { entries: ModelEntry[]; failed: FailedModel[] } {
   if (!fs.existsSync(dir)) throw new ConfigError(`model repository ${dir} does not exist`);
-  const entries = fs
+  const entries: ModelEntry[] = [];
+  const failed: FailedModel[] = [];
+  for (const f of fs
     .readdirSync(dir)
     .filter((f) => f.endsWith('.json'))
-    .sort()
-    .map((f) => {
-      const file = path.join(dir, f);
-      const raw = readJsonObject(file, ConfigError);
-      if ('maxProbeAttentionBytes' in raw)
-        throw new ConfigError(
-          `${file}: maxProbeAttentionBytes is gone: probes share passes with scores, all under maxAttentionBytes (default 192 MiB); remove the key or move its value there`,
-        );
-      if (!validEntry(raw)) {
-        const e = validEntry.errors![0]!;
-        const at = e.instancePath.replace(/^\//, '').replaceAll('/', '.');
-        const key =
-          e.keyword === 'additionalProperties'
-            ? String(e.params.additionalProperty)
-            : e.keyword === 'required'
-              ? String(e.params.missingProperty)
-              : '';
-        const field = [at, key].filter(Boolean).join('.');
-        const why =
-          e.keyword === 'additionalProperties'
-            ? 'is not a setting ctxprobe knows (misspelt?)'
-            : e.keyword === 'required'
-              ? 'is required'
-              : e.message;
-        throw new ConfigError(`${file}: ${field || 'the file'} ${why}`);
-      }
-      return { ...raw, name: raw.name ?? path.basename(f, '.json'), path: path.resolve(dir, raw.path) };
-    });
-  const names = new Set<string>();
-  for (const e of entries) {
-    if (names.has(e.name)) throw new ConfigError(`model name ${e.name} appears twice in ${dir}`);
-    names.add(e.name);
+    .sort()) {
+    const file = path.join(dir, f);
+    try {
+      const entry = readEntry(dir, file);
+      if (entries.some((e) => e.name === entry.name)) throw new ConfigError(`model name ${entry.name} appears twice in ${dir}`);
+      entries.push(entry);
+    } catch (e) {
+      failed.push({ name: nameIn(file) ?? path.basename(f, '.json'), file, reason: (e as Error).message });
+    }
   }
-  return entries;
+  return { entries, failed };
+}
+
+/** The `name` a config file gives, if it can be read at all. */
+function nameIn(file: string): string | undefined {
+  try {
+    const name = JSON.parse(fs.readFileSync(file, 'utf8'))?.name;
+    return typeof name === 'string' && name.length > 0 ? name : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function readEntry(dir: string, file: string): ModelEntry {
+  const raw = readJsonObject(file, ConfigError);
+  if ('maxProbeAttentionBytes' in raw)
+    throw new ConfigError(
+      `${file}: maxProbeAttentionBytes is gone: probes share passes with scores, all under maxAttentionBytes (default 192 MiB); remove the key or move its value there`,
+    );
+  if (!validEntry(raw)) {
+    const e = validEntry.errors![0]!;
+    const at = e.instancePath.replace(/^\//, '').replaceAll('/', '.');
+    const key =
+      e.keyword === 'additionalProperties'
+        ? String(e.params.additionalProperty)
+        : e.keyword === 'required'
+          ? String(e.params.missingProperty)
+          : '';
+    const field = [at, key].filter(Boolean).join('.');
+    const why =
+      e.keyword === 'additionalProperties'
+        ? 'is not a setting ctxprobe knows (misspelt?)'
+        : e.keyword === 'required'
+          ? 'is required'
+          : e.message;
+    throw new ConfigError(`${file}: ${field || 'the file'} ${why}`);
+  }
+  return { ...raw, name: raw.name ?? path.basename(file, '.json'), path: path.resolve(dir, raw.path), configFile: file };
 }
 
 /** Make the checkpoint of a synthetic entry if it is not there yet. It is written into a

@@ -7,6 +7,8 @@
 // each transport maps them to its statuses.
 import { Batcher, type BatcherOptions } from '../core/batcher.js';
 import { InvalidArgumentError, NotFoundError, TooLargeError, UnavailableError, checkTokenIds, errorMessage } from '../common/errors.js';
+import type { CtxprobeError } from '../common/errors.js';
+import { WeightsWatch } from './weights-watch.js';
 import type { Metrics } from './metrics.js';
 import type { EngineInfo } from '../engine/engine.js';
 import type { LoadedModel } from './repository.js';
@@ -83,6 +85,11 @@ export class Service {
   private broken?: string;
   private inFlight = 0;
   private readonly log: (line: Record<string, unknown>) => void;
+  /** Models named in the configuration that are not served, and what a call naming one gets:
+   * those that failed to load, and those whose weights changed under them (weights-watch.ts). */
+  private readonly unserved = new Map<string, CtxprobeError>();
+  private readonly modelHealth: ((model: string, status: 'SERVING' | 'NOT_SERVING') => void)[] = [];
+  private readonly weightsWatch: WeightsWatch;
 
   constructor(
     readonly metrics: Metrics,
@@ -99,6 +106,7 @@ export class Service {
     // requests/answer-size.ts for what is counted, and the README's Limits for the cost.
     this.maxAnswerValues = options.maxAnswerValues ?? 2 ** 18;
     this.log = options.log ?? (() => {});
+    this.weightsWatch = new WeightsWatch(this.log, (model, err) => this.refuse(model, err));
   }
 
   // ---- lifecycle -----------------------------------------------------------------------
@@ -122,7 +130,27 @@ export class Service {
     this.models.set(name, served);
     this.order.push(name);
     this.metrics.modelLoadSeconds.set({ model: name }, loaded.loadSeconds);
+    this.weightsWatch.start(() => this.models.values());
+    for (const listener of this.modelHealth) listener(name, 'SERVING');
     return served;
+  }
+
+  /** A model of the configuration that failed to load: not served, and a call naming it is
+   * told why (NOT_FOUND). */
+  addFailed(name: string, reason: string): void {
+    this.refuse(name, new NotFoundError('model', `model ${JSON.stringify(name)} is not served: it failed to load (${reason})`));
+  }
+
+  /** From now on, calls naming `model` get `err`, and its health is NOT_SERVING. */
+  private refuse(model: string, err: CtxprobeError): void {
+    this.unserved.set(model, err);
+    for (const listener of this.modelHealth) listener(model, 'NOT_SERVING');
+  }
+
+  /** `listener` hears each configured model's health as it changes: SERVING once loaded,
+   * NOT_SERVING when it failed to load or can no longer answer. */
+  onModelHealth(listener: (model: string, status: 'SERVING' | 'NOT_SERVING') => void): void {
+    this.modelHealth.push(listener);
   }
 
   setServing(): void {
@@ -132,6 +160,7 @@ export class Service {
   /** Refuse new work, then resolve once queued and running work has finished. */
   async drain(): Promise<void> {
     this.draining = true;
+    this.weightsWatch.stop();
     await Promise.all([...this.models.values()].map((m) => m.batcher.idle()));
     while (this.inFlight > 0) await new Promise((r) => setTimeout(r, 5));
   }
@@ -149,9 +178,11 @@ export class Service {
     this.broken ??= reason;
   }
 
-  /** What health checks report: SERVING once loaded, until draining starts or a model breaks. */
+  /** What health checks report: SERVING once loaded while a model answers, until draining
+   * starts or a model breaks. */
   health(): 'SERVING' | 'NOT_SERVING' {
-    return this.loading || this.draining || this.broken ? 'NOT_SERVING' : 'SERVING';
+    const answering = this.order.some((name) => !this.unserved.has(name));
+    return this.loading || this.draining || this.broken || !answering ? 'NOT_SERVING' : 'SERVING';
   }
 
   get callsInFlight(): number {
@@ -193,14 +224,18 @@ export class Service {
   model(name: string | undefined, forWork = true): ServedModel {
     if (forWork && this.draining) throw new UnavailableError('server is draining: send to another replica');
     if (forWork && this.broken) throw new UnavailableError(`${this.broken}: send to another replica`);
-    const m = name ? this.models.get(name) : this.models.get(this.order[0] ?? '');
+    const m = name ? this.models.get(name) : this.models.get(this.order.find((n) => !this.unserved.has(n)) ?? '');
+    if (m && forWork) this.weightsWatch.check(m);
+    const refused = this.unserved.get(name || (m?.entry.name ?? ''));
+    if (refused) throw refused;
     if (m) return m;
     if (this.loading) throw new UnavailableError('models are still loading: wait for health SERVING');
     throw new NotFoundError('model', `no model named ${JSON.stringify(name)} (serving: ${[...this.models.keys()].join(', ')})`);
   }
 
+  /** The models served: loaded, and still answering. */
   listModels(): ModelInfo[] {
-    return [...this.models.values()].map((m) => this.info(m));
+    return [...this.models.values()].filter((m) => !this.unserved.has(m.entry.name)).map((m) => this.info(m));
   }
 
   info({ entry, engine, scorer, prober }: ServedModel): ModelInfo {

@@ -24,8 +24,7 @@ const passes = new SessionPasses(store, layouts, gather);
 async function handle(msg: SessionMessage): Promise<unknown> {
   switch (msg.op) {
     case 'create':
-      await passes.create(msg);
-      return {};
+      return passes.create(msg);
     case 'run':
       return passes.run(msg.run);
     case 'gather':

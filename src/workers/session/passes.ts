@@ -1,12 +1,14 @@
 // The model's sessions and their passes on the session thread: the feeds a pass runs with
 // (its own, its past as kept KV, where its keys lie), the run, the outputs sent back, and
 // the pass's KV kept when asked.
+import fs from 'node:fs';
 import ort from 'onnxruntime-node';
 import { packIndexFeeds, type IndexFeedPlan, type Int64Feed } from '../../graph/index-feeds.js';
 import { slotsOf, type KvStore, type KvTensor } from './kv-store.js';
 import type { KvGather } from './gather.js';
 import type { KvLayouts } from './layouts.js';
-import type { HostTensor, KeyLayoutKind, RunRequest, RunResult, SessionMessage } from './protocol.js';
+import { mappedFiles, writeHeldWeights } from '../../checkpoint/weight-files.js';
+import type { CreatedSession, HostTensor, KeyLayoutKind, RunRequest, RunResult, SessionMessage } from './protocol.js';
 
 interface ModelSession {
   session: ort.InferenceSession;
@@ -75,10 +77,22 @@ export class SessionPasses {
     private readonly gather: KvGather,
   ) {}
 
-  async create(msg: Extract<SessionMessage, { op: 'create' }>): Promise<void> {
-    const session = await ort.InferenceSession.create(msg.model, msg.options);
+  /** Make a session. The weights it would keep reading from onnxruntime's map of the
+   * checkpoint are copied first to their private file, which is unlinked once the session
+   * has mapped it (graph/held-weights.ts); then which weights files are still mapped. */
+  async create(msg: Extract<SessionMessage, { op: 'create' }>): Promise<CreatedSession> {
+    const held = msg.weights?.held;
+    let session: ort.InferenceSession;
+    try {
+      if (held) writeHeldWeights(msg.weights!.dir, held);
+      session = await ort.InferenceSession.create(msg.model, msg.options);
+    } finally {
+      if (held) fs.rmSync(held.file, { force: true });
+    }
     const packed = msg.indexFeeds && msg.indexFeeds.feeds.length > 0 ? { indexFeeds: msg.indexFeeds } : {};
     this.sessions.set(msg.name, { session, keyLayout: msg.keyLayout, ...packed });
+    const mapped = msg.weights && mappedFiles(msg.weights.files);
+    return mapped ? { mapped } : {};
   }
 
   async run(r: RunRequest): Promise<RunResult> {

@@ -3,6 +3,7 @@
 // worker boundary.
 import type ort from 'onnxruntime-node';
 import type { IndexFeedPlan } from '../../graph/index-feeds.js';
+import type { HeldWeights } from '../../graph/held-weights.js';
 
 /** A feed or an output: element type, dimensions, values. */
 export interface HostTensor {
@@ -75,6 +76,20 @@ export interface SessionThreadData {
  * (past_lengths and past_rows) or `gather` (kv_rows and kv_steps, model/past.ts). */
 export type KeyLayoutKind = 'branches' | 'gather';
 
+/** The weights files a session is made from (absolute paths; the checkpoint's folder `dir`),
+ * and the weights it holds in a private copy, written from them before it is made. */
+export interface SessionWeights {
+  dir: string;
+  files: string[];
+  held?: HeldWeights;
+}
+
+/** What `create` answers: the weights files the process still maps once the session is made
+ * (undefined where that cannot be told). */
+export interface CreatedSession {
+  mapped?: string[];
+}
+
 /** What the host asks, and what each answers. */
 export type SessionMessage =
   | {
@@ -84,6 +99,7 @@ export type SessionMessage =
       options: ort.InferenceSession.SessionOptions;
       keyLayout: KeyLayoutKind;
       indexFeeds?: IndexFeedPlan;
+      weights?: SessionWeights;
     }
   | { op: 'run'; run: RunRequest }
   | { op: 'gather'; rows: KvPiece[][]; length: number }
