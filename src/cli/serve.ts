@@ -304,7 +304,7 @@ async function loadModels(server: CtxprobeServer, flags: ServeFlags, shutdown: S
         level: 'warn',
         event: 'random_weights',
         model: entry.name,
-        message: 'this model has random weights; pass --model DIR for a real checkpoint',
+        message: 'this model has random weights; pass --model PATH (a checkpoint folder or a .gguf file) for a real checkpoint',
       });
     server.addModel(m);
   }

@@ -3,10 +3,8 @@
 // score (log-probs, top-k), probe (attention statistics) or both. It knows rows,
 // positions and KV; it knows nothing of text, requests or clients.
 import { SessionHost, type HostTensor, type KvPiece, type RunResult } from './session-host.js';
-import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
-import { readModelConfig } from '../model/config.js';
-import { checkTensorsAgainstConfig } from '../model/config-checks.js';
 import { findNonFinite } from '../checkpoint/validate.js';
+import { openCheckpoint } from './checkpoint.js';
 import type { ModelConfig } from '../model/families.js';
 import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
@@ -16,7 +14,7 @@ import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
 import { DeviceError } from '../common/errors.js';
-import { TextTokenizer } from '../text/tokenizer.js';
+import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
 
@@ -63,18 +61,18 @@ export class Engine {
     private readonly probeGraph?: { build: () => DecoderGraph; options: Record<string, unknown> },
   ) {}
 
+  /** Load the checkpoint at `dir`: a Hugging Face checkpoint folder or a GGUF file. */
   static async load(dir: string, options: DeviceOptions = {}): Promise<Engine> {
     // Every check of the checkpoint runs before anything is built from it, cheapest first:
-    // config values (types, ranges, caps), files and safetensors headers, the config
-    // against the headers' shapes, the device, the tokenizer's ids against the vocabulary,
-    // then one read of every weight for NaN and infinity.
-    const config = readModelConfig(dir);
-    const ckpt = new SafetensorsCheckpoint(dir);
-    checkTensorsAgainstConfig(config, ckpt.tensors, dir);
-    const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? checkpointDtype(config.torchDtype, ckpt) });
+    // config values (types, ranges, caps), files and weight headers, the config against
+    // the headers' shapes (checkpoint.ts), the device, the tokenizer's ids against the
+    // vocabulary, then one read of every weight for NaN and infinity.
+    const opened = openCheckpoint(dir);
+    const { config, weights: ckpt } = opened;
+    const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? opened.storedDtype });
     const profile = device.profile;
-    const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize);
-    await findNonFinite([...ckpt.tensors].map(([name, t]) => ({ name, ...t })));
+    const tokenizer = opened.tokenizer();
+    await findNonFinite(opened.scan);
     // On the CPU one graph and one session score and probe, so the weights are prepacked
     // once: the probe nodes cost a pass that only scores next to nothing (one gathered
     // row). On WebGPU a pass costs what the host spends dispatching its nodes (about 18 µs
@@ -328,14 +326,6 @@ export class Engine {
 }
 
 const bytesOf = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
-
-/** The checkpoint's dtype: config `torch_dtype` (or `dtype`), else the one its weights
- * are stored in when they agree. */
-function checkpointDtype(configured: string | undefined, ckpt: SafetensorsCheckpoint): string | undefined {
-  if (configured) return configured;
-  const stored = new Set([...ckpt.tensors.values()].map((t) => t.dtype));
-  return stored.size === 1 ? [...stored][0] : undefined;
-}
 
 /** onnxruntime session options: the device's, and where external weights live. With KV on
  * the device the new keys and values stay in device buffers (the next pass reads them
