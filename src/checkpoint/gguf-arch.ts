@@ -235,10 +235,10 @@ class ConfigBuilder {
 
   constructor(private readonly m: GgufMeta) {}
 
+  /** `key` from `source` (an absent value leaves the key out, and names its source in a refusal). */
   set(key: string, value: unknown, source: string): void {
-    if (value === undefined) return;
-    this.raw[key] = value;
     this.sources[key] = source;
+    if (value !== undefined) this.raw[key] = value;
   }
 
   /** A window size where the key is set and positive (0: none, as llama.cpp writes Phi-3 without one). */
