@@ -12,6 +12,8 @@ export interface GgufTensorData {
   /** ggml type id. */
   type: number;
   data: Uint8Array;
+  /** The offset to write in its info (tests of broken files); default: where it is written. */
+  offset?: number;
 }
 
 export interface GgufWriteOptions {
@@ -48,7 +50,7 @@ export function writeGguf(
     w.u32(t.dims.length);
     for (const d of t.dims) w.u64(d);
     w.u32(t.type);
-    w.u64(offset);
+    w.u64(t.offset ?? offset);
     offset += padded(t.data.length, alignment);
   }
   w.raw(Buffer.alloc(padded(w.size, alignment) - w.size));

@@ -203,7 +203,8 @@ class HeaderReader {
   /** A u64 count or size, refused above `max` (what the bytes left could hold). */
   private count(what: string, max: number): number {
     const v = this.need(8, what).readBigUInt64LE(0);
-    if (v > BigInt(max)) throw this.fail(`${what} is ${v}, more than the ${max} the rest of the file could hold`);
+    if (v > BigInt(max))
+      throw this.fail(`${what} is ${v}, more than the ${max} the rest of the file could hold: it is truncated or forged`);
     return Number(v);
   }
 
