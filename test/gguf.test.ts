@@ -16,6 +16,7 @@ import { rng, type SyntheticSpec } from '../src/model/synthetic.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir, type Fixture } from './fixtures.js';
 import { convertToGguf, GGUF_FAMILIES, type GgufDtype } from './gguf-convert.js';
 import { referenceForward } from './reference.js';
+import { chatText } from '../src/requests/segments.js';
 
 const engines: Engine[] = [];
 afterAll(async () => Promise.all(engines.map((e) => e.release())));
@@ -217,5 +218,24 @@ describe('pre-tokenizers', () => {
     expect(ids(gg, 'a ,b')).toEqual([...ids(hf, 'a'), ...ids(hf, ' '), ...ids(hf, ','), ...ids(hf, 'b')]);
     expect(ids(hf, 'a ,b')).toEqual([...ids(hf, 'a'), ...ids(hf, ' ,'), ...ids(hf, 'b')]);
     expect(ids(gg, '12345')).toEqual([...ids(hf, '123'), ...ids(hf, '45')]);
+  });
+});
+
+describe('special tokens and the chat template', () => {
+  it("a ChatML template renders through the contained renderer as the safetensors twin's; eot ends generation", async () => {
+    const fx = makeFixture({ ...FAMILY_FIXTURES.qwen2!, chatTemplate: 'chatml' });
+    const { file } = convertToGguf(fx, path.join(fx.dir, 'chat.gguf'), { metadata: { 'tokenizer.ggml.eot_token_id': v.u32(1) } });
+    const [st, gg] = [await load(fx.dir), await load(file)];
+    const messages = [
+      { role: 'user', content: 'When was it built?' },
+      { role: 'assistant', content: 'In 1889.' },
+    ];
+    expect(gg.tokenizer.chatTemplate).toBe(st.tokenizer.chatTemplate);
+    const [a, b] = [await chatText(st.tokenizer, messages), await chatText(gg.tokenizer, messages)];
+    expect(b).toBe(a);
+    expect(gg.tokenizer.encode(b)).toEqual(st.tokenizer.encode(a));
+    // <|im_end|> is the EOS (a control token llama.cpp also knows by its text), then the eot id.
+    expect(st.config.eosTokenIds).toEqual([gg.tokenizer.encode('<|im_end|>')[0]]);
+    expect(gg.config.eosTokenIds).toEqual([st.config.eosTokenId, 1]);
   });
 });

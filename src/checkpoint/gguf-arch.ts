@@ -385,11 +385,34 @@ function rotaryConfig(m: GgufMeta, g: GgufFile, a: string, modelType: string, he
   }
 }
 
-/** bos/eos/pad ids; a SentencePiece vocabulary's defaults are llama.cpp's (1, 2). */
+/** Control tokens llama.cpp ends generation at by their text (llama-vocab.cpp). */
+const EOG_TEXTS = new Set([
+  '<|eot_id|>',
+  '<|im_end|>',
+  '<|end|>',
+  '<end_of_turn>',
+  '<|endoftext|>',
+  '<|eom_id|>',
+  '<EOT>',
+  '_<EOT>',
+  '<|end_of_text|>',
+  '<end_of_utterance>',
+]);
+
+/** bos/eos/pad ids (a SentencePiece vocabulary's defaults are llama.cpp's: 1, 2); the end
+ * of a generation is also each id llama.cpp ends it at: eot, eom, and control tokens it
+ * knows by their text (eos first, as config.json lists several). */
 function specialIds(m: GgufMeta, c: ConfigBuilder): void {
   const spm = m.string('tokenizer.ggml.model') === 'llama';
   c.set('bos_token_id', m.tokenId('tokenizer.ggml.bos_token_id', spm ? 1 : undefined), 'tokenizer.ggml.bos_token_id');
-  c.set('eos_token_id', m.tokenId('tokenizer.ggml.eos_token_id', spm ? 2 : undefined), 'tokenizer.ggml.eos_token_id');
+  const eos = m.tokenId('tokenizer.ggml.eos_token_id', spm ? 2 : undefined);
+  const tokens = m.strings('tokenizer.ggml.tokens') ?? [];
+  const types = m.numbers('tokenizer.ggml.token_type') ?? [];
+  const byText = tokens.flatMap((t, id) => (types[id] === 3 && EOG_TEXTS.has(t) ? [id] : []));
+  const ends = [...new Set([eos, m.tokenId('tokenizer.ggml.eot_token_id'), m.tokenId('tokenizer.ggml.eom_token_id'), ...byText])].filter(
+    (id): id is number => id !== undefined,
+  );
+  c.set('eos_token_id', ends.length > 1 && eos !== undefined ? ends : eos, 'tokenizer.ggml.eos_token_id');
   c.set('pad_token_id', m.tokenId('tokenizer.ggml.padding_token_id'), 'tokenizer.ggml.padding_token_id');
 }
 
