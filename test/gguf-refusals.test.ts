@@ -214,6 +214,13 @@ describe('hostile files', () => {
     );
   });
 
+  it('a .gguf path that does not exist is refused saying what a model is', async () => {
+    await refused(
+      path.join(tempDir('gguf-missing'), 'missing.gguf'),
+      /missing\.gguf: does not exist; a model is a Hugging Face checkpoint folder .* or a GGUF file/,
+    );
+  });
+
   it('an unaligned tensor offset is refused', async () => {
     const file = rewrite(ggufFixture(), (_, t) => (t.find((x) => x.name === 'output_norm.weight')!.offset = 4));
     await refused(file, 'tensor output_norm.weight: offset 4 is not a multiple of the alignment 32');

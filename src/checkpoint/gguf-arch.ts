@@ -52,6 +52,14 @@ const GATED: Pairs = [
   ['ffn_down', 'mlp.down_proj'],
 ];
 const LLAMA_LAYER: Pairs = [['attn_norm', 'input_layernorm'], ...PROJECTIONS, ['ffn_norm', 'post_attention_layernorm'], ...GATED];
+const GEMMA_LAYER: Pairs = [
+  ['attn_norm', 'input_layernorm'],
+  ...PROJECTIONS,
+  ['post_attention_norm', 'post_attention_layernorm'],
+  ['ffn_norm', 'pre_feedforward_layernorm'],
+  ['post_ffw_norm', 'post_feedforward_layernorm'],
+  ...GATED,
+];
 const HF_TOP: Pairs = [
   ['token_embd', 'model.embed_tokens'],
   ['output_norm', 'model.norm'],
@@ -144,7 +152,7 @@ const ARCHS: Record<string, Arch> = {
   },
   gemma2: {
     modelType: () => 'gemma2',
-    layer: GEMMA_LAYER(),
+    layer: GEMMA_LAYER,
     top: HF_TOP,
     layerPrefix: 'model.layers.',
     normWeightsPlusOne: true,
@@ -159,7 +167,7 @@ const ARCHS: Record<string, Arch> = {
   },
   gemma3: {
     modelType: () => 'gemma3_text',
-    layer: GEMMA_LAYER(),
+    layer: GEMMA_LAYER,
     top: HF_TOP,
     layerPrefix: 'model.layers.',
     normWeightsPlusOne: true,
@@ -194,17 +202,6 @@ const ARCHS: Record<string, Arch> = {
     config: () => {},
   },
 };
-
-function GEMMA_LAYER(): Pairs {
-  return [
-    ['attn_norm', 'input_layernorm'],
-    ...PROJECTIONS,
-    ['post_attention_norm', 'post_attention_layernorm'],
-    ['ffn_norm', 'pre_feedforward_layernorm'],
-    ['post_ffw_norm', 'post_feedforward_layernorm'],
-    ...GATED,
-  ];
-}
 
 /** The config.json keys of each family's spec (families.ts `keys`), by model_type. */
 const KEYS: Record<string, Record<'hidden' | 'layers' | 'heads' | 'intermediate' | 'maxPositions' | 'normEps', string>> = {

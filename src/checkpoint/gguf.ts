@@ -143,7 +143,13 @@ const MAX_DEPTH = 8;
 
 /** Read the header of a GGUF file and check its tensors' byte ranges. */
 export function readGguf(file: string): GgufFile {
-  const real = fs.realpathSync(file);
+  // The real path: onnxruntime takes external data from its folder, and refuses a link out of it.
+  let real: string;
+  try {
+    real = fs.realpathSync(file);
+  } catch (e) {
+    throw new CheckpointError(`${file}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
   const { fd, size } = openRegularFile(real);
   try {
     return new HeaderReader(file, fd, size).read(real);
@@ -294,7 +300,7 @@ class HeaderReader {
   }
 
   private value(key: string, type: number, depth: number): GgufValue {
-    const what = key;
+    const what = key; // named in a refusal
     switch (type) {
       case GGUF_TYPE.UINT8:
         return { type, value: this.need(1, what).readUInt8(0) };

@@ -35,7 +35,6 @@ export const MODEL_PATH_HELP = 'a Hugging Face checkpoint folder (config.json, m
  * .gguf is read as GGUF whatever it is (a FIFO is then refused as one by the reader); another
  * regular file is GGUF when it starts with the magic. */
 export function checkpointKind(p: string): 'folder' | 'gguf' {
-  if (p.toLowerCase().endsWith('.gguf')) return 'gguf';
   let st: fs.Stats;
   try {
     st = fs.statSync(p);
@@ -44,6 +43,7 @@ export function checkpointKind(p: string): 'folder' | 'gguf' {
       `${p}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist' : 'cannot be read'}; a model is ${MODEL_PATH_HELP}`,
     );
   }
+  if (p.toLowerCase().endsWith('.gguf')) return 'gguf';
   if (st.isDirectory()) return 'folder';
   if (st.isFile() && magicOf(p) === 'GGUF') return 'gguf';
   throw new CheckpointError(`${p}: is neither a checkpoint folder nor a GGUF file; a model is ${MODEL_PATH_HELP}`);
