@@ -132,7 +132,7 @@ export function ggufTokenizer(g: GgufFile): GgufTokenizer {
       byte_fallback: spm,
       ignore_merges: pre?.ignoreMerges ?? false,
       vocab,
-      merges: spm ? spmMerges(tokens, types, scores, vocab) : bpeMerges(m),
+      merges: spm ? spmMerges(tokens, types, scores) : bpeMerges(m),
     },
   };
   const name = (i: number | undefined) => (i === undefined ? undefined : tokens[i]);
@@ -168,20 +168,22 @@ function addedTokens(tokens: string[], types: number[], modelName: string) {
 /** SentencePiece's merges: each pair of pieces a token splits into (a piece may also be a
  * single character outside the vocabulary, as llama.cpp merges by text), ranked by the
  * token's score, highest first, then by id. */
-function spmMerges(tokens: string[], types: number[], scores: number[], vocab: Record<string, number>): [string, string][] {
-  const ranked: { score: number; id: number; left: string; right: string }[] = [];
-  const piece = (s: string) => s in vocab || [...s].length === 1;
-  for (let id = 0; id < tokens.length; id++) {
-    if (types[id] !== TOKEN_TYPE.normal && types[id] !== TOKEN_TYPE.unused) continue;
+function spmMerges(tokens: string[], types: number[], scores: number[]): [string, string][] {
+  const known = new Set(tokens);
+  const piece = (s: string) => known.has(s) || s.length === 1 || (s.length === 2 && s.codePointAt(0)! > 0xffff);
+  // Ranked by score, highest first, then id: indices sorted once, their splits in that order.
+  const ids = Array.from(tokens.keys()).filter((id) => types[id] === TOKEN_TYPE.normal || types[id] === TOKEN_TYPE.unused);
+  ids.sort((a, b) => scores[b]! - scores[a]! || a - b);
+  const merges: [string, string][] = [];
+  for (const id of ids) {
     const text = tokens[id]!;
     // Split only between code points (a surrogate pair is one character).
     for (let k = text.codePointAt(0)! > 0xffff ? 2 : 1; k < text.length; k += text.codePointAt(k)! > 0xffff ? 2 : 1) {
       const [left, right] = [text.slice(0, k), text.slice(k)];
-      if (piece(left) && piece(right)) ranked.push({ score: scores[id]!, id, left, right });
+      if (piece(left) && piece(right)) merges.push([left, right]);
     }
   }
-  ranked.sort((a, b) => b.score - a.score || a.id - b.id);
-  return ranked.map((r) => [r.left, r.right]);
+  return merges;
 }
 
 /** `tokenizer.ggml.merges` ("left right", split at the first space after the first byte). */
