@@ -17,6 +17,7 @@ import { FAMILY_FIXTURES, makeFixture, tempDir, type Fixture } from './fixtures.
 import { convertToGguf, GGUF_FAMILIES, type GgufDtype } from './gguf-convert.js';
 import { referenceForward } from './reference.js';
 import { chatText } from '../src/requests/segments.js';
+import { loadModel, readRepository } from '../src/serving/repository.js';
 
 const engines: Engine[] = [];
 afterAll(async () => Promise.all(engines.map((e) => e.release())));
@@ -237,5 +238,18 @@ describe('special tokens and the chat template', () => {
     // <|im_end|> is the EOS (a control token llama.cpp also knows by its text), then the eot id.
     expect(st.config.eosTokenIds).toEqual([gg.tokenizer.encode('<|im_end|>')[0]]);
     expect(gg.config.eosTokenIds).toEqual([st.config.eosTokenId, 1]);
+  });
+});
+
+describe('a model repository', () => {
+  it("serves a GGUF file named by a model config's path (relative to the repository)", async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.gemma3_text!);
+    const repo = tempDir('gguf-repo');
+    convertToGguf(fx, path.join(repo, 'gemma.gguf'));
+    fs.writeFileSync(path.join(repo, 'gemma.json'), JSON.stringify({ path: 'gemma.gguf', threads: 1 }));
+    const [entry] = readRepository(repo);
+    const model = await loadModel(entry!);
+    engines.push(model.engine);
+    expect([entry!.name, model.engine.info.family, model.engine.info.layers]).toEqual(['gemma', 'gemma3_text', 2]);
   });
 });
