@@ -249,6 +249,22 @@ describe('hostile files', () => {
     expect(process.memoryUsage().rss - before).toBeLessThan(256 * 2 ** 20);
   });
 
+  it('a 280 MiB string in a 300 MiB file is refused at the header cap, not read', async () => {
+    const file = path.join(tempDir('gguf-forged'), 'long-string.gguf');
+    const length = Buffer.alloc(8);
+    length.writeBigUInt64LE(280n * 2n ** 20n);
+    fs.writeFileSync(
+      file,
+      Buffer.concat([header(3, 0n, 1n), Buffer.from([1, 0, 0, 0, 0, 0, 0, 0]), Buffer.from('k'), Buffer.from([8, 0, 0, 0]), length]),
+    );
+    fs.truncateSync(file, 300 * 2 ** 20); // sparse: nothing written
+    await refused(
+      file,
+      /: k's length is 293601280, more than the \d+ the rest of the file \(a header takes at most 268435456 bytes\) could hold/,
+      5000,
+    );
+  });
+
   it('an array count of 2^40 is refused naming the key', async () => {
     const b = Buffer.concat([
       header(3, 0n, 1n),

@@ -209,8 +209,10 @@ class HeaderReader {
   /** A u64 count or size, refused above `max` (what the bytes left could hold). */
   private count(what: string, max: number): number {
     const v = this.need(8, what).readBigUInt64LE(0);
-    if (v > BigInt(max))
-      throw this.fail(`${what} is ${v}, more than the ${max} the rest of the file could hold: it is truncated or forged`);
+    if (v > BigInt(max)) {
+      const capped = this.size > this.limit ? ` (a header takes at most ${FILE_CAPS.ggufHeader} bytes)` : '';
+      throw this.fail(`${what} is ${v}, more than the ${max} the rest of the file${capped} could hold: it is truncated or forged`);
+    }
     return Number(v);
   }
 
