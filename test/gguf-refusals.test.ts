@@ -130,6 +130,12 @@ describe('metadata', () => {
       'tokenizer.ggml.bos_token_id (bos_token_id) = 100000 is not a token id',
     ],
     ['a split file', 'split.count', v.u32(3), 'split.count is 3: a split GGUF'],
+    [
+      'a value head size apart from the key head size',
+      'llama.attention.value_length',
+      v.u32(4),
+      'llama.attention.value_length 4 differs from key_length 8',
+    ],
     ['an alignment that is not a power of two', 'general.alignment', v.u32(24), 'general.alignment must be a power of two'],
   ])('%s is refused naming the key', async (_, key, value, message) => {
     await refused(

@@ -319,15 +319,16 @@ function commonConfig(m: GgufMeta, g: GgufFile, a: string, modelType: string, c:
     c.set('num_key_value_heads', m.perLayer(`${a}.attention.head_count_kv`, layers ?? 0, heads), `${a}.attention.head_count_kv`);
   else if ((m.perLayer(`${a}.attention.head_count_kv`, layers ?? 0, heads) ?? heads) !== heads)
     throw new CheckpointError(`${g.file}: ${a}.attention.head_count_kv must equal ${a}.attention.head_count for gpt2`);
-  const keyLength = m.int(`${a}.attention.key_length`);
-  const valueLength = m.int(`${a}.attention.value_length`, keyLength);
-  if (valueLength !== keyLength)
-    throw new CheckpointError(
-      `${g.file}: ${a}.attention.value_length ${valueLength} differs from key_length ${keyLength}, which is not supported`,
-    );
-  // llama.cpp's head size: key_length, else embedding_length / head_count (whatever the family's config class would default to).
+  // llama.cpp's head sizes: key_length and value_length, each embedding_length / head_count
+  // when absent (whatever the family's config class would default to); one size for both.
   const hidden = Number(c.raw[k.hidden]);
-  const headDim = keyLength ?? (heads && Number.isInteger(hidden / heads) ? hidden / heads : undefined);
+  const even = heads && Number.isInteger(hidden / heads) ? hidden / heads : undefined;
+  const headDim = m.int(`${a}.attention.key_length`) ?? even;
+  const valueLength = m.int(`${a}.attention.value_length`) ?? even;
+  if (valueLength !== headDim)
+    throw new CheckpointError(
+      `${g.file}: ${a}.attention.value_length ${valueLength} differs from key_length ${headDim}, which is not supported`,
+    );
   if (modelType !== 'gpt2') c.set('head_dim', headDim, `${a}.attention.key_length`);
   c.set(
     k.normEps,
