@@ -8,6 +8,8 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import { CheckpointError } from '../src/common/errors.js';
+import { ggufModel } from '../src/checkpoint/gguf-arch.js';
+import { GgufCheckpoint } from '../src/checkpoint/gguf-weights.js';
 import { readGguf, type GgufValue } from '../src/checkpoint/gguf.js';
 import { writeGguf, meta as v, type GgufTensorData } from '../src/checkpoint/gguf-write.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
@@ -87,6 +89,25 @@ describe('tensor types', () => {
     });
     expect(readGguf(file).tensors.get('blk.1.ffn_up.weight')!.bytes).toBe((32 / 32) * 48 * 34);
     await refused(file, 'tensor blk.1.ffn_up.weight is Q8_0 (8): quantized GGUF tensors are not yet supported');
+  });
+
+  it('a quantized tensor is handed on as its ggml type, raw byte range and dims (with its row order) when the graph takes them', () => {
+    const file = rewrite(ggufFixture('mixtral'), (_, t) => {
+      for (const name of ['blk.0.attn_q.weight', 'blk.1.ffn_up_exps.weight']) {
+        const q = t.find((x) => x.name === name)!;
+        [q.type, q.data] = [8, new Uint8Array((q.dims[0]! / 32) * q.dims.slice(1).reduce((a, b) => a * b, 1) * 34)];
+      }
+    });
+    const g = readGguf(file);
+    const ckpt = new GgufCheckpoint(g, ggufModel(g), { quantized: 'hand-on' });
+    const q = ckpt.get('model.layers.0.self_attn.q_proj.weight', [32, 32]);
+    expect([q.offset, q.length, q.location]).toEqual([g.tensors.get('blk.0.attn_q.weight')!.offset, 32 * 34, path.basename(file)]);
+    expect(q.quantized).toEqual({ ggmlType: 8, typeName: 'Q8_0', dims: [32, 32], blockValues: 32, blockBytes: 34 });
+    expect(q.rowOrder!.key).toBe('rope_pairs_4x8');
+    // Expert 3 of 4 stacked [4, 24, 32]: its own rows of blocks.
+    const up = ckpt.get('model.layers.1.block_sparse_moe.experts.3.w3.weight', [24, 32]);
+    const stacked = g.tensors.get('blk.1.ffn_up_exps.weight')!;
+    expect([up.offset, up.length, up.quantized!.dims]).toEqual([stacked.offset + 3 * 24 * 34, 24 * 34, [32, 24]]);
   });
 
   it('rows that split a quantized block are refused', async () => {
