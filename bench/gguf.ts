@@ -7,78 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
-
-const ALIGNMENT = 32;
-const T = { UINT32: 4, INT32: 5, FLOAT32: 6, STRING: 8, ARRAY: 9 } as const;
-
-type Value =
-  { type: 'u32' | 'f32' | 'str'; value: number | string } | { type: 'arr'; of: 'str' | 'f32' | 'i32'; values: (string | number)[] };
-
-class Writer {
-  private chunks: Buffer[] = [];
-  size = 0;
-  private push(b: Buffer) {
-    this.chunks.push(b);
-    this.size += b.length;
-  }
-  u32(v: number) {
-    const b = Buffer.alloc(4);
-    b.writeUInt32LE(v);
-    this.push(b);
-  }
-  i32(v: number) {
-    const b = Buffer.alloc(4);
-    b.writeInt32LE(v);
-    this.push(b);
-  }
-  u64(v: number) {
-    const b = Buffer.alloc(8);
-    b.writeBigUInt64LE(BigInt(v));
-    this.push(b);
-  }
-  f32(v: number) {
-    const b = Buffer.alloc(4);
-    b.writeFloatLE(v);
-    this.push(b);
-  }
-  str(s: string) {
-    const b = Buffer.from(s, 'utf8');
-    this.u64(b.length);
-    this.push(b);
-  }
-  bytes(b: Buffer) {
-    this.push(b);
-  }
-  pad() {
-    const n = (ALIGNMENT - (this.size % ALIGNMENT)) % ALIGNMENT;
-    if (n) this.push(Buffer.alloc(n));
-  }
-  value(v: Value) {
-    switch (v.type) {
-      case 'u32':
-        this.u32(T.UINT32);
-        return this.u32(v.value as number);
-      case 'f32':
-        this.u32(T.FLOAT32);
-        return this.f32(v.value as number);
-      case 'str':
-        this.u32(T.STRING);
-        return this.str(v.value as string);
-      case 'arr':
-        this.u32(T.ARRAY);
-        this.u32(v.of === 'str' ? T.STRING : v.of === 'f32' ? T.FLOAT32 : T.INT32);
-        this.u64(v.values.length);
-        for (const x of v.values) {
-          if (v.of === 'str') this.str(x as string);
-          else if (v.of === 'f32') this.f32(x as number);
-          else this.i32(x as number);
-        }
-    }
-  }
-  buffer() {
-    return Buffer.concat(this.chunks);
-  }
-}
+import { meta as v, writeGguf } from '../src/checkpoint/gguf-write.js';
 
 /** Hugging Face q/k rows (per head: first halves, then second halves of each rotary pair)
  * → GGML's (per head: the two members of each pair side by side). */
@@ -142,58 +71,33 @@ export function writeLlamaGguf(dir: string, file: string): string {
             ? `<0x${(i - 3).toString(16).toUpperCase().padStart(2, '0')}>`
             : `<t${i}>`,
   );
-  const meta: [string, Value][] = [
-    ['general.architecture', { type: 'str', value: 'llama' }],
-    ['general.name', { type: 'str', value: path.basename(dir) }],
-    ['general.file_type', { type: 'u32', value: 0 }],
-    ['llama.context_length', { type: 'u32', value: config.max_position_embeddings }],
-    ['llama.embedding_length', { type: 'u32', value: hidden }],
-    ['llama.block_count', { type: 'u32', value: config.num_hidden_layers }],
-    ['llama.feed_forward_length', { type: 'u32', value: config.intermediate_size }],
-    ['llama.attention.head_count', { type: 'u32', value: heads }],
-    ['llama.attention.head_count_kv', { type: 'u32', value: kvHeads }],
-    ['llama.attention.layer_norm_rms_epsilon', { type: 'f32', value: config.rms_norm_eps }],
-    ['llama.rope.freq_base', { type: 'f32', value: config.rope_theta ?? 10000 }],
-    ['llama.rope.dimension_count', { type: 'u32', value: config.head_dim ?? hidden / heads }],
-    ['llama.vocab_size', { type: 'u32', value: vocab }],
-    ['tokenizer.ggml.model', { type: 'str', value: 'llama' }],
-    ['tokenizer.ggml.tokens', { type: 'arr', of: 'str', values: tokens }],
-    ['tokenizer.ggml.scores', { type: 'arr', of: 'f32', values: tokens.map(() => 0) }],
-    ['tokenizer.ggml.token_type', { type: 'arr', of: 'i32', values: tokens.map((_, i) => (i < 2 ? 3 : i === 2 ? 2 : byte(i) ? 6 : 1)) }],
-    ['tokenizer.ggml.bos_token_id', { type: 'u32', value: 0 }],
-    ['tokenizer.ggml.eos_token_id', { type: 'u32', value: 1 }],
-    ['tokenizer.ggml.unknown_token_id', { type: 'u32', value: 2 }],
+  const meta: [string, ReturnType<typeof v.u32>][] = [
+    ['general.architecture', v.str('llama')],
+    ['general.name', v.str(path.basename(dir))],
+    ['general.file_type', v.u32(0)],
+    ['llama.context_length', v.u32(config.max_position_embeddings)],
+    ['llama.embedding_length', v.u32(hidden)],
+    ['llama.block_count', v.u32(config.num_hidden_layers)],
+    ['llama.feed_forward_length', v.u32(config.intermediate_size)],
+    ['llama.attention.head_count', v.u32(heads)],
+    ['llama.attention.head_count_kv', v.u32(kvHeads)],
+    ['llama.attention.layer_norm_rms_epsilon', v.f32(config.rms_norm_eps)],
+    ['llama.rope.freq_base', v.f32(config.rope_theta ?? 10000)],
+    ['llama.rope.dimension_count', v.u32(config.head_dim ?? hidden / heads)],
+    ['llama.vocab_size', v.u32(vocab)],
+    ['tokenizer.ggml.model', v.str('llama')],
+    ['tokenizer.ggml.tokens', v.strings(tokens)],
+    ['tokenizer.ggml.scores', v.f32s(tokens.map(() => 0))],
+    ['tokenizer.ggml.token_type', v.i32s(tokens.map((_, i) => (i < 2 ? 3 : i === 2 ? 2 : byte(i) ? 6 : 1)))],
+    ['tokenizer.ggml.bos_token_id', v.u32(0)],
+    ['tokenizer.ggml.eos_token_id', v.u32(1)],
+    ['tokenizer.ggml.unknown_token_id', v.u32(2)],
   ];
-  const w = new Writer();
-  w.bytes(Buffer.from('GGUF'));
-  w.u32(3);
-  w.u64(tensors.length);
-  w.u64(meta.length);
-  for (const [key, v] of meta) {
-    w.str(key);
-    w.value(v);
-  }
-  let offset = 0;
-  for (const t of tensors) {
-    w.str(t.name);
-    w.u32(t.dims.length);
-    for (const d of t.dims) w.u64(d);
-    w.u32(0); // F32
-    w.u64(offset);
-    offset += Math.ceil((t.data.length * 4) / ALIGNMENT) * ALIGNMENT;
-  }
-  w.pad();
-  const fd = fs.openSync(file, 'w');
-  try {
-    fs.writeSync(fd, w.buffer());
-    for (const t of tensors) {
-      const bytes = Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
-      fs.writeSync(fd, bytes);
-      const pad = (ALIGNMENT - (bytes.length % ALIGNMENT)) % ALIGNMENT;
-      if (pad) fs.writeSync(fd, Buffer.alloc(pad));
-    }
-  } finally {
-    fs.closeSync(fd);
-  }
+  const asBytes = (d: Float32Array) => new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
+  writeGguf(
+    file,
+    meta,
+    tensors.map((t) => ({ name: t.name, dims: t.dims, type: 0, data: asBytes(t.data) })),
+  );
   return file;
 }

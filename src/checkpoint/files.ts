@@ -23,6 +23,9 @@ export const FILE_CAPS = {
   tokenizerJson: 256 * MiB,
   shardIndex: 64 * MiB,
   chatTemplate: 8 * MiB,
+  /** A GGUF file's header (metadata and tensor infos, not the weights): a 262144-token
+   * vocabulary with scores, types and merges takes about 20 MB. */
+  ggufHeader: 256 * MiB,
 } as const;
 
 /** What a non-regular file is, in words. */

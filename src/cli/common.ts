@@ -74,7 +74,11 @@ export function chunkArguments(values: string[]): { label: string; text: string 
 
 export function withModelFlags(cmd: Command): Command {
   return cmd
-    .addOption(new Option('--model <dir>', 'a Hugging Face checkpoint folder (default: the small default model)').env('CTXPROBE_MODEL'))
+    .addOption(
+      new Option('--model <path>', 'a Hugging Face checkpoint folder or a GGUF file (.gguf) (default: the small default model)').env(
+        'CTXPROBE_MODEL',
+      ),
+    )
     .addOption(new Option('--device <device>', 'cpu, webgpu, cuda or cuda:N').env('CTXPROBE_DEVICE'))
     .addOption(new Option('--dtype <dtype>', 'compute dtype').choices(['float32', 'float16', 'bfloat16']).env('CTXPROBE_DTYPE'))
     .addOption(new Option('--threads <n>', 'CPU threads (0: one per core)').argParser(int('threads')).env('CTXPROBE_THREADS'))
@@ -121,7 +125,7 @@ export function entriesFrom(flags: ModelFlags & { models?: string; name?: string
   };
   if (flags.model) {
     const dir = path.resolve(flags.model);
-    return [{ name: flags.name ?? path.basename(dir), path: dir, ...overrides }];
+    return [{ name: flags.name ?? path.basename(dir).replace(/\.gguf$/i, ''), path: dir, ...overrides }];
   }
   return (repository ?? readRepository(flags.models ?? DEFAULT_REPOSITORY)).map((e) => ({ ...e, ...overrides }));
 }

@@ -17,7 +17,11 @@ export function registerEval(program: Command): void {
 function withConnection(cmd: Command): Command {
   return cmd
     .addOption(new Option('--server <host:port>', 'a running ctxprobe server (default: start one here on --model)').env('CTXPROBE_SERVER'))
-    .addOption(new Option('--model <dir>', 'checkpoint for the server started here (default: the default model)').env('CTXPROBE_MODEL'))
+    .addOption(
+      new Option('--model <path>', 'checkpoint folder or GGUF file for the server started here (default: the default model)').env(
+        'CTXPROBE_MODEL',
+      ),
+    )
     .option('--model-name <name>', 'which served model to use (default: the server default)')
     .addOption(new Option('--threads <n>', 'CPU threads of the server started here').argParser(int('threads')))
     .addOption(new Option('--token-file <file>', 'bearer token for --server').env('CTXPROBE_TOKEN_FILE'))

@@ -363,7 +363,7 @@ function logLoaded(entry: ModelEntry, m: LoadedModel): void {
       level: 'warn',
       event: 'random_weights',
       model: entry.name,
-      message: 'this model has random weights; pass --model DIR for a real checkpoint',
+      message: 'this model has random weights; pass --model PATH (a checkpoint folder or a .gguf file) for a real checkpoint',
     });
 }
 

@@ -2,12 +2,9 @@
 // worker thread (session-host.ts) so passes never hold the event loop. A pass's rows may
 // score (log-probs, top-k), probe (attention statistics) or both. It knows rows,
 // positions and KV; it knows nothing of text, requests or clients.
-import path from 'node:path';
 import { SessionHost, type HostTensor, type KvPiece, type RunResult } from './session-host.js';
-import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
-import { readModelConfig } from '../model/config.js';
-import { checkTensorsAgainstConfig } from '../model/config-checks.js';
 import { findNonFinite } from '../checkpoint/validate.js';
+import { openCheckpoint, type OpenedCheckpoint } from './checkpoint.js';
 import type { ModelConfig } from '../model/families.js';
 import type { WeightsAtRest } from '../model/ops.js';
 import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
@@ -20,7 +17,7 @@ import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
 import { CheckpointError, DeviceError } from '../common/errors.js';
 import { WeightFiles, heldWeightsPath } from '../checkpoint/weight-files.js';
-import { TextTokenizer } from '../text/tokenizer.js';
+import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
 
@@ -63,21 +60,20 @@ export interface EngineOptions extends DeviceOptions {
 /** The memory plan of a model on its device: where the host's memory holds the weights
  * (the CPU), how they lie at rest or a refusal; elsewhere widened at load (WebGPU has no
  * bfloat16 type, and onnxruntime-node cannot tell a GPU's memory). */
-function weightsPlan(config: ModelConfig, ckpt: SafetensorsCheckpoint, device: ResolvedDevice, options: EngineOptions): MemoryPlan {
+function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: ResolvedDevice, options: EngineOptions): MemoryPlan {
   const limits = passLimits(device.profile, device.bufferCache, options.passLimits);
   if (!device.profile.weightsAsStored) {
     return { atRest: 'compute', weights: 0, working: 0, need: 0, reason: `as the ${device.profile.label} graph computes them` };
   }
-  const plan = planMemory(config, ckpt.tensors.values(), device.dtype, limits);
+  const plan = planMemory(config, opened.stored, device.dtype, limits);
   if (options.weightsAtRest) return { ...plan, atRest: options.weightsAtRest, reason: 'as asked (weightsAtRest)' };
-  if (!plan.fits) throw new DeviceError(memoryRefusal(path.basename(ckpt.dir), plan, limits));
+  if (!plan.fits) throw new DeviceError(memoryRefusal(opened.name, plan, limits));
   return plan;
 }
 
 /** The load log's and ListModels' words for how the weights lie. */
-function weightsInfo(ckpt: SafetensorsCheckpoint, plan: MemoryPlan): string {
-  const stored = [...new Set([...ckpt.tensors.values()].map((t) => t.dtype))].join('/');
-  return `${stored} checkpoint; ${plan.reason}`;
+function weightsInfo(opened: OpenedCheckpoint, plan: MemoryPlan): string {
+  return `${opened.storage}; ${plan.reason}`;
 }
 
 /** A loaded model's weights files: as they were at load (`files`); whether its sessions hold
@@ -116,21 +112,21 @@ export class Engine {
     private readonly probeGraph?: { build: () => DecoderGraph },
   ) {}
 
+  /** Load the checkpoint at `dir`: a Hugging Face checkpoint folder or a GGUF file. */
   static async load(dir: string, options: EngineOptions = {}): Promise<Engine> {
     // Every check of the checkpoint runs before anything is built from it, cheapest first:
-    // config values (types, ranges, caps), files and safetensors headers, the config
-    // against the headers' shapes, the device, the tokenizer's ids against the vocabulary,
-    // then one read of every weight for NaN and infinity.
-    const config = readModelConfig(dir);
-    const ckpt = new SafetensorsCheckpoint(dir);
-    checkTensorsAgainstConfig(config, ckpt.tensors, dir);
-    const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? checkpointDtype(config.torchDtype, ckpt) });
+    // config values (types, ranges, caps), files and weight headers, the config against
+    // the headers' shapes (checkpoint.ts), the device, the tokenizer's ids against the
+    // vocabulary, then one read of every weight for NaN and infinity.
+    const opened = openCheckpoint(dir);
+    const { config, weights: ckpt } = opened;
+    const device = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? opened.storedDtype });
     const profile = device.profile;
-    const tokenizer = TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize);
+    const tokenizer = opened.tokenizer();
     // What it needs in memory, before anything is allocated: how its weights lie at rest,
     // or a refusal naming the need where it cannot fit (memory.ts).
-    const memory = weightsPlan(config, ckpt, device, options);
-    await findNonFinite([...ckpt.tensors].map(([name, t]) => ({ name, ...t })));
+    const memory = weightsPlan(config, opened, device, options);
+    await findNonFinite(opened.scan);
     // On the CPU one graph and one session score and probe, so the weights are prepacked
     // once: the probe nodes cost a pass that only scores next to nothing (one gathered
     // row). On WebGPU a pass costs what the host spends dispatching its nodes (about 18 µs
@@ -157,7 +153,7 @@ export class Engine {
       sharedDeviceLock: profile.sharedDeviceLock,
     });
     // Recorded before the session reads them: a change during the load shows at the first check.
-    const files = new WeightFiles(ckpt.files);
+    const files = new WeightFiles(opened.files);
     let mapped: string[] | undefined;
     try {
       ({ mapped } = await host.create(SESSION, graph.model, runOptions, {
@@ -184,7 +180,7 @@ export class Engine {
       adapter: describeAdapter(profile.adapter),
       dtype: device.dtype,
       dtypeReason: device.dtypeReason,
-      weights: weightsInfo(ckpt, memory),
+      weights: weightsInfo(opened, memory),
       graphNodes: graph.nodeCount,
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
@@ -427,14 +423,6 @@ export class Engine {
 }
 
 const bytesOf = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
-
-/** The checkpoint's dtype: config `torch_dtype` (or `dtype`), else the one its weights
- * are stored in when they agree. */
-function checkpointDtype(configured: string | undefined, ckpt: SafetensorsCheckpoint): string | undefined {
-  if (configured) return configured;
-  const stored = new Set([...ckpt.tensors.values()].map((t) => t.dtype));
-  return stored.size === 1 ? [...stored][0] : undefined;
-}
 
 /** The weights files a session is made from, and the weights it holds in memory of its own. */
 function sessionWeights(graph: DecoderGraph, files: WeightFiles, dir: string) {

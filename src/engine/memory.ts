@@ -15,10 +15,12 @@ import type { ProviderProfile } from '../common/providers.js';
 const GiB = 2 ** 30;
 const BYTES: Record<DTypeName, number> = { float32: 4, float16: 2, bfloat16: 2, int64: 8, int32: 4, bool: 1 } as Record<DTypeName, number>;
 
-/** A stored tensor as the plan counts it: its dtype and dims. */
+/** A stored tensor as the plan counts it: its dtype and dims; a quantized one (kept in its
+ * blocks at rest, as its products read it) by its stored bytes. */
 export interface StoredShape {
-  dtype: DTypeName;
+  dtype: DTypeName | 'quantized';
   shape: number[];
+  bytes?: number;
 }
 
 /** What the pass the scheduler makes of a model costs: tokens per pass, one layer's
@@ -105,6 +107,11 @@ export function planMemory(
   let narrow = false;
   for (const t of tensors) {
     const n = t.shape.reduce((a, b) => a * b, 1);
+    if (t.dtype === 'quantized') {
+      stored += t.bytes ?? 0;
+      widened += t.bytes ?? 0;
+      continue;
+    }
     stored += n * BYTES[t.dtype];
     const computed = t.dtype === 'float32' || t.dtype === dtype ? BYTES[t.dtype] : BYTES[dtype];
     widened += n * Math.max(computed, BYTES[t.dtype]);

@@ -24,7 +24,7 @@ import type { AttributeResponse__Output } from '../api/generated/ctxprobe/v1/Att
 export interface ConnectOptions {
   /** host:port of a running server; otherwise one is started here on `model`. */
   server?: string;
-  /** A checkpoint folder for the in-process server (default: the default model). */
+  /** A checkpoint folder or GGUF file for the in-process server (default: the default model). */
   model?: string;
   threads?: number;
   /** Bearer token and CA for a remote server. */

@@ -21,8 +21,9 @@ export function checkSpecialIds(raw: RawConfig, vocabKey: string, vocab: number)
   }
 }
 
-/** What a weight format tells of its tensors without reading them. */
-type TensorShapes = ReadonlyMap<string, { shape: readonly number[]; file: string }>;
+/** What a weight format tells of its tensors without reading them (`name`: how the file
+ * names the tensor, when not as the key does). */
+type TensorShapes = ReadonlyMap<string, { shape: readonly number[]; file: string; name?: string }>;
 
 /** Refuse a config whose layer count or dimensions disagree with the checkpoint's
  * tensors, by arithmetic over the headers: tensors of layers past `num_hidden_layers`
@@ -37,7 +38,7 @@ export function checkTensorsAgainstConfig(c: ModelConfig, tensors: TensorShapes,
     if (stored === undefined) throw new CheckpointError(`${dir}: tensor ${name} is missing from the checkpoint`);
     const t = tensors.get(stored)!;
     if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i]))
-      throw new CheckpointError(`${t.file}: tensor ${stored} has shape [${t.shape}], config says [${shape}] (${keys})`);
+      throw new CheckpointError(`${t.file}: tensor ${t.name ?? stored} has shape [${t.shape}], config says [${shape}] (${keys})`);
   }
 }
 

@@ -2,7 +2,9 @@
 // weight layout, norms by role (RMSNorm, Gemma's 1 + w, LayerNorm), activations, soft caps,
 // casts between the compute dtype and float32, and the checkpoint's weights (each made
 // once). The decoder (decoder.ts) extends this and reads as the model alone.
-import { GraphBuilder, type ExternalTensor, type NormRows } from '../graph/builder.js';
+import { GraphBuilder, type NormRows } from '../graph/builder.js';
+import type { StoredWeight } from '../checkpoint/weights.js';
+import { CheckpointError } from '../common/errors.js';
 import { kvDType, type ComputeDType, type DTypeName } from '../common/dtypes.js';
 import type { ModelConfig } from './families.js';
 import type { ProviderKind } from '../common/providers.js';
@@ -12,7 +14,7 @@ import { unreachable } from '../common/unreachable.js';
 export interface WeightSource {
   /** The folder external initializers are resolved against. */
   readonly weightsDir: string;
-  get(name: string, shape: number[]): ExternalTensor;
+  get(name: string, shape: number[]): StoredWeight;
   has(name: string): boolean;
 }
 
@@ -192,7 +194,7 @@ export class ModelOps {
     const stored = this.source.get(this.storedName(name), shape);
     let init = this.weights.get(`${name}:stored`);
     if (!init) {
-      init = this.g.external(name, stored);
+      init = this.stored(name, stored);
       this.weights.set(`${name}:stored`, init);
     }
     return { init, dtype: stored.dtype };
@@ -202,6 +204,21 @@ export class ModelOps {
   private unfolded(w: string): string {
     const keep = this.g.hasInput(KEEP_SHAPE) ? KEEP_SHAPE : this.g.input(KEEP_SHAPE, 'int64', [2]);
     return this.g.node('Reshape', [w, keep], { name: 'weight_as_stored' });
+  }
+
+  // A stored weight as the Hugging Face tensor: referenced in place, its rows put back in
+  // order when the file permuted them (llama.cpp's q/k rows), by a Gather of the
+  // initializer that onnxruntime folds at load into a rewritten copy (no cost per pass):
+  //   stored ─Gather(rows, axis 0)─► weight
+  private stored(name: string, stored: StoredWeight): string {
+    const { g } = this;
+    if (stored.quantized)
+      throw new CheckpointError(`${name}: ${stored.quantized.typeName} weights are not yet supported by the graph (F32, F16, BF16 are)`);
+    const init = g.external(name, stored);
+    const rows = stored.rowOrder;
+    if (!rows) return init;
+    const order = g.namedConstant(`/model/constants/row_order/${rows.key}`, 'int64', [rows.order.length], rows.order);
+    return g.node('Gather', [init, order], { name: `${name}/rows_in_order`, attrs: { axis: 0 } });
   }
 
   /** The name the checkpoint uses for a weight: the spec's, or one of its alternatives. */

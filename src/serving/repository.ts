@@ -3,8 +3,8 @@
 //   { "name": "llama-3.2-1b", "path": "/models/Llama-3.2-1B", "device": "cuda:0",
 //     "dtype": "float16", "threads": 0, "maxLength": 4096, "maxBatchTokens": 8192 }
 //
-// `path` is a Hugging Face checkpoint folder (relative paths start at the repository
-// folder). A `synthetic` block makes the checkpoint on first use when the folder is
+// `path` is a Hugging Face checkpoint folder or a GGUF file (relative paths start at the
+// repository folder). A `synthetic` block makes the checkpoint on first use when the folder is
 // missing: that is how the small default model exists on a fresh machine.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -13,6 +13,7 @@ import { Ajv } from 'ajv';
 import { readJsonObject } from '../checkpoint/files.js';
 import { writeSyntheticCheckpoint, type SyntheticSpec } from '../model/synthetic.js';
 import { Engine } from '../engine/engine.js';
+import { MODEL_PATH_HELP, checkpointKind } from '../engine/checkpoint.js';
 import { ConfigError } from '../common/errors.js';
 import { Scorer } from '../core/scorer.js';
 import { Prober } from '../requests/probe.js';
@@ -189,12 +190,15 @@ function readEntry(dir: string, file: string): ModelEntry {
  * temporary folder beside its place and renamed into it when complete, so a process
  * killed halfway leaves nothing that a later start would take for a checkpoint. */
 export function ensureCheckpoint(entry: ModelEntry): void {
+  // A GGUF file is read as it is (a path that is neither a folder nor a GGUF file is refused, saying what a model is).
+  if (!entry.synthetic && checkpointKind(entry.path) === 'gguf') return;
   const configFile = path.join(entry.path, 'config.json');
   if (fs.existsSync(configFile)) {
     // A generated checkpoint is made again when its spec changed (an older release's
     // default model had no chat template): config.json records the spec it came from.
     if (!entry.synthetic || generatedFrom(configFile) === JSON.stringify(entry.synthetic)) return;
-  } else if (!entry.synthetic) throw new ConfigError(`model ${entry.name}: ${entry.path} has no config.json`);
+  } else if (!entry.synthetic)
+    throw new ConfigError(`model ${entry.name}: ${entry.path} has no config.json; a model is ${MODEL_PATH_HELP}`);
   const parent = path.dirname(entry.path);
   fs.mkdirSync(parent, { recursive: true });
   const temp = fs.mkdtempSync(path.join(parent, `.${path.basename(entry.path)}.partial-`));

@@ -1,4 +1,5 @@
-// Tokenisation with @huggingface/tokenizers (tokenizer.json + tokenizer_config.json).
+// Tokenisation with @huggingface/tokenizers (tokenizer.json + tokenizer_config.json, or the
+// same built from a GGUF file's metadata: gguf-tokenizer.ts).
 import fs from 'node:fs';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { CheckpointError, shownValue as shown } from '../common/errors.js';
@@ -6,6 +7,8 @@ import { FILE_CAPS, checkpointFile, readBounded, readJsonObject } from '../check
 import { TokenizerPool } from './tokenizer-pool.js';
 import { ChatTemplateProcess } from './chat-template-host.js';
 import { describeTemplate, templateError, type TemplateOrigin } from './chat-template.js';
+import { ggufTokenizer } from './gguf-tokenizer.js';
+import type { GgufFile } from '../checkpoint/gguf.js';
 
 export class TextTokenizer {
   readonly bosId?: number;
@@ -37,21 +40,38 @@ export class TextTokenizer {
     const file = checkpointFile(dir, 'tokenizer.json');
     if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no tokenizer.json`);
     const json = readJsonObject(file, CheckpointError, FILE_CAPS.tokenizerJson);
-    validateTokenizerJson(json, file, vocabSize);
     const cfgFile = checkpointFile(dir, 'tokenizer_config.json');
     const cfg: Record<string, any> = fs.existsSync(cfgFile) ? readJsonObject(cfgFile) : {};
     // Newer checkpoints keep the template in its own file, which wins over the config's.
     const jinja = checkpointFile(dir, 'chat_template.jinja');
     const fromJinja = fs.existsSync(jinja);
     if (fromJinja) cfg.chat_template = readBounded(jinja, FILE_CAPS.chatTemplate).toString('utf8');
+    return TextTokenizer.fromJson(json, cfg, { file, templateFile: fromJinja ? jinja : cfgFile }, ids, vocabSize);
+  }
+
+  /** The tokenizer of a GGUF file's metadata (gguf-tokenizer.ts), checked as a tokenizer.json is. */
+  static fromGguf(g: GgufFile, ids: { bos?: number; eos?: number } = {}, vocabSize?: number): TextTokenizer {
+    const { json, config } = ggufTokenizer(g);
+    return TextTokenizer.fromJson(json, config, { file: g.file, templateFile: g.file }, ids, vocabSize);
+  }
+
+  /** From a tokenizer.json and tokenizer config in memory; `origin.file` names them in refusals. */
+  private static fromJson(
+    json: Record<string, any>,
+    cfg: Record<string, any>,
+    origin: { file: string; templateFile: string },
+    ids: { bos?: number; eos?: number },
+    vocabSize?: number,
+  ): TextTokenizer {
+    validateTokenizerJson(json, origin.file, vocabSize);
     let tokenizer: Tokenizer;
     try {
       tokenizer = new Tokenizer(json, cfg);
       tokenizer.encode('ok');
     } catch (e) {
-      throw new CheckpointError(`${file}: not a tokenizer @huggingface/tokenizers can read (${(e as Error).message})`);
+      throw new CheckpointError(`${origin.file}: not a tokenizer @huggingface/tokenizers can read (${(e as Error).message})`);
     }
-    return new TextTokenizer(tokenizer, cfg, ids, { json, config: cfg }, fromJinja ? jinja : cfgFile);
+    return new TextTokenizer(tokenizer, cfg, ids, { json, config: cfg }, origin.templateFile);
   }
 
   /** Compile the chat template in its own process (src/text/chat-template-host.ts), once:
