@@ -75,6 +75,6 @@ describe('ctxprobe serve --models with models that cannot load', () => {
     );
     expect(err.code).toBe(1);
     const last = err.lines.filter((l: Record<string, any>) => l.level === 'error').at(-1);
-    expect(last.message).toMatch(/no model of .* could be loaded \(broken: .*truncated.*; missing: .*nowhere has no config\.json\)/);
+    expect(last.message).toMatch(/no model of .* could be loaded \(broken: .*truncated.*; missing: .*nowhere: does not exist; a model is .*\)/);
   }, 60_000);
 });
