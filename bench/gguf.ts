@@ -2,12 +2,13 @@
 // file, so llama.cpp runs the very same weights in the peer benchmark (bench/peer.ts).
 // What llama.cpp's own converter does for `llama`, done here: the same metadata keys, the
 // tensor names, dimensions innermost first, and q/k rows permuted from Hugging Face's
-// rotate-half layout to GGML's interleaved pairs. The vocabulary is a placeholder of the
-// right size (the benchmark feeds token ids, never text).
+// rotate-half layout to GGML's interleaved pairs. The metadata and placeholder vocabulary
+// are src/model/synthetic-gguf.ts's (the benchmark feeds token ids, never text).
 import fs from 'node:fs';
 import path from 'node:path';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
-import { meta as v, writeGguf } from '../src/checkpoint/gguf-write.js';
+import { writeGguf } from '../src/checkpoint/gguf-write.js';
+import { llamaGgufMetadata } from '../src/model/synthetic-gguf.js';
 
 /** Hugging Face q/k rows (per head: first halves, then second halves of each rotary pair)
  * → GGML's (per head: the two members of each pair side by side). */
@@ -31,8 +32,6 @@ export function writeLlamaGguf(dir: string, file: string): string {
   const ckpt = new SafetensorsCheckpoint(dir);
   const heads: number = config.num_attention_heads;
   const kvHeads: number = config.num_key_value_heads ?? heads;
-  const hidden: number = config.hidden_size;
-  const vocab: number = config.vocab_size;
   const tensors: { name: string; dims: number[]; data: Float32Array }[] = [];
   // [out, in] row-major is GGML's ne = [in, out]: the same bytes, the dims reversed.
   const add = (name: string, hf: string, permute?: number) => {
@@ -57,42 +56,7 @@ export function writeLlamaGguf(dir: string, file: string): string {
   add('output_norm.weight', 'model.norm.weight');
   add('output.weight', ckpt.has('lm_head.weight') ? 'lm_head.weight' : 'model.embed_tokens.weight');
 
-  // SentencePiece-style, as llama.cpp expects of a `llama` vocabulary: specials, the 256
-  // byte tokens, then placeholders.
-  const byte = (i: number) => i >= 3 && i < 259;
-  const tokens = Array.from({ length: vocab }, (_, i) =>
-    i === 0
-      ? '<s>'
-      : i === 1
-        ? '</s>'
-        : i === 2
-          ? '<unk>'
-          : byte(i)
-            ? `<0x${(i - 3).toString(16).toUpperCase().padStart(2, '0')}>`
-            : `<t${i}>`,
-  );
-  const meta: [string, ReturnType<typeof v.u32>][] = [
-    ['general.architecture', v.str('llama')],
-    ['general.name', v.str(path.basename(dir))],
-    ['general.file_type', v.u32(0)],
-    ['llama.context_length', v.u32(config.max_position_embeddings)],
-    ['llama.embedding_length', v.u32(hidden)],
-    ['llama.block_count', v.u32(config.num_hidden_layers)],
-    ['llama.feed_forward_length', v.u32(config.intermediate_size)],
-    ['llama.attention.head_count', v.u32(heads)],
-    ['llama.attention.head_count_kv', v.u32(kvHeads)],
-    ['llama.attention.layer_norm_rms_epsilon', v.f32(config.rms_norm_eps)],
-    ['llama.rope.freq_base', v.f32(config.rope_theta ?? 10000)],
-    ['llama.rope.dimension_count', v.u32(config.head_dim ?? hidden / heads)],
-    ['llama.vocab_size', v.u32(vocab)],
-    ['tokenizer.ggml.model', v.str('llama')],
-    ['tokenizer.ggml.tokens', v.strings(tokens)],
-    ['tokenizer.ggml.scores', v.f32s(tokens.map(() => 0))],
-    ['tokenizer.ggml.token_type', v.i32s(tokens.map((_, i) => (i < 2 ? 3 : i === 2 ? 2 : byte(i) ? 6 : 1)))],
-    ['tokenizer.ggml.bos_token_id', v.u32(0)],
-    ['tokenizer.ggml.eos_token_id', v.u32(1)],
-    ['tokenizer.ggml.unknown_token_id', v.u32(2)],
-  ];
+  const meta = llamaGgufMetadata(config, path.basename(dir));
   const asBytes = (d: Float32Array) => new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
   writeGguf(
     file,

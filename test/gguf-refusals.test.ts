@@ -190,7 +190,7 @@ describe('metadata', () => {
     await refused(
       rewrite(ggufFixture(), (_, t) => {
         const w = t.find((x) => x.name === 'blk.1.attn_v.weight')!;
-        const data = new Float32Array(w.data.slice().buffer);
+        const data = new Float32Array((w.data as Uint8Array).slice().buffer);
         data[5] = NaN;
         w.data = new Uint8Array(data.buffer);
       }),

@@ -11,7 +11,9 @@ export interface GgufTensorData {
   dims: number[];
   /** ggml type id. */
   type: number;
-  data: Uint8Array;
+  /** Its bytes, or a count of zero bytes left as a hole in the file (models of real shapes
+   * for memory and speed benches cost no disk: a zero ggml block dequantizes to zeros). */
+  data: Uint8Array | { zeros: number };
   /** The offset to write in its info (tests of broken files); default: where it is written. */
   offset?: number;
 }
@@ -51,23 +53,26 @@ export function writeGguf(
     for (const d of t.dims) w.u64(d);
     w.u32(t.type);
     w.u64(t.offset ?? offset);
-    offset += padded(t.data.length, alignment);
+    offset += padded(byteLength(t.data), alignment);
   }
   w.raw(Buffer.alloc(padded(w.size, alignment) - w.size));
   const fd = fs.openSync(file, 'w');
   try {
-    fs.writeSync(fd, w.buffer());
+    const header = w.buffer();
+    fs.writeSync(fd, header);
+    let at = header.length;
     for (const t of tensors) {
-      fs.writeSync(fd, t.data);
-      const pad = padded(t.data.length, alignment) - t.data.length;
-      if (pad) fs.writeSync(fd, Buffer.alloc(pad));
+      if (!('zeros' in t.data)) fs.writeSync(fd, t.data, 0, t.data.length, at);
+      at += padded(byteLength(t.data), alignment);
     }
+    fs.ftruncateSync(fd, at);
   } finally {
     fs.closeSync(fd);
   }
 }
 
 const padded = (n: number, alignment: number) => Math.ceil(n / alignment) * alignment;
+const byteLength = (data: GgufTensorData['data']) => ('zeros' in data ? data.zeros : data.length);
 
 /** A little-endian byte buffer built piece by piece. */
 class Bytes {
