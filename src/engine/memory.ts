@@ -80,11 +80,13 @@ function read(file: string): string | undefined {
 /** The bytes of one pass beyond the weights (an estimate, rounded up): per token the hidden
  * states, q/k/v, the MLP's two widest products and a row of logits with its log-softmax;
  * one layer's attention scores and probabilities; with weights as stored, the widest
- * matrix widened (two in flight). */
+ * matrix widened: one at a time, each freed once its product ran, the arena then carving the
+ * smaller ones from it (Llama-3-8B shape in BF16: peak RSS 16.7 GiB, the file 15.0 GiB, the
+ * head widened 2.0 GiB; bench/real-models.ts). The file's pages are the kernel's to drop. */
 function passBytes(c: ModelConfig, limits: PassLimits, widestMatrix: number, atRest: WeightsAtRest): number {
   const T = limits.maxBatchTokens;
   const perToken = 4 * (8 * c.hiddenSize + 3 * c.intermediateSize + 2 * c.vocabSize);
-  const widening = atRest === 'stored' ? 2 * widestMatrix * 4 : 0;
+  const widening = atRest === 'stored' ? widestMatrix * 4 : 0;
   return T * perToken + 2 * limits.maxAttentionBytes + widening;
 }
 
