@@ -1,0 +1,200 @@
+// Models at the size users run, on this machine: a Llama-3-8B shape as BF16 safetensors and
+// as a Q4_K_M GGUF (llama.cpp's recipe), their weights zeros in sparse files (time and
+// memory, not values), each loaded by ctxprobe in a process of its own — load time, peak
+// RSS, a 512-token scoring pass, greedy decode tokens/s — and llama.cpp (node-llama-cpp,
+// which bench/peer.ts installs into .bench/peer/) on the same GGUF. Then, on a small model
+// with real weights quantized as Q4_K_M, each side's log-prob distance to the exact values:
+// a float64 forward pass over the file's dequantized weights (ggml's definition of each
+// format), which ctxprobe's exact mode should meet to ~1e-5 and an int8-activation mode
+// (ctxprobe's on request, llama.cpp's always) does not. Prints figures, asserts nothing.
+//   npx tsx bench/real-models.ts [bf16] [q4km] [int8] [peer] [exactness]   (default: all)
+//   BENCH_THREADS=2 BENCH_TOKENS=512 BENCH_DECODE=8
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { writeZeroCheckpoint } from '../src/model/synthetic.js';
+import { writeZeroLlamaGguf, type LlamaShape } from '../src/model/synthetic-gguf.js';
+import { randomIds } from './model.js';
+
+const THREADS = Number(process.env.BENCH_THREADS ?? 2);
+const TOKENS = Number(process.env.BENCH_TOKENS ?? 512);
+const DECODE = Number(process.env.BENCH_DECODE ?? 8);
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const PEER_ENTRY = path.join(ROOT, '.bench/peer/node_modules/node-llama-cpp/dist/index.js');
+
+/** Llama-3-8B (config.json's keys). */
+const LLAMA3_8B: LlamaShape = {
+  hidden_size: 4096,
+  num_hidden_layers: 32,
+  num_attention_heads: 32,
+  num_key_value_heads: 8,
+  intermediate_size: 14336,
+  vocab_size: 128256,
+  max_position_embeddings: 8192,
+  rms_norm_eps: 1e-5,
+  rope_theta: 500000,
+};
+
+const GiB = 2 ** 30;
+/** The process's resident memory now and at its peak (GiB): its own and mapped files' pages. */
+function memory(): { rss: number; peak: number } {
+  const status = fs.readFileSync('/proc/self/status', 'utf8');
+  const kb = (key: string) => Number(new RegExp(`${key}:\\s+(\\d+)`).exec(status)![1]) * 1024;
+  return { rss: kb('VmRSS') / GiB, peak: kb('VmHWM') / GiB };
+}
+
+interface SideResult {
+  loadSeconds: number;
+  afterLoad: { rss: number; peak: number };
+  weights?: string;
+  passSeconds: number;
+  decodeTokensPerSecond: number;
+  end: { rss: number; peak: number };
+}
+
+// ---- one side, in this process ------------------------------------------------------------
+async function ours(model: string, int8: boolean): Promise<SideResult> {
+  const { Engine } = await import('../src/engine/engine.js');
+  const { Scorer } = await import('../src/core/scorer.js');
+  const { Batcher } = await import('../src/core/batcher.js');
+  const { Generation, generationModel, runGenerations } = await import('../src/requests/generate.js');
+  const started = performance.now();
+  const engine = await Engine.load(model, { threads: THREADS, ...(int8 ? { quantizedActivations: 'int8' as const } : {}) } as never);
+  const loadSeconds = (performance.now() - started) / 1000;
+  const afterLoad = memory();
+  const pass = async (tokens: number[]) => {
+    const t = performance.now();
+    await engine.forward({
+      rows: [{ tokens, startPosition: 0, pastRow: 0 }],
+      scored: tokens.slice(1).map((target, index) => ({ row: 0, index, target })),
+      topK: 0,
+      keepPresent: false,
+    });
+    return (performance.now() - t) / 1000;
+  };
+  await pass(randomIds(5, 16, LLAMA3_8B.vocab_size));
+  const passSeconds = await pass(randomIds(11, TOKENS, LLAMA3_8B.vocab_size));
+  // Greedy decode: each step a unit of the scheduler, its KV carried by the prefix cache.
+  const scorer = new Scorer(engine);
+  const batcher = new Batcher('bench', scorer);
+  const steps: number[] = [];
+  let last = 0;
+  await runGenerations(
+    [
+      new Generation(generationModel(engine, scorer), randomIds(13, 16, LLAMA3_8B.vocab_size), {
+        temperature: 0,
+        topP: 1,
+        topK: 0,
+        minP: 0,
+        maxTokens: DECODE,
+        stop: [],
+        n: 1,
+        logprobs: 0,
+        ignoreEos: true,
+      }),
+    ],
+    (units, continuing) => batcher.submit(units, { continuing }).result,
+    () => {
+      const now = performance.now();
+      if (last) steps.push(now - last);
+      last = now;
+    },
+  );
+  const decodeTokensPerSecond = steps.length / (steps.reduce((a, b) => a + b, 0) / 1000);
+  const weights = engine.info.weights;
+  await engine.release();
+  return { loadSeconds, afterLoad, weights, passSeconds, decodeTokensPerSecond, end: memory() };
+}
+
+async function llamaCpp(gguf: string): Promise<SideResult> {
+  const { getLlama } = await import(pathToFileURL(PEER_ENTRY).href);
+  const llama = await getLlama({ gpu: false, logLevel: 'error' });
+  const started = performance.now();
+  const model = await llama.loadModel({ modelPath: gguf });
+  const loadSeconds = (performance.now() - started) / 1000;
+  const afterLoad = memory();
+  const context = await model.createContext({ contextSize: TOKENS + 64, batchSize: 512, threads: THREADS, flashAttention: false });
+  const seq = context.getSequence();
+  await seq.evaluateWithoutGeneratingNewTokens(randomIds(5, 16, LLAMA3_8B.vocab_size) as never);
+  await seq.clearHistory();
+  let t = performance.now();
+  await seq.evaluateWithoutGeneratingNewTokens(randomIds(11, TOKENS, LLAMA3_8B.vocab_size) as never);
+  const passSeconds = (performance.now() - t) / 1000;
+  await seq.clearHistory();
+  let count = 0;
+  t = 0;
+  for await (const _ of seq.evaluate(randomIds(13, 16, LLAMA3_8B.vocab_size) as never, { temperature: 0 })) {
+    if (count === 0) t = performance.now();
+    if (++count >= DECODE) break;
+  }
+  const decodeTokensPerSecond = (DECODE - 1) / ((performance.now() - t) / 1000);
+  await context.dispose();
+  await model.dispose();
+  return { loadSeconds, afterLoad, passSeconds, decodeTokensPerSecond, end: memory() };
+}
+
+function child(args: string[]): SideResult {
+  const out = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--side', ...args], { cwd: ROOT, encoding: 'utf8' });
+  const line = out.stdout.split('\n').find((l) => l.startsWith('{'));
+  if (out.status !== 0 || !line) throw new Error(`${args.join(' ')} failed (${out.status ?? out.signal}): ${out.stderr.slice(-2000)}`);
+  return JSON.parse(line);
+}
+
+const args = process.argv.slice(2);
+if (args[0] === '--side') {
+  const result = args[1] === 'llama.cpp' ? await llamaCpp(args[2]!) : await ours(args[2]!, args[3] === 'int8');
+  process.stdout.write(JSON.stringify(result) + '\n');
+  process.exit(0);
+}
+
+// ---- the parent: write the models, run each side ------------------------------------------
+const want = (k: string) => args.length === 0 || args.includes(k);
+const bf16Dir = path.join(os.tmpdir(), 'ctxprobe-bench-llama3-8b-bf16');
+const ggufFile = path.join(os.tmpdir(), 'ctxprobe-bench-llama3-8b-q4_k_m.gguf');
+if (!fs.existsSync(path.join(bf16Dir, 'config.json')))
+  writeZeroCheckpoint(
+    bf16Dir,
+    { family: 'llama', hidden: 4096, layers: 32, heads: 32, kvHeads: 8, intermediate: 14336, vocab: 384, vocabSize: 128256, maxPositions: 8192, ropeTheta: 500000 },
+    'bfloat16',
+    4,
+  );
+const ggufBytes = fs.existsSync(ggufFile) ? fs.statSync(ggufFile).size : writeZeroLlamaGguf(ggufFile, LLAMA3_8B, 'q4_k_m');
+const bf16Bytes = fs.readdirSync(bf16Dir).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + fs.statSync(path.join(bf16Dir, f)).size, 0);
+
+console.log(
+  `Llama-3-8B shape, zeros; ${THREADS} threads, ${os.cpus()[0]?.model ?? 'cpu'}, ${(os.totalmem() / GiB).toFixed(0)} GiB; ` +
+    `a ${TOKENS}-token scoring pass, ${DECODE} greedy tokens after a 16-token prompt`,
+);
+const show = (name: string, fileBytes: number, r: SideResult) =>
+  console.log(
+    `${name.padEnd(26)} load ${r.loadSeconds.toFixed(1)} s, peak RSS ${r.end.peak.toFixed(2)} GiB (${(r.end.peak / (fileBytes / GiB)).toFixed(2)}x the file's ${(fileBytes / GiB).toFixed(2)} GiB; ` +
+      `${r.afterLoad.peak.toFixed(2)} by the end of the load), ${TOKENS} tokens in ${r.passSeconds.toFixed(1)} s (${(TOKENS / r.passSeconds).toFixed(1)} tokens/s), ` +
+      `decode ${r.decodeTokensPerSecond.toFixed(2)} tokens/s${r.weights ? ` — ${r.weights}` : ''}`,
+  );
+const results = new Map<string, SideResult>();
+const run = (name: string, fileBytes: number, sideArgs: string[]) => {
+  try {
+    const r = child(sideArgs);
+    results.set(name, r);
+    show(name, fileBytes, r);
+  } catch (e) {
+    console.log(`${name.padEnd(26)} ${(e as Error).message.split('\n').slice(0, 3).join(' ')}`);
+  }
+};
+if (want('bf16')) run('ctxprobe BF16 safetensors', bf16Bytes, ['ours', bf16Dir]);
+if (want('q4km')) run('ctxprobe Q4_K_M GGUF', ggufBytes, ['ours', ggufFile]);
+if (want('int8')) run('ctxprobe Q4_K_M, int8 act.', ggufBytes, ['ours', ggufFile, 'int8']);
+if (want('peer')) {
+  if (!fs.existsSync(PEER_ENTRY)) console.log('llama.cpp: run bench/peer.ts once first (it installs node-llama-cpp into .bench/peer/)');
+  else run('llama.cpp Q4_K_M GGUF', ggufBytes, ['llama.cpp', ggufFile]);
+}
+const peer = results.get('llama.cpp Q4_K_M GGUF');
+for (const name of ['ctxprobe Q4_K_M GGUF', 'ctxprobe Q4_K_M, int8 act.']) {
+  const r = results.get(name);
+  if (peer && r)
+    console.log(
+      `${name} ÷ llama.cpp: pass ${(peer.passSeconds / r.passSeconds).toFixed(2)}x its speed, decode ${(r.decodeTokensPerSecond / peer.decodeTokensPerSecond).toFixed(2)}x, peak RSS ${(r.end.peak / peer.end.peak).toFixed(2)}x`,
+    );
+}
