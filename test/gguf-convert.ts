@@ -16,8 +16,12 @@ import type { GgufValue } from '../src/checkpoint/gguf.js';
 import { f16ToF32, f32ToBf16, f32ToF16, bf16ToF32 } from '../src/common/dtypes.js';
 import type { TensorData } from '../src/checkpoint/safetensors.js';
 import type { ReferenceModel } from './reference.js';
+import { BLOCKS, QUANT_TYPE_IDS, dequantizeRows, quantTypeOf, type QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
+import { quantizeRows } from './ggml-quantize.js';
 
-export type GgufDtype = 'float32' | 'float16' | 'bfloat16';
+/** The file's type: a float type, or a quantized one for every matrix whose rows are whole
+ * blocks of it (else Q8_0, else F32, as llama.cpp falls back). */
+export type GgufDtype = 'float32' | 'float16' | 'bfloat16' | QuantTypeName;
 
 const ARCH: Record<string, string> = {
   llama: 'llama',
@@ -42,6 +46,8 @@ export interface ConvertOptions {
   pre?: string;
   /** Metadata to add or replace (null: leave out). */
   metadata?: Record<string, GgufValue | null>;
+  /** A type of its own for a tensor (by Hugging Face name), as llama.cpp's mixes (Q4_K_M) give. */
+  typeOf?: (name: string) => GgufDtype | undefined;
 }
 
 export interface Converted {
@@ -68,32 +74,32 @@ export function convertToGguf(fx: ReferenceModel & { dir: string }, file: string
     if ((arch === 'gemma2' || arch === 'gemma3') && name.endsWith('norm.weight')) data = data.map((x) => Math.fround(x + 1));
     if (arch === 'gpt2' && /\.(c_attn|c_proj|c_fc)\.weight$/.test(name)) [data, shape] = [transpose(data, shape), [shape[1]!, shape[0]!]];
     const expert = /^(model\.layers\.\d+\.(?:block_sparse_moe|mlp)\.experts)\.(\d+)\.(\w+)\.weight$/.exec(name);
-    const type = storedType(name, shape, dtype);
-    const stored = roundAs(data, type);
+    const type = storedType(name, shape, options.typeOf?.(name) ?? dtype);
+    const stored = roundAs(data, type, shape.at(-1)!);
     reference.set(name, { shape: t.shape, data: unconvert(name, stored, t.shape, shape, arch, permuteHeads) });
     if (expert) {
       const key = `${expert[1]}.${expert[3]}`;
       byLayerExperts.set(key, [...(byLayerExperts.get(key) ?? []), { shape, data }]);
       continue;
     }
-    tensors.push({ name: ggufName(name, family), dims: [...shape].reverse(), type, data: encode(data, type) });
+    tensors.push({ name: ggufName(name, family), dims: [...shape].reverse(), type, data: encode(data, type, shape.at(-1)!) });
   }
   for (const [key, experts] of byLayerExperts) {
     const [out, inp] = experts[0]!.shape as [number, number];
-    const type = storedType(`${key}.weight`, [experts.length, out, inp], dtype);
+    const type = storedType(`${key}.weight`, [experts.length, out, inp], options.typeOf?.(`${key}.weight`) ?? dtype);
     const stacked = new Float32Array(experts.length * out * inp);
     experts.forEach((e, i) => stacked.set(e.data, i * out * inp));
-    tensors.push({ name: ggufName(`${key}.weight`, family), dims: [inp, out, experts.length], type, data: encode(stacked, type) });
+    tensors.push({ name: ggufName(`${key}.weight`, family), dims: [inp, out, experts.length], type, data: encode(stacked, type, inp) });
   }
   const ropeFreqs = llama3Factors(config);
-  if (ropeFreqs) tensors.push({ name: 'rope_freqs.weight', dims: [ropeFreqs.length], type: 0, data: encode(ropeFreqs, 0) });
+  if (ropeFreqs) tensors.push({ name: 'rope_freqs.weight', dims: [ropeFreqs.length], type: 0, data: encode(ropeFreqs, 0, ropeFreqs.length) });
   const longrope = phi3Factors(config);
-  for (const [name, f] of longrope ?? []) tensors.push({ name, dims: [f.length], type: 0, data: encode(Float32Array.from(f), 0) });
+  for (const [name, f] of longrope ?? []) tensors.push({ name, dims: [f.length], type: 0, data: encode(Float32Array.from(f), 0, f.length) });
   const md = new Map<string, GgufValue>([
     ['general.architecture', v.str(arch)],
     ['general.name', v.str(path.basename(fx.dir))],
     ...modelMetadata(arch, config),
-    ['general.file_type', v.u32({ float32: 0, float16: 1, bfloat16: 32 }[dtype])],
+    ['general.file_type', v.u32({ float32: 0, float16: 1, bfloat16: 32, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q4_K: 15, Q5_K: 17, Q6_K: 18 }[dtype])],
     ...tokenizerMetadata(fx.dir, config, options.pre ?? 'gpt-2'),
   ]);
   for (const [k, value] of Object.entries(options.metadata ?? {})) {
@@ -206,17 +212,27 @@ function unconvert(name: string, stored: Float32Array, hfShape: number[], shape:
 /** The converter's types: 1-D tensors, norms, routers and positions in F32, the rest as the file type. */
 function storedType(name: string, shape: number[], dtype: GgufDtype): number {
   if (shape.length <= 1 || name.endsWith('norm.weight') || /\.(gate|wpe)\.weight$/.test(name) || !name.endsWith('.weight')) return 0;
-  return { float32: 0, float16: 1, bfloat16: 30 }[dtype];
+  if (dtype in QUANT_TYPE_IDS) {
+    const cols = shape.at(-1)!;
+    const type = dtype as QuantTypeName;
+    if (cols % BLOCKS[type].values === 0) return QUANT_TYPE_IDS[type];
+    return cols % 32 === 0 ? QUANT_TYPE_IDS.Q8_0 : 0;
+  }
+  return { float32: 0, float16: 1, bfloat16: 30 }[dtype as 'float32' | 'float16' | 'bfloat16'];
 }
 
-function roundAs(data: Float32Array, type: number): Float32Array {
+function roundAs(data: Float32Array, type: number, cols: number): Float32Array {
   if (type === 1) return data.map((x) => f16ToF32(f32ToF16(x)));
   if (type === 30) return data.map((x) => bf16ToF32(f32ToBf16(x)));
+  const q = quantTypeOf(type);
+  if (q) return dequantizeRows(q, quantizeRows(q, data, data.length / cols, cols), data.length / cols, cols);
   return data;
 }
 
-function encode(data: Float32Array, type: number): Uint8Array {
+function encode(data: Float32Array, type: number, cols: number): Uint8Array {
   if (type === 0) return new Uint8Array(Float32Array.from(data).buffer);
+  const q = quantTypeOf(type);
+  if (q) return quantizeRows(q, data, data.length / cols, cols);
   const out = new Uint16Array(data.length);
   for (let i = 0; i < data.length; i++) out[i] = type === 1 ? f32ToF16(data[i]!) : f32ToBf16(data[i]!);
   return new Uint8Array(out.buffer);

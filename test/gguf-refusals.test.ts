@@ -99,7 +99,7 @@ describe('tensor types', () => {
       }
     });
     const g = readGguf(file);
-    const ckpt = new GgufCheckpoint(g, ggufModel(g), { quantized: 'hand-on' });
+    const ckpt = new GgufCheckpoint(g, ggufModel(g));
     const q = ckpt.get('model.layers.0.self_attn.q_proj.weight', [32, 32]);
     expect([q.offset, q.length, q.location]).toEqual([g.tensors.get('blk.0.attn_q.weight')!.offset, 32 * 34, path.basename(file)]);
     expect(q.quantized).toEqual({ ggmlType: 8, typeName: 'Q8_0', dims: [32, 32], blockValues: 32, blockBytes: 34 });

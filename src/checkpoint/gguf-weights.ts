@@ -2,21 +2,16 @@
 // for is a GGUF tensor (or one expert's slice of a stacked one) referenced in place, its
 // dims reversed (ggml's ne = [in, out] is Hugging Face's [out, in]: the same bytes), with
 // the rows llama.cpp's converter permuted for llama-type rotary put back by a row order
-// (weights.ts). Quantized tensors are handed on as their ggml type and raw bytes; until
-// the graph can take them they are refused at load, naming the tensor and its type.
+// (weights.ts). Quantized tensors are handed on as their ggml type and raw bytes (the
+// graph derives its exact form from them at load: model/quantized.ts).
 import { CheckpointError } from '../common/errors.js';
 import type { DTypeName } from '../common/dtypes.js';
-import { GGML_FLOAT_TYPES, GGML_TYPES, ggmlTypeName, type GgufFile, type GgufTensorInfo } from './gguf.js';
+import { GGML_FLOAT_TYPES, GGML_TYPES, type GgufFile, type GgufTensorInfo } from './gguf.js';
 import type { GgufModel, TensorRef } from './gguf-arch.js';
 import type { TensorBytes } from './validate.js';
 import type { StoredWeight } from './weights.js';
 
 const FLOAT_DTYPES: Record<number, DTypeName> = { 0: 'float32', 1: 'float16', 30: 'bfloat16' };
-
-export interface GgufWeightOptions {
-  /** `refuse` (until the graph takes quantized blocks) or `hand-on` (as `quantized`). */
-  quantized?: 'refuse' | 'hand-on';
-}
 
 export class GgufCheckpoint {
   /** The folder onnxruntime resolves `location` against: the file's real folder. */
@@ -27,16 +22,8 @@ export class GgufCheckpoint {
   constructor(
     readonly g: GgufFile,
     readonly model: GgufModel,
-    options: GgufWeightOptions = {},
   ) {
     this.weightsDir = g.dir;
-    if ((options.quantized ?? 'refuse') === 'refuse') {
-      const quantized = [...g.tensors.values()].find((t) => !GGML_FLOAT_TYPES.has(t.type));
-      if (quantized)
-        throw new CheckpointError(
-          `${g.file}: tensor ${quantized.name} is ${ggmlTypeName(quantized.type)}: quantized GGUF tensors are not yet supported (F32, F16 and BF16 are)`,
-        );
-    }
     for (const [name, ref] of model.names) {
       const t = g.tensors.get(ref.tensor)!;
       this.tensors.set(name, {

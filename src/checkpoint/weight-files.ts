@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { HeldWeights } from '../graph/held-weights.js';
 import { CheckpointError } from '../common/errors.js';
+import { quantTypeOf, repackRows } from './ggml-blocks.js';
 
 /** A fresh name for a model's private copy of its held weights, in the temporary folder
  * (TMPDIR), by its real path (onnxruntime refuses a path through a symlink that leaves the
@@ -35,20 +36,21 @@ export function writeHeldWeights(dir: string, held: HeldWeights): void {
       const file = path.join(dir, location);
       const fd = fs.openSync(file, 'r');
       try {
-        for (const p of held.pieces.filter((piece) => piece.location === location)) {
-          for (let done = 0; done < p.length;) {
-            const n = fs.readSync(fd, chunk, 0, Math.min(chunk.length, p.length - done), p.offset + done);
-            if (n === 0)
-              throw new CheckpointError(
-                `${file}: ends at byte ${p.offset + done}, inside a weight stored at bytes [${p.offset}, ${p.offset + p.length}): the file was cut short`,
-              );
-            // A stretch of zeros is left a hole (the file's length is set at the end): a
-            // checkpoint of zeros — a sparse file of a real model's shape in the tests and
-            // benchmarks — costs no disk here either.
-            if (!chunk.subarray(0, n).equals(ZEROS.subarray(0, n))) for (let w = 0; w < n; ) w += fs.writeSync(out, chunk, w, n - w, p.at + done + w);
+        const pieces = held.pieces.filter((piece) => piece.location === location);
+        for (const p of pieces.filter((piece) => !piece.derived)) {
+          for (let done = 0; done < p.length; ) {
+            const n = readAt(fd, file, chunk, Math.min(chunk.length, p.length - done), p.offset + done, p);
+            writeNonZero(out, chunk.subarray(0, n), p.at + done);
             done += n;
           }
         }
+        // Tensors derived from the same bytes (the parts of one quantized tensor) in one read.
+        const groups = new Map<string, HeldPiece[]>();
+        for (const p of pieces.filter((piece) => piece.derived)) {
+          const key = `${p.offset}:${p.length}:${p.derived!.rowOrder ? 'ordered' : ''}`;
+          groups.set(key, [...(groups.get(key) ?? []), p]);
+        }
+        for (const group of groups.values()) writeDerived(fd, file, out, group);
       } finally {
         fs.closeSync(fd);
       }
@@ -56,6 +58,61 @@ export function writeHeldWeights(dir: string, held: HeldWeights): void {
     fs.ftruncateSync(out, held.bytes);
   } finally {
     fs.closeSync(out);
+  }
+}
+
+type HeldPiece = HeldWeights['pieces'][number];
+
+/** `n` bytes of `file` at `offset` into `into` (a short file is a CheckpointError naming the weight). */
+function readAt(fd: number, file: string, into: Buffer, n: number, offset: number, p: HeldPiece): number {
+  let got = 0;
+  while (got < n) {
+    const r = fs.readSync(fd, into, got, n - got, offset + got);
+    if (r === 0)
+      throw new CheckpointError(
+        `${file}: ends at byte ${offset + got}, inside a weight stored at bytes [${p.offset}, ${p.offset + p.length}): the file was cut short`,
+      );
+    got += r;
+  }
+  return got;
+}
+
+// A stretch of zeros is left a hole (the file's length is set at the end): a checkpoint of
+// zeros — a sparse file of a real model's shape in the tests and benchmarks — costs no disk
+// here either.
+function writeNonZero(out: number, bytes: Uint8Array, at: number): void {
+  for (let start = 0; start < bytes.length; start += ZEROS.length) {
+    const piece = bytes.subarray(start, Math.min(bytes.length, start + ZEROS.length));
+    if (ZEROS.subarray(0, piece.length).equals(piece)) continue;
+    for (let w = 0; w < piece.length; ) w += fs.writeSync(out, piece, w, piece.length - w, at + start + w);
+  }
+}
+
+/** The parts of one quantized tensor (ggml-blocks.ts), from its block rows read in runs of
+ * about 4 MiB (whole, when its rows are taken in another order). */
+function writeDerived(fd: number, file: string, out: number, group: HeldPiece[]): void {
+  const first = group[0]!;
+  const d = first.derived!;
+  const type = quantTypeOf(d.ggmlType)!;
+  const rowBytes = first.length / d.rows;
+  const run = d.rowOrder ? d.rows : Math.max(1, Math.floor(2 ** 22 / rowBytes));
+  const src = Buffer.allocUnsafe(run * rowBytes);
+  const ordered = d.rowOrder ? Buffer.allocUnsafe(src.length) : undefined;
+  for (let r0 = 0; r0 < d.rows; r0 += run) {
+    const n = Math.min(run, d.rows - r0);
+    readAt(fd, file, src, n * rowBytes, first.offset + r0 * rowBytes, first);
+    let rows: Uint8Array = src.subarray(0, n * rowBytes);
+    if (ordered) {
+      d.rowOrder!.forEach((from, r) => src.copy(ordered, r * rowBytes, from * rowBytes, (from + 1) * rowBytes));
+      rows = ordered;
+    }
+    const { parts, nonFinite } = repackRows(type, rows, n, d.cols);
+    if (nonFinite !== undefined)
+      throw new CheckpointError(`${file}: tensor ${d.tensor} has a non-finite scale or min in block row ${r0 + nonFinite}: the model would compute NaN`);
+    for (const p of group) {
+      const part = parts[p.derived!.part]!;
+      writeNonZero(out, part, p.at + (r0 * part.length) / n);
+    }
   }
 }
 

@@ -12,6 +12,7 @@ export const ONNX_DTYPE = {
   int64: onnx.TensorProto.DataType.INT64,
   int32: onnx.TensorProto.DataType.INT32,
   bool: onnx.TensorProto.DataType.BOOL,
+  uint8: onnx.TensorProto.DataType.UINT8,
 } as const;
 export type DTypeName = keyof typeof ONNX_DTYPE;
 
@@ -23,6 +24,7 @@ export const ONNX_DTYPE_LABEL: Record<DTypeName, string> = {
   int64: 'INT64',
   int32: 'INT32',
   bool: 'BOOL',
+  uint8: 'UINT8',
 };
 
 /** What matrix products run in; norms, softmax and log-softmax always run in float32. */

@@ -66,6 +66,12 @@ export interface ProviderProfile {
   /** A greedy pass reads each row's top token from reductions (`top1_*`), not TopK, which
    * sorts the whole padded row on WebGPU. */
   topOneByReduction: boolean;
+  /** Quantized products (`MatMulNBits`) give a row the same bits from this many rows up, and
+   * other bits below (another kernel): each product is given at least this many rows,
+   * padded with zeros (model/quantized.ts). Measured, 4-bit blocks of 16 and 32: the CPU's
+   * one-row kernel differs from its many-row one in 93 of 96 outputs, equal from 2 rows up
+   * to 256; lavapipe's from 4 rows up (1–3 rows: another kernel, blocks of 32). */
+  quantizedMinRows: number;
 
   // ---- a pass at run time ----------------------------------------------------------------
   /** A pass's new keys and values stay in device buffers and later passes read them there
@@ -197,6 +203,7 @@ const FULL_KERNELS = {
 export const PROVIDERS = {
   cpu: {
     ...FULL_KERNELS,
+    quantizedMinRows: 2,
     kvOnDevice: false,
     separateProbeSession: false,
     slotAlignment: 1,
@@ -249,6 +256,7 @@ export const PROVIDERS = {
     orderByShapes: true,
     packedIndexFeeds: true,
     topOneByReduction: true,
+    quantizedMinRows: 4,
     kvOnDevice: true,
     separateProbeSession: true,
     slotAlignment: 4,
@@ -279,6 +287,8 @@ export const PROVIDERS = {
   },
   cuda: {
     ...FULL_KERNELS,
+    // Not measured (no CUDA provider here): as WebGPU's.
+    quantizedMinRows: 4,
     kvOnDevice: false,
     separateProbeSession: false,
     slotAlignment: 1,

@@ -6,7 +6,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
-import { GGML_TYPES, ggmlTypeName, readGguf } from '../checkpoint/gguf.js';
+import { GGML_TYPES, ggmlTypeName, readGguf, type GgufTensorInfo } from '../checkpoint/gguf.js';
+import { quantTypeOf, repackedBytes } from '../checkpoint/ggml-blocks.js';
 import type { StoredShape } from './memory.js';
 import { ggufModel } from '../checkpoint/gguf-arch.js';
 import { GgufCheckpoint } from '../checkpoint/gguf-weights.js';
@@ -102,12 +103,21 @@ function openGguf(file: string): OpenedCheckpoint {
     weights: ckpt,
     scan: ckpt.scanList(),
     storedDtype: config.torchDtype ?? single(ckpt.dtypes),
-    stored: [...g.tensors.values()].map((t) => ({ dtype: FLOAT_OF[t.type] ?? 'quantized', shape: [...t.dims].reverse(), bytes: t.bytes })),
+    stored: [...g.tensors.values()].map((t) => ({ dtype: FLOAT_OF[t.type] ?? 'quantized', shape: [...t.dims].reverse(), bytes: heldBytes(t) })),
     storage: `${[...new Set([...g.tensors.values()].map((t) => GGML_TYPES[t.type]?.name ?? ggmlTypeName(t.type)))].join('/')} GGUF`,
     files: [path.join(g.dir, g.location)],
     name: path.basename(file),
     tokenizer: () => TextTokenizer.fromGguf(g, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize),
   };
+}
+
+/** A GGUF tensor's bytes at rest: a quantized one's exact form (ggml-blocks.ts) is larger
+ * than its blocks (Q4_K 4.5 bits a value → 5.5; Q6_K 6.6 → 12; Q8_0 8.5 → 10). */
+function heldBytes(t: GgufTensorInfo): number {
+  const type = quantTypeOf(t.type);
+  if (!type) return t.bytes;
+  const cols = t.dims[0]!;
+  return repackedBytes(type, t.dims.slice(1).reduce((a, b) => a * b, 1), cols);
 }
 
 const single = <T>(set: Set<T>): T | undefined => (set.size === 1 ? [...set][0] : undefined);

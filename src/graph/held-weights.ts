@@ -18,16 +18,31 @@
 // graph that holds weights names every file from the root (`/`).
 import path from 'node:path';
 import type onnxProto from 'onnx-proto';
+import { EXACT_FORMS, partRowBytes, quantTypeOf, type RepackPart } from '../checkpoint/ggml-blocks.js';
 
 type Node = InstanceType<typeof onnxProto.onnx.NodeProto>;
 type Tensor = InstanceType<typeof onnxProto.onnx.TensorProto>;
 
+/** A tensor made at load from checkpoint bytes rather than copied: one part of a quantized
+ * tensor in the graph's exact form (checkpoint/ggml-blocks.ts), from the `rows` block rows
+ * of `cols` values its external names, rows taken in `rowOrder` where given. `tensor` names
+ * it in messages (a non-finite scale refuses the load naming it). */
+export interface DerivedWeight {
+  tensor: string;
+  ggmlType: number;
+  rows: number;
+  cols: number;
+  part: RepackPart;
+  rowOrder?: readonly number[];
+}
+
 /** The private copy the held weights live in: its absolute path, its size, and where each
- * piece comes from in the checkpoint's files (`location` in the checkpoint's folder). */
+ * piece comes from in the checkpoint's files (`location` in the checkpoint's folder): its
+ * bytes as they are, or a tensor derived from them (`derived`, `bytes` long). */
 export interface HeldWeights {
   file: string;
   bytes: number;
-  pieces: { location: string; offset: number; length: number; at: number }[];
+  pieces: { location: string; offset: number; length: number; at: number; derived?: DerivedWeight & { bytes: number } }[];
 }
 
 /** The folder a graph that holds weights resolves its external files against. */
@@ -36,24 +51,32 @@ export const HELD_WEIGHTS_ROOT = '/';
 /** Each piece starts on a cache line. */
 const ALIGN = 64;
 
+/** The bytes a derived weight takes in the private copy. */
+export function derivedBytes(d: DerivedWeight): number {
+  const type = quantTypeOf(d.ggmlType);
+  if (!type) throw new Error(`no exact form for ggml type ${d.ggmlType}`);
+  return d.rows * partRowBytes(EXACT_FORMS[type], d.part, d.cols);
+}
+
 /**
  * Point every external initializer some node reads other than as one of `copiedAs` (op,
- * input slot) into the private copy `file` (absolute), in place, every other one at its file
- * in `weightsDir` from the root, and say what the copy holds (undefined, and nothing
- * changed: nothing to hold). `nodes` are the graph's, subgraphs included through their
- * attributes.
+ * input slot; `all`: every input is copied at load), and every derived one, into the private
+ * copy `file` (absolute), in place, every other one at its file in `weightsDir` from the
+ * root, and say what the copy holds (undefined, and nothing changed: nothing to hold).
+ * `nodes` are the graph's, subgraphs included through their attributes.
  */
 export function holdMappedWeights(
   nodes: readonly Node[],
   externals: ReadonlyMap<string, Tensor>,
-  copiedAs: readonly (readonly [op: string, input: number])[],
+  copiedAs: readonly (readonly [op: string, input: number])[] | 'all',
   where: { file: string; weightsDir: string },
+  derived: ReadonlyMap<string, DerivedWeight> = new Map(),
 ): HeldWeights | undefined {
-  const held = new Set<string>();
+  const held = new Set<string>(derived.keys());
   const visit = (list: readonly Node[]) => {
     for (const n of list) {
       n.input.forEach((value, slot) => {
-        if (externals.has(value) && !copiedAs.some(([op, input]) => op === n.opType && input === slot)) held.add(value);
+        if (externals.has(value) && copiedAs !== 'all' && !copiedAs.some(([op, input]) => op === n.opType && input === slot)) held.add(value);
       });
       for (const a of n.attribute) if (a.g) visit(a.g.node as Node[]);
     }
@@ -71,10 +94,13 @@ export function holdMappedWeights(
       continue;
     }
     const length = Number(entry('length').value);
-    pieces.push({ location, offset: Number(entry('offset').value), length, at: bytes });
+    const d = derived.get(name);
+    const size = d ? derivedBytes(d) : length;
+    pieces.push({ location, offset: Number(entry('offset').value), length, at: bytes, ...(d && { derived: { ...d, bytes: size } }) });
     entry('location').value = fromRoot(where.file);
     entry('offset').value = String(bytes);
-    bytes += Math.ceil(length / ALIGN) * ALIGN;
+    if (d) entry('length').value = String(size);
+    bytes += Math.ceil(size / ALIGN) * ALIGN;
   }
   return { file: where.file, bytes, pieces };
 }

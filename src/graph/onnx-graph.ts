@@ -15,7 +15,7 @@ import onnxProto from 'onnx-proto';
 import { ONNX_DTYPE, ONNX_DTYPE_LABEL, f32ToF16, type DTypeName } from '../common/dtypes.js';
 import { PROVIDERS, type ProviderKind, type ProviderProfile } from '../common/providers.js';
 import { INDEX_FEEDS, INDEX_FEED_SIZES, sizeInput, type IndexFeed, type IndexFeedPlan } from './index-feeds.js';
-import { holdMappedWeights, type HeldWeights } from './held-weights.js';
+import { holdMappedWeights, type DerivedWeight, type HeldWeights } from './held-weights.js';
 
 const { onnx } = onnxProto;
 /** A float attribute that happens to be a whole number (alpha=1.0) must say so. */
@@ -48,6 +48,8 @@ export class OnnxGraph {
   private readonly initializers: InstanceType<typeof onnx.TensorProto>[] = [];
   /** The checkpoint weights among them, by name. */
   private readonly externals = new Map<string, InstanceType<typeof onnx.TensorProto>>();
+  /** Those derived at load from the bytes they name (held-weights.ts). */
+  private readonly derived = new Map<string, DerivedWeight>();
   private readonly inputs: InstanceType<typeof onnx.ValueInfoProto>[] = [];
   private readonly outputs: InstanceType<typeof onnx.ValueInfoProto>[] = [];
   private readonly scopeStack: string[] = [];
@@ -289,6 +291,11 @@ export class OnnxGraph {
     return name;
   }
 
+  /** An initializer of that name exists (a constant, or a weight). */
+  hasInitializer(name: string): boolean {
+    return this.constants.has(name) || this.externals.has(name);
+  }
+
   /** A 1-D int64 constant (shapes, axes, sizes). */
   ints(values: number[]): string {
     return this.constant('int64', [values.length], values);
@@ -311,8 +318,11 @@ export class OnnxGraph {
   }
 
 
-  /** A checkpoint weight, referenced in place inside its safetensors file. */
-  external(name: string, tensor: ExternalTensor): string {
+  /** A checkpoint weight, referenced in place inside its safetensors file; or, `derived`,
+   * a tensor the session thread derives from those bytes at load into the private copy
+   * (held-weights.ts: quantized blocks repacked). */
+  external(name: string, tensor: ExternalTensor, derived?: DerivedWeight): string {
+    if (derived) this.derived.set(name, derived);
     const init = onnx.TensorProto.create({
       name,
       dataType: ONNX_DTYPE[tensor.dtype],
@@ -334,7 +344,8 @@ export class OnnxGraph {
    * writes, and say what it holds (graph/held-weights.ts). Call once the graph is complete. */
   holdMappedWeights(where: { file: string; weightsDir: string }): HeldWeights | undefined {
     const mapped = this.provider.mappedWeights;
-    return mapped ? holdMappedWeights(this.nodes, this.externals, mapped.copiedAs, where) : undefined;
+    if (!mapped && this.derived.size === 0) return undefined;
+    return holdMappedWeights(this.nodes, this.externals, mapped ? mapped.copiedAs : 'all', where, this.derived);
   }
 
   /** Serialise as an ONNX model (IR 10, opset 21 unless asked — bench/attention-ops.ts

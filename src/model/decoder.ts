@@ -47,6 +47,7 @@ import { logprobKernel } from '../../kernels/logprobs.js';
 import { KEEP_SHAPE, type WeightSource, type WeightsAtRest } from './ops.js';
 import { pastInputs, type Layout, type Past } from './past.js';
 import { AttentionOps, type Rope } from './self-attention.js';
+import { quantizedProduct, quantizedRows } from './quantized.js';
 import type { DecoderTap } from './tap.js';
 
 export type { WeightSource } from './ops.js';
@@ -212,6 +213,8 @@ class DecoderBuilder extends AttentionOps {
   private embedRows(inputIds: string): string {
     const { g, c } = this;
     const shape = [c.vocabSize, c.hiddenSize];
+    const quantized = this.quantizedParts(this.spec.embed, [c.vocabSize, c.hiddenSize], 'rows');
+    if (quantized) return g.scope('embed_tokens', () => quantizedRows(g, inputIds, quantized));
     const stored = this.atRest === 'stored' ? this.storedWeight(this.spec.embed, shape) : undefined;
     if (stored && stored.dtype !== this.dt) {
       const rows = g.node('Gather', [stored.init, inputIds], { name: 'embed_tokens', attrs: { axis: 0 } });
@@ -419,8 +422,11 @@ class DecoderBuilder extends AttentionOps {
     const flat = g.node('Reshape', [x, g.ints([-1, c.hiddenSize])], { name: 'flatten_positions' });
     const scored = g.node('Gather', [flat, scoreRows], { name: 'scored_positions', attrs: { axis: 0 } });
     const normed = g.scope('norm', () => this.norm(scored, this.spec.finalNorm, c.hiddenSize, 'any'));
+    const headName = c.tiedEmbeddings ? this.spec.embed : this.spec.lmHead;
+    const quantized = this.quantizedParts(headName, [c.vocabSize, c.hiddenSize], 'product');
+    if (quantized) return this.softcap(g.scope('lm_head', () => quantizedProduct(g, normed, quantized)), c.finalSoftcap, 'logits_softcap');
     // Row blocks of the head (weightRows) give the logits of their tokens, side by side.
-    const blocks = this.weightRows(c.tiedEmbeddings ? this.spec.embed : this.spec.lmHead, [c.vocabSize, c.hiddenSize]);
+    const blocks = this.weightRows(headName, [c.vocabSize, c.hiddenSize]);
     const logits = this.toFloat32(
       g.scope('lm_head', () =>
         blocks.length === 1

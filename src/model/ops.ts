@@ -9,6 +9,7 @@ import { kvDType, type ComputeDType, type DTypeName } from '../common/dtypes.js'
 import type { ModelConfig } from './families.js';
 import type { ProviderKind } from '../common/providers.js';
 import { unreachable } from '../common/unreachable.js';
+import { quantizedParts, quantizedProduct, type QuantizedParts } from './quantized.js';
 
 /** Where the decoder gets its weights: a checkpoint, or a recorder (synthetic.ts). */
 export interface WeightSource {
@@ -112,10 +113,27 @@ export class ModelOps {
     }
   }
 
-  //   x ─► x·Wᵀ (builder's matMulT) or MatMul(W) for Conv1D ─► (+ bias)
+  //   x ─► x·Wᵀ (builder's matMulT, or quantized.ts's product of a quantized W) or MatMul(W) for Conv1D ─► (+ bias)
   protected linear(name: string, x: string, inFeatures: number, outFeatures: number, withBias: boolean, label: string): string {
     const bias = withBias ? () => this.weight(`${name}.bias`, [outFeatures]) : undefined;
+    const quantized = this.quantizedParts(`${name}.weight`, [outFeatures, inFeatures], 'product');
+    if (quantized)
+      return this.g.scope(label, () => {
+        const y = quantizedProduct(this.g, x, quantized);
+        return bias ? this.g.node('Add', [y, bias()], { name: 'bias' }) : y;
+      });
     return this.project(x, (shape) => this.weight(`${name}.weight`, shape), bias, inFeatures, outFeatures, label);
+  }
+
+  /** A weight stored quantized ([out, in], blocks along in) as its exact form's parts
+   * (quantized.ts); undefined for a float weight. Quantized products take float32 activations. */
+  protected quantizedParts(name: string, shape: [number, number], layout: 'product' | 'rows'): QuantizedParts | undefined {
+    if (this.spec.linearLayout !== 'out_in' && layout === 'product') return undefined;
+    const stored = this.source.get(this.storedName(name), shape);
+    if (!stored.quantized) return undefined;
+    if (this.dt !== 'float32')
+      throw new CheckpointError(`${name}: ${stored.quantized.typeName} weights compute in float32 (the model was asked for ${this.dt}): use --dtype float32`);
+    return quantizedParts(this.g, this.storedName(name), stored, layout);
   }
 
   // `linear` of a weight made by `weight` for the checkpoint's layout ([out, in], or [in,
@@ -213,7 +231,7 @@ export class ModelOps {
   private stored(name: string, stored: StoredWeight): string {
     const { g } = this;
     if (stored.quantized)
-      throw new CheckpointError(`${name}: ${stored.quantized.typeName} weights are not yet supported by the graph (F32, F16, BF16 are)`);
+      throw new CheckpointError(`${name}: a ${stored.quantized.typeName} tensor where the graph needs float values (quantized tensors are read as matrices of products and embeddings)`);
     const init = g.external(name, stored);
     const rows = stored.rowOrder;
     if (!rows) return init;

@@ -91,7 +91,7 @@ export class AttentionOps extends ModelOps {
     // tensor (jointHeads).
     const perHead = qNorm?.over === 'head' && kNorm?.over === 'head' && this.spec.norm !== 'layer';
     const heads =
-      g.provider.jointQkv && rope?.kind === 'fused' && ((!qNorm && !kNorm) || perHead)
+      g.provider.jointQkv && rope?.kind === 'fused' && ((!qNorm && !kNorm) || perHead) && !this.quantizedQkv(prefix)
         ? this.jointHeads(prefix, h, rope, perHead ? { q: qNorm.name, k: kNorm.name } : undefined)
         : this.separateHeads(prefix, h, rope);
     const { q, k, v, scaled } = heads;
@@ -237,6 +237,16 @@ export class AttentionOps extends ModelOps {
       return g.node('Concat', [scaled, kv], { name: `joined_${what}`, attrs: { axis } });
     };
     return this.project(h, () => joined('weight'), c.bias.qkv ? () => joined('bias') : undefined, c.hiddenSize, qSize + 2 * kvSize, 'qkv_proj');
+  }
+
+  // Quantized q/k/v are separate products: their blocks cannot be joined into one weight.
+  private quantizedQkv(prefix: string): boolean {
+    const qkv = this.spec.qkv;
+    const { c } = this;
+    const rows = qkv.kind === 'fused' ? (c.numHeads + 2 * c.numKvHeads) * c.headDim : c.numHeads * c.headDim;
+    const name = `${prefix}${qkv.kind === 'fused' ? qkv.qkv : qkv.q}.weight`;
+    const shape = this.spec.linearLayout === 'out_in' ? [rows, c.hiddenSize] : [c.hiddenSize, rows];
+    return this.source.get(this.storedName(name), shape).quantized !== undefined;
   }
 
   //   separate: h ─► q_proj, k_proj, v_proj

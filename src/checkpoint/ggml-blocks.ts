@@ -1,0 +1,248 @@
+// ggml's quantized block formats, read two ways:
+// - `dequantizeRows`: each value as ggml's dequantize_row_* computes it, in float32 (the
+//   definition of the model a file holds: the tests' float64 reference reads these);
+// - `repackRows`: the same values in the exact form the graph computes with (model/quantized.ts):
+//   one or two 4-bit parts in onnxruntime's MatMulNBits layout, each with float32 scales
+//   and a zero point, and for the formats with mins a float32 term per 32 values.
+//
+// Every format is a sum of such parts, exactly: an integer u of up to 8 bits per value,
+// split u = lo + 16·hi into nibbles, times a scale per block, plus (Q4_1, K-quants) a min:
+//   w = s·(lo − zlo) + 16·s·(hi − zhi) + min
+// Why 4-bit parts: onnxruntime's CPU MatMulNBits has a float32 path for 4 bits only; its 2-
+// and 8-bit paths at float32 accuracy dequantize the whole matrix every product (measured at
+// K = N = 4096, one row: 4-bit 15.5 ms, 8-bit 242 ms, 2-bit 285 ms); and zero points are
+// integers, so the K-quants' float mins are a term of their own (a [M, K/32] × [K/32, N]
+// product of the sums of x over each 32 values).
+import { f16ToF32 } from '../common/floats.js';
+
+/** The quantized ggml types ctxprobe computes with. */
+export type QuantTypeName = 'Q8_0' | 'Q4_0' | 'Q4_1' | 'Q4_K' | 'Q5_K' | 'Q6_K';
+
+export const QUANT_TYPE_IDS: Record<QuantTypeName, number> = { Q4_0: 2, Q4_1: 3, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14 };
+const NAME_OF_ID = new Map(Object.entries(QUANT_TYPE_IDS).map(([n, id]) => [id, n as QuantTypeName]));
+
+/** The quantized type of a ggml type id, if ctxprobe computes with it. */
+export const quantTypeOf = (id: number): QuantTypeName | undefined => NAME_OF_ID.get(id);
+
+/** A format's block: values and bytes. */
+export const BLOCKS: Record<QuantTypeName, { values: number; bytes: number }> = {
+  Q8_0: { values: 32, bytes: 34 },
+  Q4_0: { values: 32, bytes: 18 },
+  Q4_1: { values: 32, bytes: 20 },
+  Q4_K: { values: 256, bytes: 144 },
+  Q5_K: { values: 256, bytes: 176 },
+  Q6_K: { values: 256, bytes: 210 },
+};
+
+/** A format as parts the graph computes with: the scales' block (16 or 32 values), a high
+ * nibble part or not, each part's zero point, and a min per 32 values or not. */
+export interface ExactForm {
+  block: 16 | 32;
+  hi: boolean;
+  loZero: number;
+  hiZero: number;
+  mins: boolean;
+}
+
+export const EXACT_FORMS: Record<QuantTypeName, ExactForm> = {
+  // u = q + 128 (q int8): w = d·(u − 128) = d·lo + 16d·(hi − 8)
+  Q8_0: { block: 32, hi: true, loZero: 0, hiZero: 8, mins: false },
+  // w = d·(nibble − 8)
+  Q4_0: { block: 32, hi: false, loZero: 8, hiZero: 0, mins: false },
+  // w = d·nibble + m
+  Q4_1: { block: 32, hi: false, loZero: 0, hiZero: 0, mins: true },
+  // w = (d·sc)·nibble − dmin·m
+  Q4_K: { block: 32, hi: false, loZero: 0, hiZero: 0, mins: true },
+  // w = (d·sc)·(nibble + 16·bit) − dmin·m: the fifth bit is the high part
+  Q5_K: { block: 32, hi: true, loZero: 0, hiZero: 0, mins: true },
+  // u = q6 (0..63), w = (d·sc)·(u − 32) = (d·sc)·lo + 16(d·sc)·(hi − 2), a scale per 16 values
+  Q6_K: { block: 16, hi: true, loZero: 0, hiZero: 2, mins: false },
+};
+
+/** The parts of a repacked tensor, each row-major over the tensor's rows. */
+export type RepackPart = 'lo' | 'hi' | 'loScales' | 'hiScales' | 'loZeros' | 'hiZeros' | 'mins';
+
+/** A part's bytes per row of `cols` values. */
+export function partRowBytes(form: ExactForm, part: RepackPart, cols: number): number {
+  const blocks = cols / form.block;
+  switch (part) {
+    case 'lo':
+    case 'hi':
+      return cols / 2;
+    case 'loScales':
+    case 'hiScales':
+      return blocks * 4;
+    case 'loZeros':
+    case 'hiZeros':
+      return Math.ceil(blocks / 2);
+    case 'mins':
+      return (cols / 32) * 4;
+  }
+}
+
+/** The parts a format's form has. */
+export function formParts(form: ExactForm): RepackPart[] {
+  return [
+    'lo',
+    'loScales',
+    'loZeros',
+    ...(form.hi ? (['hi', 'hiScales', 'hiZeros'] as const) : []),
+    ...(form.mins ? (['mins'] as const) : []),
+  ];
+}
+
+/** Bytes at rest of a [rows, cols] tensor repacked (its parts together). */
+export function repackedBytes(type: QuantTypeName, rows: number, cols: number): number {
+  const form = EXACT_FORMS[type];
+  return formParts(form).reduce((n, p) => n + rows * partRowBytes(form, p, cols), 0);
+}
+
+const f16 = (b: Uint8Array, at: number) => f16ToF32(b[at]! | (b[at + 1]! << 8));
+
+/** Q4_K / Q5_K: sub-block j's 6-bit scale and min (ggml's get_scale_min_k4). */
+function scaleMinK4(j: number, s: Uint8Array, at: number): [number, number] {
+  if (j < 4) return [s[at + j]! & 63, s[at + j + 4]! & 63];
+  return [(s[at + j + 4]! & 15) | ((s[at + j - 4]! >> 6) << 4), (s[at + j + 4]! >> 4) | ((s[at + j]! >> 6) << 4)];
+}
+
+/**
+ * One block decoded: `u` its unsigned integers (256 or 32), `scale` per form block (float32,
+ * exact: an f16 times a small integer), `min` per 32 values (float32: ggml's own product).
+ * The value ggml computes is fround(scale·(u − zero)) + min, rounded as ggml rounds (dequantize).
+ */
+function decodeBlock(type: QuantTypeName, b: Uint8Array, at: number, u: Uint8Array, scale: Float32Array, min: Float32Array): void {
+  switch (type) {
+    case 'Q8_0': {
+      scale[0] = f16(b, at);
+      for (let i = 0; i < 32; i++) u[i] = (b[at + 2 + i]! + 128) & 255; // int8 q + 128
+      return;
+    }
+    case 'Q4_0':
+    case 'Q4_1': {
+      scale[0] = f16(b, at);
+      const qs = at + (type === 'Q4_1' ? 4 : 2);
+      if (type === 'Q4_1') min[0] = f16(b, at + 2);
+      for (let j = 0; j < 16; j++) {
+        u[j] = b[qs + j]! & 15;
+        u[j + 16] = b[qs + j]! >> 4;
+      }
+      return;
+    }
+    case 'Q4_K':
+    case 'Q5_K': {
+      const d = f16(b, at);
+      const dmin = f16(b, at + 2);
+      const sc = at + 4;
+      const qh = at + 16;
+      const qs = type === 'Q4_K' ? at + 16 : at + 48;
+      for (let sub = 0; sub < 8; sub++) {
+        const [s, m] = scaleMinK4(sub, b, sc);
+        scale[sub] = Math.fround(d * s);
+        min[sub] = -Math.fround(dmin * m);
+        const chunk = qs + 32 * (sub >> 1);
+        const shift = sub & 1 ? 4 : 0;
+        for (let l = 0; l < 32; l++) {
+          let q = (b[chunk + l]! >> shift) & 15;
+          if (type === 'Q5_K' && b[qh + l]! & (1 << sub)) q += 16;
+          u[32 * sub + l] = q;
+        }
+      }
+      return;
+    }
+    case 'Q6_K': {
+      const ql = at;
+      const qh = at + 128;
+      const sc = at + 192;
+      const d = f16(b, at + 208);
+      for (let j = 0; j < 16; j++) scale[j] = Math.fround(d * ((b[sc + j]! << 24) >> 24));
+      for (let half = 0; half < 2; half++) {
+        const l0 = ql + 64 * half;
+        const h0 = qh + 32 * half;
+        const y = 128 * half;
+        for (let l = 0; l < 32; l++) {
+          const h = b[h0 + l]!;
+          u[y + l] = (b[l0 + l]! & 15) | ((h & 3) << 4);
+          u[y + l + 32] = (b[l0 + l + 32]! & 15) | (((h >> 2) & 3) << 4);
+          u[y + l + 64] = (b[l0 + l]! >> 4) | (((h >> 4) & 3) << 4);
+          u[y + l + 96] = (b[l0 + l + 32]! >> 4) | (((h >> 6) & 3) << 4);
+        }
+      }
+      return;
+    }
+  }
+}
+
+/** The integer a format's u is offset by: w = scale·(u − zero) + min. */
+const ZERO_OF: Record<QuantTypeName, number> = { Q8_0: 128, Q4_0: 8, Q4_1: 0, Q4_K: 0, Q5_K: 0, Q6_K: 32 };
+
+/** ggml's dequantize_row_* over `rows` rows of `cols` values, in float32 as ggml rounds. */
+export function dequantizeRows(type: QuantTypeName, src: Uint8Array, rows: number, cols: number): Float32Array {
+  const { values, bytes } = BLOCKS[type];
+  const form = EXACT_FORMS[type];
+  const out = new Float32Array(rows * cols);
+  const u = new Uint8Array(values);
+  const scale = new Float32Array(values / form.block);
+  const min = new Float32Array(values / 32);
+  const zero = ZERO_OF[type];
+  for (let blk = 0; blk < (rows * cols) / values; blk++) {
+    decodeBlock(type, src, blk * bytes, u, scale, min);
+    for (let i = 0; i < values; i++) {
+      const s = scale[Math.floor(i / form.block)]!;
+      // Q4_1 adds its min; the K-quants subtract dmin·m (min holds it negated); ggml rounds
+      // the scaled integer first (Q6_K: (d·sc)·q), then adds.
+      const scaled = Math.fround(s * (u[i]! - zero));
+      out[blk * values + i] = form.mins ? Math.fround(scaled + min[Math.floor(i / 32)]!) : scaled;
+    }
+  }
+  return out;
+}
+
+/**
+ * `rows` rows of a tensor of `type` as its form's parts (formParts), each row-major. Scales
+ * and mins are checked finite: a NaN or infinite f16 scale names nothing here, so the caller
+ * names the tensor (`nonFinite`: the first such row).
+ */
+export function repackRows(
+  type: QuantTypeName,
+  src: Uint8Array,
+  rows: number,
+  cols: number,
+): { parts: Partial<Record<RepackPart, Uint8Array>>; nonFinite?: number } {
+  const { values, bytes } = BLOCKS[type];
+  const form = EXACT_FORMS[type];
+  const parts: Partial<Record<RepackPart, Uint8Array>> = {};
+  for (const p of formParts(form)) parts[p] = new Uint8Array(rows * partRowBytes(form, p, cols));
+  const lo = parts.lo!;
+  const hi = parts.hi;
+  const loScales = new Float32Array(parts.loScales!.buffer);
+  const hiScales = parts.hiScales && new Float32Array(parts.hiScales.buffer);
+  const mins = parts.mins && new Float32Array(parts.mins.buffer);
+  parts.loZeros!.fill(form.loZero * 17);
+  parts.hiZeros?.fill(form.hiZero * 17);
+  const u = new Uint8Array(values);
+  const scale = new Float32Array(values / form.block);
+  const min = new Float32Array(values / 32);
+  const blocksPerRow = cols / values;
+  let nonFinite: number | undefined;
+  for (let blk = 0; blk < rows * blocksPerRow; blk++) {
+    decodeBlock(type, src, blk * bytes, u, scale, min);
+    const v0 = blk * values;
+    for (let i = 0; i < values; i += 2) {
+      lo[(v0 + i) >> 1] = (u[i]! & 15) | ((u[i + 1]! & 15) << 4);
+      if (hi) hi[(v0 + i) >> 1] = (u[i]! >> 4) | ((u[i + 1]! >> 4) << 4);
+    }
+    const s0 = v0 / form.block;
+    for (let j = 0; j < scale.length; j++) {
+      const s = scale[j]!;
+      if (!Number.isFinite(s)) nonFinite ??= Math.floor(blk / blocksPerRow);
+      loScales[s0 + j] = s;
+      if (hiScales) hiScales[s0 + j] = 16 * s;
+    }
+    if (mins)
+      for (let j = 0; j < min.length; j++) {
+        if (!Number.isFinite(min[j]!)) nonFinite ??= Math.floor(blk / blocksPerRow);
+        mins[v0 / 32 + j] = min[j]!;
+      }
+  }
+  return { parts, ...(nonFinite !== undefined && { nonFinite }) };
+}

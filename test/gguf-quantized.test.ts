@@ -1,0 +1,66 @@
+// Quantized GGUF files computed exactly: every listed block format, in a model whose every
+// matrix is whole blocks of it (hidden 256), scores within 1e-4 per token of the float64
+// reference over the values the file defines (ggml's dequantization); every family as Q8_0
+// and Q4_1 (the matrices whose rows are not whole blocks stay F32, as llama.cpp falls back);
+// a Q4_K_M-like mix; and the batch contracts: a row's bits do not depend on its batch, and a
+// decode step's are the Score's.
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.js';
+import { readGguf, ggmlTypeName } from '../src/checkpoint/gguf.js';
+import { rng, type SyntheticSpec } from '../src/model/synthetic.js';
+import type { QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
+import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
+import { convertToGguf, GGUF_FAMILIES, type GgufDtype } from './gguf-convert.js';
+import { referenceForward } from './reference.js';
+
+const engines: Engine[] = [];
+afterAll(async () => Promise.all(engines.map((e) => e.release())));
+async function load(p: string): Promise<Engine> {
+  const e = await Engine.load(p, { threads: 1 });
+  engines.push(e);
+  return e;
+}
+
+async function logprobsOf(e: Engine, rows: number[][]): Promise<number[][]> {
+  const out = await e.forward({
+    rows: rows.map((tokens, row) => ({ tokens, startPosition: 0, pastRow: row })),
+    scored: rows.flatMap((tokens, row) => tokens.slice(1).map((target, index) => ({ row, index, target }))),
+    topK: 0,
+    keepPresent: false,
+  });
+  const all = Array.from(out.logprobs);
+  let at = 0;
+  return rows.map((t) => all.slice(at, (at += t.length - 1)));
+}
+
+function randomTokens(seed: number, n: number, vocab: number): number[] {
+  const r = rng(seed);
+  return Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3)));
+}
+
+/** Each token's log-prob against the float64 reference over the file's values. */
+async function expectExact(file: string, reference: Parameters<typeof referenceForward>[0], seed: number) {
+  const e = await load(file);
+  const tokens = randomTokens(seed, 20, e.config.vocabSize);
+  const ref = referenceForward(reference, tokens);
+  const [got] = await logprobsOf(e, [tokens]);
+  got!.forEach((lp, i) => expect(Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!)).toBeLessThan(1e-4));
+  return e;
+}
+
+/** A llama whose every matrix is whole blocks of 256 (hidden 256, MLP 512, q/k/v/o 256 wide). */
+const WIDE: SyntheticSpec = { family: 'llama', hidden: 256, layers: 2, heads: 4, kvHeads: 2, intermediate: 512, vocab: 300, maxPositions: 64, seed: 31 };
+
+const TYPES: QuantTypeName[] = ['Q8_0', 'Q4_0', 'Q4_1', 'Q4_K', 'Q5_K', 'Q6_K'];
+
+describe('every block format, every matrix quantized', () => {
+  const fx = makeFixture(WIDE);
+  it.each(TYPES)('%s scores within 1e-4 of the float64 reference over its dequantized values', async (type) => {
+    const { file, reference } = convertToGguf(fx, path.join(fx.dir, `model-${type}.gguf`), { dtype: type });
+    const types = new Set([...readGguf(file).tensors.values()].map((t) => ggmlTypeName(t.type)));
+    // Every matrix in the format (norms stay F32).
+    expect([...types].sort()).toEqual([`${type} (${{ Q8_0: 8, Q4_0: 2, Q4_1: 3, Q4_K: 12, Q5_K: 13, Q6_K: 14 }[type]})`, 'F32 (0)'].sort());
+    await expectExact(file, reference, 5);
+  });
+});
