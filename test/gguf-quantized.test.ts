@@ -4,6 +4,7 @@
 // and Q4_1 (the matrices whose rows are not whole blocks stay F32, as llama.cpp falls back);
 // a Q4_K_M-like mix; and the batch contracts: a row's bits do not depend on its batch, and a
 // decode step's are the Score's.
+import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
@@ -62,5 +63,62 @@ describe('every block format, every matrix quantized', () => {
     // Every matrix in the format (norms stay F32).
     expect([...types].sort()).toEqual([`${type} (${{ Q8_0: 8, Q4_0: 2, Q4_1: 3, Q4_K: 12, Q5_K: 13, Q6_K: 14 }[type]})`, 'F32 (0)'].sort());
     await expectExact(file, reference, 5);
+  });
+});
+
+/** What llama.cpp's Q4_K_M gives a llama: Q6_K for v and down projections (all of them here)
+ * and the head, Q4_K for the rest. */
+const q4km = (name: string): GgufDtype | undefined => (/v_proj|down_proj|lm_head/.test(name) ? 'Q6_K' : 'Q4_K');
+
+describe('a Q4_K_M mix', () => {
+  const fx = makeFixture(WIDE);
+  const { file, reference } = convertToGguf(fx, path.join(fx.dir, 'model-q4_k_m.gguf'), { dtype: 'Q4_K', typeOf: q4km });
+
+  it('scores within 1e-4 of the float64 reference; the load says how the weights are stored', async () => {
+    const e = await expectExact(file, reference, 7);
+    expect(e.info.weights).toMatch(/Q4_K/);
+    expect(e.info.weights).toMatch(/Q6_K/);
+  });
+
+  it("a row's bits are its own whatever its batch, and a one-token pass's are a longer pass's", async () => {
+    const e = await load(file);
+    const rows = [randomTokens(1, 9, 300), randomTokens(2, 5, 300), randomTokens(3, 12, 300)];
+    const together = await logprobsOf(e, rows);
+    for (const [i, r] of rows.entries()) expect((await logprobsOf(e, [r]))[0]).toEqual(together[i]);
+    // Token 0 predicting token 1: one row of one token (the products see one row, padded)
+    // against the same position in a pass of twelve.
+    const one = await e.forward({ rows: [{ tokens: [rows[2]![0]!], startPosition: 0, pastRow: 0 }], scored: [{ row: 0, index: 0, target: rows[2]![1]! }], topK: 0, keepPresent: false });
+    expect(one.logprobs[0]).toBe(together[2]![0]);
+  });
+});
+
+describe.each(GGUF_FAMILIES.filter((f) => FAMILY_FIXTURES[f]))('%s', (family) => {
+  // Gemma: llama.cpp scales queries by head_dim^-½ (no key for query_pre_attn_scalar);
+  // Qwen3-MoE: llama.cpp renormalises its experts and has no dense layers (as gguf.test.ts).
+  const base = FAMILY_FIXTURES[family]!;
+  const extra = base.extraConfig ?? {};
+  const spec: SyntheticSpec = family.startsWith('gemma')
+    ? { ...base, extraConfig: { ...extra, query_pre_attn_scalar: base.headDim } }
+    : family === 'qwen3_moe'
+      ? { ...base, extraConfig: { ...extra, norm_topk_prob: true, mlp_only_layers: [] } }
+      : base;
+  it.each(['Q8_0', 'Q4_1'] as const)('as %s (its matrices of whole blocks) scores within 1e-4 of the float64 reference', async (type) => {
+    const fx = makeFixture(spec);
+    const { file, reference } = convertToGguf(fx, path.join(fx.dir, `model-${type}.gguf`), { dtype: type });
+    expect([...readGguf(file).tensors.values()].some((t) => ggmlTypeName(t.type).startsWith(type))).toBe(true);
+    await expectExact(file, reference, 9);
+  });
+});
+
+describe('refusals', () => {
+  it('a non-finite scale in a quantized tensor refuses the load, naming the tensor', async () => {
+    const fx = makeFixture({ ...WIDE, layers: 1 });
+    const { file } = convertToGguf(fx, path.join(fx.dir, 'model-nan.gguf'), { dtype: 'Q8_0' });
+    const t = readGguf(file).tensors.get('blk.0.ffn_up.weight')!;
+    // Row 3's first block: its f16 scale as infinity.
+    const fd = fs.openSync(file, 'r+');
+    fs.writeSync(fd, Buffer.from([0x00, 0x7c]), 0, 2, t.offset + 3 * (256 / 32) * 34);
+    fs.closeSync(fd);
+    await expect(Engine.load(file, { threads: 1 })).rejects.toThrow(/tensor blk\.0\.ffn_up\.weight \(model\.layers\.0\.mlp\.up_proj\.weight\) has a non-finite scale or min in block row 3/);
   });
 });

@@ -31,4 +31,6 @@ export interface QuantizedTensor {
 export interface StoredWeight extends ExternalTensor {
   rowOrder?: RowOrder;
   quantized?: QuantizedTensor;
+  /** How messages name it where the file's name differs (`blk.0.ffn_up.weight (model.layers.0.mlp.up_proj.weight)`). */
+  label?: string;
 }

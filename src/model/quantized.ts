@@ -47,8 +47,7 @@ export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeig
       case 'lo':
       case 'hi':
         return { dtype: 'uint8', shape: layout === 'product' ? [rows, blocks, form.block / 2] : [rows, cols / 2] };
-      case 'loScales':
-      case 'hiScales':
+      case 'scales':
         return { dtype: 'float32', shape: layout === 'product' ? [rows * blocks] : [rows, blocks] };
       case 'loZeros':
       case 'hiZeros':
@@ -62,7 +61,7 @@ export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeig
     // mins are laid out alike for both: one initializer serves a tied head and embedding.
     const initName = part === 'mins' || layout === 'product' ? `${name}.${part}` : `${name}.rows.${part}`;
     const derived: DerivedWeight = {
-      tensor: name,
+      tensor: stored.label ?? name,
       ggmlType: stored.quantized!.ggmlType,
       rows,
       cols,
@@ -79,7 +78,7 @@ export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeig
 // x · Wᵀ for a quantized W [N, K], in float32, as many rows as the provider needs for a row's
 // bits not to depend on their number (ProviderProfile.quantizedMinRows), then the rows asked:
 //   x [.., K] ─Reshape [M, K]─Concat(zeros [p, K])─► xp ─MatMulNBits(lo)────────────┐
-//                                                   xp ─MatMulNBits(hi)──────────Add─┤ (Q8_0, Q5_K, Q6_K)
+//                                                   xp ─MatMulNBits(hi)─Mul(16)──Add─┤ (Q8_0, Q5_K, Q6_K)
 //   xp ─Reshape [M+p, K/32, 32]─MatMul(ones [32, 1])─► sums [M+p, K/32] ─·minsᵀ──Add─┤ (Q4_1, K-quants)
 //                                                   ─Slice(first M rows)─Reshape [.., N]─► y
 export function quantizedProduct(g: GraphBuilder, x: string, w: QuantizedParts): string {
@@ -88,13 +87,13 @@ export function quantizedProduct(g: GraphBuilder, x: string, w: QuantizedParts):
   const flat = g.node('Reshape', [x, g.ints([-1, K])], { name: 'rows' });
   const padded = pad > 0 ? g.node('Concat', [flat, g.namedConstant(`/model/constants/FLOAT/zero_rows/${pad}x${K}`, 'float32', [pad, K], new Float32Array(pad * K))], { name: 'padded', attrs: { axis: 0 } }) : flat;
   const nbits = (part: 'lo' | 'hi') =>
-    g.node('MatMulNBits', [padded, parts[part]!, parts[part === 'lo' ? 'loScales' : 'hiScales']!, parts[part === 'lo' ? 'loZeros' : 'hiZeros']!], {
+    g.node('MatMulNBits', [padded, parts[part]!, parts.scales!, parts[part === 'lo' ? 'loZeros' : 'hiZeros']!], {
       name: `${part}_bits`,
       domain: 'com.microsoft',
       attrs: { K, N, bits: 4, block_size: form.block, accuracy_level: 1 },
     });
   let y = nbits('lo');
-  if (form.hi) y = g.node('Add', [y, nbits('hi')], { name: 'lo_hi' });
+  if (form.hi) y = g.node('Add', [y, g.node('Mul', [nbits('hi'), g.scalar(16)], { name: 'hi_times_16' })], { name: 'lo_hi' });
   if (form.mins) {
     const grouped = g.node('Reshape', [padded, g.ints([-1, K / 32, 32])], { name: 'groups_of_32' });
     const sums = g.node('Reshape', [g.node('MatMul', [grouped, g.constant('float32', [32, 1], new Array<number>(32).fill(1))], { name: 'group_sums' }), g.ints([-1, K / 32])], {
@@ -111,18 +110,18 @@ export function quantizedProduct(g: GraphBuilder, x: string, w: QuantizedParts):
 }
 
 // Rows of a quantized table (an embedding), each part gathered and dequantized:
-//   ids ─GatherBlockQuantized(lo)─(+ GatherBlockQuantized(hi))──────────────────────Add─► rows [.., K]
+//   ids ─GatherBlockQuantized(lo)─(+ GatherBlockQuantized(hi)─Mul(16))──────────────Add─► rows [.., K]
 //   ids ─Gather(mins)─Unsqueeze─Expand [.., K/32, 32]─Reshape [.., K]────────────────┘ (Q4_1, K-quants)
 export function quantizedRows(g: GraphBuilder, ids: string, w: QuantizedParts): string {
   const { form, cols: K, parts } = w;
   const gather = (part: 'lo' | 'hi') =>
-    g.node('GatherBlockQuantized', [parts[part]!, ids, parts[part === 'lo' ? 'loScales' : 'hiScales']!, parts[part === 'lo' ? 'loZeros' : 'hiZeros']!], {
+    g.node('GatherBlockQuantized', [parts[part]!, ids, parts.scales!, parts[part === 'lo' ? 'loZeros' : 'hiZeros']!], {
       name: `${part}_rows`,
       domain: 'com.microsoft',
       attrs: { bits: 4, block_size: form.block, gather_axis: 0, quantize_axis: 1 },
     });
   let rows = gather('lo');
-  if (form.hi) rows = g.node('Add', [rows, gather('hi')], { name: 'lo_hi' });
+  if (form.hi) rows = g.node('Add', [rows, g.node('Mul', [gather('hi'), g.scalar(16)], { name: 'hi_times_16' })], { name: 'lo_hi' });
   if (form.mins) {
     const mins = g.node('Unsqueeze', [g.node('Gather', [parts.mins!, ids], { name: 'min_rows', attrs: { axis: 0 } }), g.ints([-1])], { name: 'min_column' });
     const spread = g.node('Expand', [mins, g.ints([32])], { name: 'min_spread' });
