@@ -16,7 +16,7 @@ import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
 import { CheckpointError, DeviceError } from '../common/errors.js';
-import { WeightFiles, heldWeightsPath } from '../checkpoint/weight-files.js';
+import { WeightFiles, heldWeightsPath, withHeldPlaceholder } from '../checkpoint/weight-files.js';
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
@@ -157,7 +157,10 @@ export class Engine {
     };
     const started = performance.now();
     // No silent CPU fallback: where each node runs, from onnxruntime itself (placements.ts).
-    const placed = profile.checkPlacements ? await placements(graph.model, runOptions).catch(failed) : undefined;
+    // Quantized parts derived at load are not there yet: it reads them as zeros.
+    const placed = profile.checkPlacements
+      ? await withHeldPlaceholder(graph.heldWeights, () => placements(graph.model, runOptions)).catch(failed)
+      : undefined;
     const host = new SessionHost({
       ...(profile.kvOnDevice ? { deviceKv: deviceKv(config, device) } : {}),
       sharedDeviceLock: profile.sharedDeviceLock,

@@ -66,9 +66,12 @@ const SAME_AS_INPUT: Record<string, number> = {
       'SkipLayerNormalization',
       'RotaryEmbedding',
       'ReduceLogSumExp',
+      'MatMulNBits',
     ].map((op) => [op, 0]),
   ),
   Where: 1,
+  // Its values are its scales' type.
+  GatherBlockQuantized: 2,
   OneHot: 2,
 };
 

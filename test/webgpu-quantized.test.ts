@@ -1,0 +1,79 @@
+// Quantized GGUF files on --device webgpu (lavapipe): every block format within 1e-4 per
+// token of the float64 reference over the file's dequantized values (MatMulNBits at float32
+// accuracy: the provider's default would quantize activations to int8), no float node left to
+// the CPU provider by the new ops, and a row's bits its own whatever its batch, down to a
+// pass of one token (the products see at least four rows: ProviderProfile.quantizedMinRows).
+//
+// Skips, saying so, where no Vulkan driver is installed (.ci/run installs lavapipe).
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.js';
+import { rng, type SyntheticSpec } from '../src/model/synthetic.js';
+import type { QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
+import { makeFixture } from './fixtures.js';
+import { convertToGguf, type GgufDtype } from './gguf-convert.js';
+import { referenceForward } from './reference.js';
+
+const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
+  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
+);
+const maybe = VULKAN_DRIVERS ? describe : describe.skip;
+if (!VULKAN_DRIVERS) console.warn('webgpu quantized tests skipped: no Vulkan driver (see webgpu.test.ts)');
+
+const engines: Engine[] = [];
+afterAll(async () => {
+  for (const e of engines) await e.release();
+});
+async function load(p: string): Promise<Engine> {
+  const e = await Engine.load(p, { device: 'webgpu', threads: 1 });
+  engines.push(e);
+  return e;
+}
+
+async function logprobsOf(e: Engine, rows: number[][]): Promise<number[][]> {
+  const out = await e.forward({
+    rows: rows.map((tokens, row) => ({ tokens, startPosition: 0, pastRow: row })),
+    scored: rows.flatMap((tokens, row) => tokens.slice(1).map((target, index) => ({ row, index, target }))),
+    topK: 0,
+    keepPresent: false,
+  });
+  const all = Array.from(out.logprobs);
+  let at = 0;
+  return rows.map((t) => all.slice(at, (at += t.length - 1)));
+}
+
+const randomTokens = (seed: number, n: number) => {
+  const r = rng(seed);
+  return Array.from({ length: n }, () => 3 + Math.floor(r() * 297));
+};
+
+const WIDE: SyntheticSpec = { family: 'llama', hidden: 256, layers: 2, heads: 4, kvHeads: 2, intermediate: 512, vocab: 300, maxPositions: 64, seed: 31 };
+const TYPES: QuantTypeName[] = ['Q8_0', 'Q4_0', 'Q4_1', 'Q4_K', 'Q5_K', 'Q6_K'];
+const q4km = (name: string): GgufDtype | undefined => (/v_proj|down_proj|lm_head/.test(name) ? 'Q6_K' : 'Q4_K');
+
+maybe('quantized GGUF on WebGPU', () => {
+  const fx = makeFixture(WIDE);
+  const files = [
+    ...TYPES.map((type) => ({ name: type, ...convertToGguf(fx, path.join(fx.dir, `model-${type}.gguf`), { dtype: type }) })),
+    { name: 'Q4_K_M', ...convertToGguf(fx, path.join(fx.dir, 'model-q4_k_m.gguf'), { dtype: 'Q4_K', typeOf: q4km }) },
+  ];
+
+  it.each(files.map((f) => [f.name, f] as const))('%s: within 1e-4 of the float64 reference, no float node on the CPU', async (_, { file, reference }) => {
+    const e = await load(file);
+    expect(e.info.floatNodesOnCpu).toEqual([]);
+    const tokens = randomTokens(5, 20);
+    const ref = referenceForward(reference, tokens);
+    const [got] = await logprobsOf(e, [tokens]);
+    got!.forEach((lp, i) => expect(Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!)).toBeLessThan(1e-4));
+  });
+
+  it("Q4_K_M: a row's bits are its own whatever its batch, and a one-token pass's are a longer pass's", async () => {
+    const e = engines.at(-1)!;
+    const rows = [randomTokens(1, 9), randomTokens(2, 5), randomTokens(3, 12)];
+    const together = await logprobsOf(e, rows);
+    for (const [i, r] of rows.entries()) expect((await logprobsOf(e, [r]))[0]).toEqual(together[i]);
+    const one = await e.forward({ rows: [{ tokens: [rows[2]![0]!], startPosition: 0, pastRow: 0 }], scored: [{ row: 0, index: 0, target: rows[2]![1]! }], topK: 0, keepPresent: false });
+    expect(one.logprobs[0]).toBe(together[2]![0]);
+  });
+});
