@@ -78,3 +78,15 @@ export async function scrape(port: number): Promise<Map<string, number>> {
   }
   return values;
 }
+
+/** lm-evaluation-harness openai_completions.py: parse_logprobs. */
+export function harnessParse(out: any, ctxlens: number[]): [number, boolean][] {
+  return out.choices.map((choice: any, i: number) => {
+    const ctxlen = ctxlens[i]!;
+    const tokenLogprobs: number[] = choice.logprobs.token_logprobs.slice(ctxlen, -1);
+    const top: Record<string, number>[] = choice.logprobs.top_logprobs.slice(ctxlen, -1);
+    const logprob = tokenLogprobs.reduce((a, b) => a + b, 0);
+    const isGreedy = tokenLogprobs.every((tok, k) => tok === Math.max(...Object.values(top[k]!)));
+    return [logprob, isGreedy];
+  });
+}

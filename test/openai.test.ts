@@ -5,7 +5,7 @@ import type { LoadedModel } from '../src/serving/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { referenceForward, referenceTokenLogprobs } from './reference.js';
-import { postJson, scoringClient, scrape, serveModel, unary } from './helpers.js';
+import { harnessParse, postJson, scoringClient, scrape, serveModel, unary } from './helpers.js';
 
 let model: LoadedModel;
 let fxTensors: any;
@@ -20,18 +20,6 @@ beforeAll(async () => {
 afterAll(async () => server?.close());
 
 const post = (route: string, body: unknown) => postJson(base, route, body);
-
-/** lm-evaluation-harness openai_completions.py: parse_logprobs. */
-function harnessParse(out: any, ctxlens: number[]): [number, boolean][] {
-  return out.choices.map((choice: any, i: number) => {
-    const ctxlen = ctxlens[i]!;
-    const tokenLogprobs: number[] = choice.logprobs.token_logprobs.slice(ctxlen, -1);
-    const top: Record<string, number>[] = choice.logprobs.top_logprobs.slice(ctxlen, -1);
-    const logprob = tokenLogprobs.reduce((a, b) => a + b, 0);
-    const isGreedy = tokenLogprobs.every((tok, k) => tok === Math.max(...Object.values(top[k]!)));
-    return [logprob, isGreedy];
-  });
-}
 
 describe('/v1/completions', () => {
   it("answers the harness's exact request body, and its parsing gives the gRPC Score numbers", async () => {
