@@ -122,3 +122,22 @@ describe('refusals', () => {
     await expect(Engine.load(file, { threads: 1 })).rejects.toThrow(/tensor blk\.0\.ffn_up\.weight \(model\.layers\.0\.mlp\.up_proj\.weight\) has a non-finite scale or min in block row 3/);
   });
 });
+
+describe('int8 activations, on request', () => {
+  it('moves each log-prob a little from the exact values, says so in the load log, and is refused for a float model', async () => {
+    const fx = makeFixture(WIDE);
+    const { file, reference } = convertToGguf(fx, path.join(fx.dir, 'model-int8-act.gguf'), { dtype: 'Q4_K', typeOf: q4km });
+    const e = await Engine.load(file, { threads: 1, quantizedActivations: 'int8' });
+    engines.push(e);
+    expect(e.info.weights).toMatch(/int8 activations \(approximate\)/);
+    const tokens = randomTokens(5, 20, e.config.vocabSize);
+    const ref = referenceForward(reference, tokens);
+    const [got] = await logprobsOf(e, [tokens]);
+    const distance = got!.map((lp, i) => Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!));
+    const mean = distance.reduce((a, b) => a + b, 0) / distance.length;
+    // Approximate: off the exact values, but by far less than a nat.
+    expect(mean).toBeGreaterThan(1e-5);
+    expect(mean).toBeLessThan(0.05);
+    await expect(Engine.load(fx.dir, { threads: 1, quantizedActivations: 'int8' })).rejects.toThrow(/quantizedActivations: int8: .* has no quantized weights/);
+  });
+});

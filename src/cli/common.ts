@@ -61,6 +61,7 @@ export interface ModelFlags {
   maxLength?: number;
   maxBatchTokens?: number;
   prefixCacheBytes?: number;
+  quantizedActivations?: 'float32' | 'int8';
 }
 
 /** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
@@ -107,6 +108,14 @@ export function withModelFlags(cmd: Command): Command {
       new Option('--prefix-cache-bytes <n>', 'KV bytes of the prefix cache kept across requests (default 1 GiB; 0: none)')
         .argParser(int('prefix-cache-bytes'))
         .env('CTXPROBE_PREFIX_CACHE_BYTES'),
+    )
+    .addOption(
+      new Option(
+        '--quantized-activations <type>',
+        "quantized weights' products: float32 activations (default: exact, the file's model) or int8 (faster, approximate, as llama.cpp)",
+      )
+        .choices(['float32', 'int8'])
+        .env('CTXPROBE_QUANTIZED_ACTIVATIONS'),
     );
 }
 
@@ -122,6 +131,7 @@ export function entriesFrom(flags: ModelFlags & { models?: string; name?: string
     ...(flags.maxLength !== undefined && { maxLength: flags.maxLength }),
     ...(flags.maxBatchTokens !== undefined && { maxBatchTokens: flags.maxBatchTokens }),
     ...(flags.prefixCacheBytes !== undefined && { prefixCacheBytes: flags.prefixCacheBytes }),
+    ...(flags.quantizedActivations !== undefined && { quantizedActivations: flags.quantizedActivations }),
   };
   if (flags.model) {
     const dir = path.resolve(flags.model);

@@ -15,8 +15,9 @@ import { memoryRefusal, passLimits, planMemory, type MemoryPlan, type PassLimits
 import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
-import { CheckpointError, DeviceError } from '../common/errors.js';
+import { CheckpointError, DeviceError, InvalidArgumentError } from '../common/errors.js';
 import { WeightFiles, heldWeightsPath, withHeldPlaceholder } from '../checkpoint/weight-files.js';
+import type { QuantizedActivations } from '../model/quantized.js';
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
@@ -55,6 +56,8 @@ export interface EngineInfo {
 export interface EngineOptions extends DeviceOptions {
   passLimits?: Partial<PassLimits>;
   weightsAtRest?: WeightsAtRest;
+  /** Quantized products on float32 activations (default: exact) or int8 ones (quantized.ts). */
+  quantizedActivations?: QuantizedActivations;
 }
 
 /** The memory plan of a model on its device: where the host's memory holds the weights
@@ -128,6 +131,8 @@ export class Engine {
     // the headers' shapes (checkpoint.ts), the device, the tokenizer's ids against the
     // vocabulary, then one read of every weight for NaN and infinity.
     const opened = openCheckpoint(dir);
+    if (options.quantizedActivations === 'int8' && !opened.stored.some((t) => t.dtype === 'quantized'))
+      throw new InvalidArgumentError('quantizedActivations', `int8: ${opened.name} has no quantized weights (it names how a GGUF file's quantized products run)`);
     const { config, weights: ckpt } = opened;
     const resolved = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? opened.storedDtype });
     const profile = resolved.profile;
@@ -145,7 +150,11 @@ export class Engine {
     // generation run a graph without it, and probes a second session, made on the first
     // probe (its own copy of the weights on the device from then on).
     const separateProbe = profile.separateProbeSession;
-    const graphWeights = () => ({ atRest: memory.atRest, heldWeightsFile: heldWeightsPath() });
+    const graphWeights = () => ({
+      atRest: memory.atRest,
+      heldWeightsFile: heldWeightsPath(),
+      ...(options.quantizedActivations && { quantizedActivations: options.quantizedActivations }),
+    });
     const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind, graphWeights());
     const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
     // The chat template is compiled now, once, in its own process: one that does not parse
@@ -193,7 +202,7 @@ export class Engine {
       adapter: describeAdapter(profile.adapter),
       dtype: device.dtype,
       dtypeReason: device.dtypeReason,
-      weights: weightsInfo(opened, memory),
+      weights: weightsInfo(opened, memory) + (options.quantizedActivations === 'int8' ? '; quantized products on int8 activations (approximate)' : ''),
       graphNodes: graph.nodeCount,
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),

@@ -47,7 +47,7 @@ import { logprobKernel } from '../../kernels/logprobs.js';
 import { KEEP_SHAPE, type WeightSource, type WeightsAtRest } from './ops.js';
 import { pastInputs, type Layout, type Past } from './past.js';
 import { AttentionOps, type Rope } from './self-attention.js';
-import { quantizedProduct, quantizedRows } from './quantized.js';
+import { quantizedProduct, quantizedRows, type QuantizedActivations } from './quantized.js';
 import type { DecoderTap } from './tap.js';
 
 export type { WeightSource } from './ops.js';
@@ -75,6 +75,7 @@ export interface DecoderGraph {
 export interface GraphWeights {
   atRest?: WeightsAtRest;
   heldWeightsFile?: string;
+  quantizedActivations?: QuantizedActivations;
 }
 
 export function buildDecoderGraph(
@@ -85,9 +86,10 @@ export function buildDecoderGraph(
   provider: ProviderKind = 'cpu',
   weightsOptions: GraphWeights = {},
 ): DecoderGraph {
-  const { atRest = 'compute', heldWeightsFile } = weightsOptions;
+  const { atRest = 'compute', heldWeightsFile, quantizedActivations = 'float32' } = weightsOptions;
   const b = new DecoderBuilder(config, weights, dtype, tap, provider);
   b.atRest = atRest;
+  b.quantizedActivations = quantizedActivations;
   b.build();
   const heldWeights = heldWeightsFile ? b.g.holdMappedWeights({ file: heldWeightsFile, weightsDir: weights.weightsDir }) : undefined;
   const model = b.g.encode(`ctxprobe/${config.modelType}`);
@@ -424,7 +426,7 @@ class DecoderBuilder extends AttentionOps {
     const normed = g.scope('norm', () => this.norm(scored, this.spec.finalNorm, c.hiddenSize, 'any'));
     const headName = c.tiedEmbeddings ? this.spec.embed : this.spec.lmHead;
     const quantized = this.quantizedParts(headName, [c.vocabSize, c.hiddenSize], 'product');
-    if (quantized) return this.softcap(g.scope('lm_head', () => quantizedProduct(g, normed, quantized)), c.finalSoftcap, 'logits_softcap');
+    if (quantized) return this.softcap(g.scope('lm_head', () => quantizedProduct(g, normed, quantized, this.quantizedActivations)), c.finalSoftcap, 'logits_softcap');
     // Row blocks of the head (weightRows) give the logits of their tokens, side by side.
     const blocks = this.weightRows(headName, [c.vocabSize, c.hiddenSize]);
     const logits = this.toFloat32(

@@ -9,7 +9,7 @@ import { kvDType, type ComputeDType, type DTypeName } from '../common/dtypes.js'
 import type { ModelConfig } from './families.js';
 import type { ProviderKind } from '../common/providers.js';
 import { unreachable } from '../common/unreachable.js';
-import { quantizedParts, quantizedProduct, type QuantizedParts } from './quantized.js';
+import { quantizedParts, quantizedProduct, type QuantizedActivations, type QuantizedParts } from './quantized.js';
 
 /** Where the decoder gets its weights: a checkpoint, or a recorder (synthetic.ts). */
 export interface WeightSource {
@@ -40,6 +40,8 @@ export class ModelOps {
   protected readonly spec: ModelConfig['spec'];
   /** Set before building: how narrow stored weights lie at rest (WeightsAtRest). */
   atRest: WeightsAtRest = 'compute';
+  /** Set before building: what quantized products take (quantized.ts). */
+  quantizedActivations: QuantizedActivations = 'float32';
 
   constructor(
     protected readonly c: ModelConfig,
@@ -119,7 +121,7 @@ export class ModelOps {
     const quantized = this.quantizedParts(`${name}.weight`, [outFeatures, inFeatures], 'product');
     if (quantized)
       return this.g.scope(label, () => {
-        const y = quantizedProduct(this.g, x, quantized);
+        const y = quantizedProduct(this.g, x, quantized, this.quantizedActivations);
         return bias ? this.g.node('Add', [y, bias()], { name: 'bias' }) : y;
       });
     return this.project(x, (shape) => this.weight(`${name}.weight`, shape), bias, inFeatures, outFeatures, label);

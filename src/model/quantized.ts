@@ -12,6 +12,11 @@ import { CheckpointError } from '../common/errors.js';
 import { EXACT_FORMS, formParts, quantTypeOf, type ExactForm, type QuantTypeName, type RepackPart } from '../checkpoint/ggml-blocks.js';
 import type { StoredWeight } from '../checkpoint/weights.js';
 
+/** What quantized products take: float32 activations (exact), or, on request, activations
+ * quantized to int8 per block inside the product (MatMulNBits' accuracy_level 4: faster, as
+ * llama.cpp computes; its error is bench/real-models.ts's). */
+export type QuantizedActivations = 'float32' | 'int8';
+
 /** How a part is laid out: for MatMulNBits (`product`: blocks [N, K/block, block/2], scales
  * and zero points flat) or GatherBlockQuantized (`rows`: [N, K/2], [N, K/block]). */
 type Layout = 'product' | 'rows';
@@ -81,7 +86,7 @@ export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeig
 //                                                   xp ─MatMulNBits(hi)─Mul(16)──Add─┤ (Q8_0, Q5_K, Q6_K)
 //   xp ─Reshape [M+p, K/32, 32]─MatMul(ones [32, 1])─► sums [M+p, K/32] ─·minsᵀ──Add─┤ (Q4_1, K-quants)
 //                                                   ─Slice(first M rows)─Reshape [.., N]─► y
-export function quantizedProduct(g: GraphBuilder, x: string, w: QuantizedParts): string {
+export function quantizedProduct(g: GraphBuilder, x: string, w: QuantizedParts, activations: QuantizedActivations = 'float32'): string {
   const { form, rows: N, cols: K, parts } = w;
   const pad = g.provider.quantizedMinRows - 1;
   const flat = g.node('Reshape', [x, g.ints([-1, K])], { name: 'rows' });
@@ -90,7 +95,7 @@ export function quantizedProduct(g: GraphBuilder, x: string, w: QuantizedParts):
     g.node('MatMulNBits', [padded, parts[part]!, parts.scales!, parts[part === 'lo' ? 'loZeros' : 'hiZeros']!], {
       name: `${part}_bits`,
       domain: 'com.microsoft',
-      attrs: { K, N, bits: 4, block_size: form.block, accuracy_level: 1 },
+      attrs: { K, N, bits: 4, block_size: form.block, accuracy_level: activations === 'int8' ? 4 : 1 },
     });
   let y = nbits('lo');
   if (form.hi) y = g.node('Add', [y, g.node('Mul', [nbits('hi'), g.scalar(16)], { name: 'hi_times_16' })], { name: 'lo_hi' });

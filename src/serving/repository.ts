@@ -41,6 +41,8 @@ export interface ModelEntry {
   gpuBufferCache?: 'bucket' | 'simple';
   /** KV bytes the prefix cache keeps across requests (default 1 GiB; 0: within a round only). */
   prefixCacheBytes?: number;
+  /** Quantized weights' products on float32 activations (default, exact) or int8 (faster, approximate). */
+  quantizedActivations?: 'float32' | 'int8';
   synthetic?: SyntheticSpec;
   /** The repository file it was read from (not a setting). */
   configFile?: string;
@@ -105,6 +107,7 @@ const ENTRY_SCHEMA = {
     cpuMemArena: { type: 'boolean' },
     gpuBufferCache: { enum: ['bucket', 'simple'] },
     prefixCacheBytes: { type: 'integer', minimum: 0 },
+    quantizedActivations: { enum: ['float32', 'int8'] },
     synthetic: SYNTHETIC_SCHEMA,
   },
 };
@@ -238,6 +241,7 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     threads: entry.threads,
     cpuMemArena: entry.cpuMemArena,
     ...(entry.gpuBufferCache !== undefined && { bufferCache: entry.gpuBufferCache }),
+    ...(entry.quantizedActivations !== undefined && { quantizedActivations: entry.quantizedActivations }),
     // The scorer's passes, for the engine's memory plan (it refuses what cannot fit).
     passLimits: { maxBatchTokens: entry.maxBatchTokens, maxAttentionBytes: entry.maxAttentionBytes, prefixCacheBytes: entry.prefixCacheBytes },
   });
