@@ -1,6 +1,6 @@
-// Models at the size users run, on this machine: a Llama-3-8B shape as BF16 safetensors and
-// as a Q4_K_M GGUF (llama.cpp's recipe), their weights zeros in sparse files (time and
-// memory, not values), each loaded by ctxprobe in a process of its own — load time, peak
+// Models at the size users run, on this machine: a Llama-3-8B shape as BF16 safetensors (its
+// weights zeros in sparse files) and as a Q4_K_M GGUF (llama.cpp's recipe, random blocks:
+// its memory is the pages a load really touches), each loaded by ctxprobe in a process of its own — load time, peak
 // RSS, a 512-token scoring pass, greedy decode tokens/s — and llama.cpp (node-llama-cpp,
 // which bench/peer.ts installs into .bench/peer/) on the same GGUF. Then, on a small model
 // with real weights quantized as Q4_K_M, each side's log-prob distance to the exact values:
@@ -16,6 +16,9 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { writeZeroCheckpoint } from '../src/model/synthetic.js';
 import { writeZeroLlamaGguf, type LlamaShape } from '../src/model/synthetic-gguf.js';
+import { readGguf } from '../src/checkpoint/gguf.js';
+import { BLOCKS, quantTypeOf } from '../src/checkpoint/ggml-blocks.js';
+import { randomFillSync } from 'node:crypto';
 import { randomIds } from './model.js';
 
 const THREADS = Number(process.env.BENCH_THREADS ?? 2);
@@ -149,6 +152,33 @@ if (args[0] === '--side') {
   process.exit(0);
 }
 
+/** Fill a GGUF's quantized tensors with random blocks whose f16 scales are small and finite
+ * (a file of zeros is holes: pages never touched say nothing of memory); its norms stay
+ * zeros. Returns the file's size. */
+function writeRandomBlocks(file: string, size: number): number {
+  const g = readGguf(file);
+  const fd = fs.openSync(file, 'r+');
+  try {
+    for (const t of g.tensors.values()) {
+      const type = quantTypeOf(t.type);
+      if (!type) continue;
+      const { bytes } = BLOCKS[type];
+      // Where each block's f16 scales lie: Q6_K's d last, the others' d (and dmin) first.
+      const scales = type === 'Q6_K' ? [208] : type === 'Q4_K' || type === 'Q5_K' || type === 'Q4_1' ? [0, 2] : [0];
+      const chunk = Buffer.alloc(bytes * 65536);
+      for (let done = 0; done < t.bytes; done += chunk.length) {
+        const n = Math.min(chunk.length, t.bytes - done);
+        randomFillSync(chunk, 0, n);
+        for (let b = 0; b < n; b += bytes) for (const at of scales) chunk.writeUInt16LE(0x1400 + (chunk[b + at]! & 0xff), b + at);
+        fs.writeSync(fd, chunk, 0, n, t.offset + done);
+      }
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+  return size;
+}
+
 // ---- the parent: write the models, run each side ------------------------------------------
 const want = (k: string) => args.length === 0 || args.includes(k);
 const bf16Dir = path.join(os.tmpdir(), 'ctxprobe-bench-llama3-8b-bf16');
@@ -160,7 +190,7 @@ if (!fs.existsSync(path.join(bf16Dir, 'config.json')))
     'bfloat16',
     4,
   );
-const ggufBytes = fs.existsSync(ggufFile) ? fs.statSync(ggufFile).size : writeZeroLlamaGguf(ggufFile, LLAMA3_8B, 'q4_k_m');
+const ggufBytes = fs.existsSync(ggufFile) ? fs.statSync(ggufFile).size : writeRandomBlocks(ggufFile, writeZeroLlamaGguf(ggufFile, LLAMA3_8B, 'q4_k_m'));
 const bf16Bytes = fs.readdirSync(bf16Dir).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + fs.statSync(path.join(bf16Dir, f)).size, 0);
 
 console.log(

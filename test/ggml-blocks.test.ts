@@ -3,7 +3,7 @@
 // parts (what the graph computes with) give back each dequantized value.
 import { describe, expect, it } from 'vitest';
 import { BLOCKS, EXACT_FORMS, dequantizeRows, repackRows, type QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
-import { quantizeRows } from './ggml-quantize.js';
+import { quantizeRows } from '../src/checkpoint/ggml-quantize.js';
 import { rng } from '../src/common/random.js';
 
 const TYPES = Object.keys(BLOCKS) as QuantTypeName[];

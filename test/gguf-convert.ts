@@ -17,7 +17,7 @@ import { f16ToF32, f32ToBf16, f32ToF16, bf16ToF32 } from '../src/common/dtypes.j
 import type { TensorData } from '../src/checkpoint/safetensors.js';
 import type { ReferenceModel } from './reference.js';
 import { BLOCKS, QUANT_TYPE_IDS, dequantizeRows, quantTypeOf, type QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
-import { quantizeRows } from './ggml-quantize.js';
+import { quantizeRows } from '../src/checkpoint/ggml-quantize.js';
 
 /** The file's type: a float type, or a quantized one for every matrix whose rows are whole
  * blocks of it (else Q8_0, else F32, as llama.cpp falls back). */

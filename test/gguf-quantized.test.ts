@@ -10,7 +10,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import { readGguf, ggmlTypeName } from '../src/checkpoint/gguf.js';
 import { rng, type SyntheticSpec } from '../src/model/synthetic.js';
-import type { QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
+import { dequantizeRows, type QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
+import { quantizeRows } from '../src/checkpoint/ggml-quantize.js';
+import { bf16ToF32, f32ToBf16 } from '../src/common/floats.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { convertToGguf, GGUF_FAMILIES, type GgufDtype } from './gguf-convert.js';
 import { referenceForward } from './reference.js';
@@ -139,5 +141,36 @@ describe('int8 activations, on request', () => {
     expect(mean).toBeGreaterThan(1e-5);
     expect(mean).toBeLessThan(0.05);
     await expect(Engine.load(fx.dir, { threads: 1, quantizedActivations: 'int8' })).rejects.toThrow(/quantizedActivations: int8: .* has no quantized weights/);
+  });
+});
+
+describe('--quantize at load', () => {
+  /** The model a float checkpoint becomes under --quantize: each matrix through the format. */
+  const quantizedReference = (fx: { config: Record<string, any>; tensors: Map<string, { shape: number[]; data: Float32Array }> }, type: QuantTypeName, stored: (x: number) => number) => ({
+    config: fx.config,
+    tensors: new Map(
+      [...fx.tensors].map(([name, t]) => {
+        if (t.shape.length !== 2) return [name, { shape: t.shape, data: t.data.map(stored) }];
+        const [rows, cols] = t.shape as [number, number];
+        return [name, { shape: t.shape, data: dequantizeRows(type, quantizeRows(type, t.data.map(stored), rows, cols), rows, cols) }];
+      }),
+    ),
+  });
+
+  it.each([
+    ['q4_k', 'float32', 'Q4_K'],
+    ['q8_0', 'bfloat16', 'Q8_0'],
+  ] as const)('%s of a %s checkpoint scores as the float64 reference over the quantized values, and says it is approximate', async (quantize, dtype, type) => {
+    const fx = makeFixture(WIDE, dtype === 'bfloat16' ? { dtype } : {});
+    const e = await Engine.load(fx.dir, { threads: 1, quantize });
+    engines.push(e);
+    expect(e.info.weights).toMatch(new RegExp(`matrices quantized at load to ${quantize} \\(approximate\\)`));
+    const tokens = randomTokens(8, 20, e.config.vocabSize);
+    const ref = referenceForward(quantizedReference(fx, type, dtype === 'bfloat16' ? (x) => bf16ToF32(f32ToBf16(x)) : (x) => x), tokens);
+    const exact = referenceForward(fx, tokens);
+    const [got] = await logprobsOf(e, [tokens]);
+    got!.forEach((lp, i) => expect(Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!)).toBeLessThan(1e-4));
+    // And not the checkpoint's own numbers.
+    expect(got!.some((lp, i) => Math.abs(lp - exact.logprobs[i]![tokens[i + 1]!]!) > 1e-3)).toBe(true);
   });
 });

@@ -8,6 +8,16 @@ import path from 'node:path';
 import type { HeldWeights } from '../graph/held-weights.js';
 import { CheckpointError } from '../common/errors.js';
 import { quantTypeOf, repackRows } from './ggml-blocks.js';
+import { quantizeRows } from './ggml-quantize.js';
+import { bf16ToF32, f16ToF32 } from '../common/floats.js';
+
+/** Float rows of `dtype` as float32 values. */
+function floatsOf(bytes: Uint8Array, dtype: 'float32' | 'float16' | 'bfloat16'): Float32Array {
+  if (dtype === 'float32') return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  const halves = new Uint16Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  const widen = dtype === 'float16' ? f16ToF32 : bf16ToF32;
+  return Float32Array.from(halves, (h) => widen(h));
+}
 
 /** A fresh name for a model's private copy of its held weights, in the temporary folder
  * (TMPDIR), by its real path (onnxruntime refuses a path through a symlink that leaves the
@@ -124,6 +134,7 @@ function writeDerived(fd: number, file: string, out: number, group: HeldPiece[])
       d.rowOrder!.forEach((from, r) => src.copy(ordered, r * rowBytes, from * rowBytes, (from + 1) * rowBytes));
       rows = ordered;
     }
+    if (d.from) rows = quantizeRows(type, floatsOf(rows, d.from), n, d.cols);
     const { parts, nonFinite } = repackRows(type, rows, n, d.cols);
     if (nonFinite !== undefined)
       throw new CheckpointError(`${file}: tensor ${d.tensor} has a non-finite scale or min in block row ${r0 + nonFinite}: the model would compute NaN`);

@@ -62,6 +62,7 @@ export interface ModelFlags {
   maxBatchTokens?: number;
   prefixCacheBytes?: number;
   quantizedActivations?: 'float32' | 'int8';
+  quantize?: 'q8_0' | 'q4_0' | 'q4_k';
 }
 
 /** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
@@ -116,6 +117,14 @@ export function withModelFlags(cmd: Command): Command {
       )
         .choices(['float32', 'int8'])
         .env('CTXPROBE_QUANTIZED_ACTIVATIONS'),
+    )
+    .addOption(
+      new Option(
+        '--quantize <type>',
+        'quantize float matrices at load (approximate: the numbers are no longer the checkpoint\'s), then compute them exactly as a GGUF of that type',
+      )
+        .choices(['q8_0', 'q4_0', 'q4_k'])
+        .env('CTXPROBE_QUANTIZE'),
     );
 }
 
@@ -132,6 +141,7 @@ export function entriesFrom(flags: ModelFlags & { models?: string; name?: string
     ...(flags.maxBatchTokens !== undefined && { maxBatchTokens: flags.maxBatchTokens }),
     ...(flags.prefixCacheBytes !== undefined && { prefixCacheBytes: flags.prefixCacheBytes }),
     ...(flags.quantizedActivations !== undefined && { quantizedActivations: flags.quantizedActivations }),
+    ...(flags.quantize !== undefined && { quantize: flags.quantize }),
   };
   if (flags.model) {
     const dir = path.resolve(flags.model);

@@ -17,7 +17,19 @@ import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
 import { CheckpointError, DeviceError, InvalidArgumentError } from '../common/errors.js';
 import { WeightFiles, heldWeightsPath, withHeldPlaceholder } from '../checkpoint/weight-files.js';
-import type { QuantizedActivations } from '../model/quantized.js';
+import { quantizeTarget, type QuantizeAtLoad, type QuantizedActivations } from '../model/quantized.js';
+import { repackedBytes } from '../checkpoint/ggml-blocks.js';
+import type { StoredShape } from './memory.js';
+
+/** The stored tensors as the memory plan counts them under `--quantize`: every float matrix
+ * the format takes as its repacked bytes (the routers, kept float, are a rounding error). */
+function quantizedAtLoad(stored: StoredShape[], to: QuantizeAtLoad): StoredShape[] {
+  return stored.map((t) => {
+    const [rows, cols] = t.shape;
+    const type = t.dtype !== 'quantized' && t.shape.length === 2 ? quantizeTarget(to, cols!) : undefined;
+    return type ? { dtype: 'quantized', shape: t.shape, bytes: repackedBytes(type, rows!, cols!) } : t;
+  });
+}
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
@@ -58,6 +70,8 @@ export interface EngineOptions extends DeviceOptions {
   weightsAtRest?: WeightsAtRest;
   /** Quantized products on float32 activations (default: exact) or int8 ones (quantized.ts). */
   quantizedActivations?: QuantizedActivations;
+  /** Float matrices quantized at load (`--quantize`: approximate), then computed exactly. */
+  quantize?: QuantizeAtLoad;
 }
 
 /** The memory plan of a model on its device: where the host's memory holds the weights
@@ -131,6 +145,7 @@ export class Engine {
     // the headers' shapes (checkpoint.ts), the device, the tokenizer's ids against the
     // vocabulary, then one read of every weight for NaN and infinity.
     const opened = openCheckpoint(dir);
+    if (options.quantize) opened.stored = quantizedAtLoad(opened.stored, options.quantize);
     if (options.quantizedActivations === 'int8' && !opened.stored.some((t) => t.dtype === 'quantized'))
       throw new InvalidArgumentError('quantizedActivations', `int8: ${opened.name} has no quantized weights (it names how a GGUF file's quantized products run)`);
     const { config, weights: ckpt } = opened;
@@ -154,6 +169,7 @@ export class Engine {
       atRest: memory.atRest,
       heldWeightsFile: heldWeightsPath(),
       ...(options.quantizedActivations && { quantizedActivations: options.quantizedActivations }),
+      ...(options.quantize && { quantize: options.quantize }),
     });
     const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind, graphWeights());
     const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
@@ -202,7 +218,10 @@ export class Engine {
       adapter: describeAdapter(profile.adapter),
       dtype: device.dtype,
       dtypeReason: device.dtypeReason,
-      weights: weightsInfo(opened, memory) + (options.quantizedActivations === 'int8' ? '; quantized products on int8 activations (approximate)' : ''),
+      weights:
+        weightsInfo(opened, memory) +
+        (options.quantize ? `; matrices quantized at load to ${options.quantize} (approximate)` : '') +
+        (options.quantizedActivations === 'int8' ? '; quantized products on int8 activations (approximate)' : ''),
       graphNodes: graph.nodeCount,
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),

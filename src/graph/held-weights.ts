@@ -34,6 +34,8 @@ export interface DerivedWeight {
   cols: number;
   part: RepackPart;
   rowOrder?: readonly number[];
+  /** The bytes are float rows of this dtype, quantized to `ggmlType` first (`--quantize`). */
+  from?: 'float32' | 'float16' | 'bfloat16';
 }
 
 /** The private copy the held weights live in: its absolute path, its size, and where each

@@ -47,7 +47,7 @@ import { logprobKernel } from '../../kernels/logprobs.js';
 import { KEEP_SHAPE, type WeightSource, type WeightsAtRest } from './ops.js';
 import { pastInputs, type Layout, type Past } from './past.js';
 import { AttentionOps, type Rope } from './self-attention.js';
-import { quantizedProduct, quantizedRows, type QuantizedActivations } from './quantized.js';
+import { quantizedProduct, quantizedRows, type QuantizeAtLoad, type QuantizedActivations } from './quantized.js';
 import type { DecoderTap } from './tap.js';
 
 export type { WeightSource } from './ops.js';
@@ -76,6 +76,7 @@ export interface GraphWeights {
   atRest?: WeightsAtRest;
   heldWeightsFile?: string;
   quantizedActivations?: QuantizedActivations;
+  quantize?: QuantizeAtLoad;
 }
 
 export function buildDecoderGraph(
@@ -86,10 +87,11 @@ export function buildDecoderGraph(
   provider: ProviderKind = 'cpu',
   weightsOptions: GraphWeights = {},
 ): DecoderGraph {
-  const { atRest = 'compute', heldWeightsFile, quantizedActivations = 'float32' } = weightsOptions;
+  const { atRest = 'compute', heldWeightsFile, quantizedActivations = 'float32', quantize } = weightsOptions;
   const b = new DecoderBuilder(config, weights, dtype, tap, provider);
   b.atRest = atRest;
   b.quantizedActivations = quantizedActivations;
+  if (quantize) b.quantizeAtLoad = quantize;
   b.build();
   const heldWeights = heldWeightsFile ? b.g.holdMappedWeights({ file: heldWeightsFile, weightsDir: weights.weightsDir }) : undefined;
   const model = b.g.encode(`ctxprobe/${config.modelType}`);

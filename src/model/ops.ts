@@ -9,7 +9,8 @@ import { kvDType, type ComputeDType, type DTypeName } from '../common/dtypes.js'
 import type { ModelConfig } from './families.js';
 import type { ProviderKind } from '../common/providers.js';
 import { unreachable } from '../common/unreachable.js';
-import { quantizedParts, quantizedProduct, type QuantizedActivations, type QuantizedParts } from './quantized.js';
+import { quantizeTarget, quantizedParts, quantizedProduct, type QuantizeAtLoad, type QuantizedActivations, type QuantizedParts } from './quantized.js';
+import { BLOCKS, QUANT_TYPE_IDS } from '../checkpoint/ggml-blocks.js';
 
 /** Where the decoder gets its weights: a checkpoint, or a recorder (synthetic.ts). */
 export interface WeightSource {
@@ -42,6 +43,8 @@ export class ModelOps {
   atRest: WeightsAtRest = 'compute';
   /** Set before building: what quantized products take (quantized.ts). */
   quantizedActivations: QuantizedActivations = 'float32';
+  /** Set before building: float matrices quantized at load to this format (`--quantize`). */
+  quantizeAtLoad?: QuantizeAtLoad;
 
   constructor(
     protected readonly c: ModelConfig,
@@ -118,7 +121,8 @@ export class ModelOps {
   //   x ─► x·Wᵀ (builder's matMulT, or quantized.ts's product of a quantized W) or MatMul(W) for Conv1D ─► (+ bias)
   protected linear(name: string, x: string, inFeatures: number, outFeatures: number, withBias: boolean, label: string): string {
     const bias = withBias ? () => this.weight(`${name}.bias`, [outFeatures]) : undefined;
-    const quantized = this.quantizedParts(`${name}.weight`, [outFeatures, inFeatures], 'product');
+    // A router stays float32 under --quantize, as llama.cpp keeps ffn_gate_inp.
+    const quantized = this.quantizedParts(`${name}.weight`, [outFeatures, inFeatures], 'product', label !== 'router');
     if (quantized)
       return this.g.scope(label, () => {
         const y = quantizedProduct(this.g, x, quantized, this.quantizedActivations);
@@ -129,13 +133,18 @@ export class ModelOps {
 
   /** A weight stored quantized ([out, in], blocks along in) as its exact form's parts
    * (quantized.ts); undefined for a float weight. Quantized products take float32 activations. */
-  protected quantizedParts(name: string, shape: [number, number], layout: 'product' | 'rows'): QuantizedParts | undefined {
+  protected quantizedParts(name: string, shape: [number, number], layout: 'product' | 'rows', quantizable = true): QuantizedParts | undefined {
     if (this.spec.linearLayout !== 'out_in' && layout === 'product') return undefined;
     const stored = this.source.get(this.storedName(name), shape);
-    if (!stored.quantized) return undefined;
+    const target = !stored.quantized && quantizable && this.quantizeAtLoad ? quantizeTarget(this.quantizeAtLoad, shape[1]) : undefined;
+    if (!stored.quantized && !target) return undefined;
     if (this.dt !== 'float32')
-      throw new CheckpointError(`${name}: ${stored.quantized.typeName} weights compute in float32 (the model was asked for ${this.dt}): use --dtype float32`);
-    return quantizedParts(this.g, this.storedName(name), stored, layout);
+      throw new CheckpointError(`${name}: quantized weights compute in float32 (the model was asked for ${this.dt}): use --dtype float32`);
+    if (!target) return quantizedParts(this.g, this.storedName(name), stored, layout);
+    // Quantized at load: the float rows are the source, the format's blocks made from them.
+    const { values, bytes } = BLOCKS[target];
+    const asBlocks = { ggmlType: QUANT_TYPE_IDS[target], typeName: target, dims: [shape[1], shape[0]], blockValues: values, blockBytes: bytes };
+    return quantizedParts(this.g, this.storedName(name), { ...stored, quantized: asBlocks }, layout, stored.dtype as 'float32' | 'float16' | 'bfloat16');
   }
 
   // `linear` of a weight made by `weight` for the checkpoint's layout ([out, in], or [in,

@@ -9,13 +9,26 @@
 import type { GraphBuilder } from '../graph/builder.js';
 import type { DerivedWeight } from '../graph/held-weights.js';
 import { CheckpointError } from '../common/errors.js';
-import { EXACT_FORMS, formParts, quantTypeOf, type ExactForm, type QuantTypeName, type RepackPart } from '../checkpoint/ggml-blocks.js';
+import { BLOCKS, EXACT_FORMS, formParts, quantTypeOf, type ExactForm, type QuantTypeName, type RepackPart } from '../checkpoint/ggml-blocks.js';
 import type { StoredWeight } from '../checkpoint/weights.js';
 
 /** What quantized products take: float32 activations (exact), or, on request, activations
  * quantized to int8 per block inside the product (MatMulNBits' accuracy_level 4: faster, as
  * llama.cpp computes; its error is bench/real-models.ts's). */
 export type QuantizedActivations = 'float32' | 'int8';
+
+/** `--quantize`: float weights quantized at load to a ggml format (approximate: the
+ * format's rounding), then computed exactly as a file of that format would be. */
+export type QuantizeAtLoad = 'q8_0' | 'q4_0' | 'q4_k';
+
+/** The format a [rows, cols] float weight takes under `--quantize to`: `to`'s where the rows are
+ * whole blocks of it, else Q8_0 where they are whole blocks of 32 (as llama.cpp falls back),
+ * else none (it stays float). */
+export function quantizeTarget(to: QuantizeAtLoad, cols: number): QuantTypeName | undefined {
+  const type = ({ q8_0: 'Q8_0', q4_0: 'Q4_0', q4_k: 'Q4_K' } as const)[to];
+  if (cols % BLOCKS[type].values === 0) return type;
+  return cols % 32 === 0 ? 'Q8_0' : undefined;
+}
 
 /** How a part is laid out: for MatMulNBits (`product`: blocks [N, K/block, block/2], scales
  * and zero points flat) or GatherBlockQuantized (`rows`: [N, K/2], [N, K/block]). */
@@ -42,7 +55,7 @@ export function quantizedType(name: string, stored: StoredWeight): QuantTypeName
 
 /** The parts of `stored` (a [rows, cols] quantized weight) as initializers in `layout`,
  * each derived at load from the weight's bytes. */
-export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeight, layout: Layout): QuantizedParts {
+export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeight, layout: Layout, from?: DerivedWeight['from']): QuantizedParts {
   const type = quantizedType(name, stored);
   const form = EXACT_FORMS[type];
   const [rows, cols] = stored.shape as [number, number];
@@ -72,6 +85,7 @@ export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeig
       cols,
       part,
       ...(stored.rowOrder && { rowOrder: stored.rowOrder.order }),
+      ...(from && { from }),
     };
     parts[part] = g.hasInitializer(initName)
       ? initName

@@ -43,6 +43,8 @@ export interface ModelEntry {
   prefixCacheBytes?: number;
   /** Quantized weights' products on float32 activations (default, exact) or int8 (faster, approximate). */
   quantizedActivations?: 'float32' | 'int8';
+  /** Float matrices quantized at load (approximate; a GGUF file's own blocks are exact). */
+  quantize?: 'q8_0' | 'q4_0' | 'q4_k';
   synthetic?: SyntheticSpec;
   /** The repository file it was read from (not a setting). */
   configFile?: string;
@@ -108,6 +110,7 @@ const ENTRY_SCHEMA = {
     gpuBufferCache: { enum: ['bucket', 'simple'] },
     prefixCacheBytes: { type: 'integer', minimum: 0 },
     quantizedActivations: { enum: ['float32', 'int8'] },
+    quantize: { enum: ['q8_0', 'q4_0', 'q4_k'] },
     synthetic: SYNTHETIC_SCHEMA,
   },
 };
@@ -242,6 +245,7 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     cpuMemArena: entry.cpuMemArena,
     ...(entry.gpuBufferCache !== undefined && { bufferCache: entry.gpuBufferCache }),
     ...(entry.quantizedActivations !== undefined && { quantizedActivations: entry.quantizedActivations }),
+    ...(entry.quantize !== undefined && { quantize: entry.quantize }),
     // The scorer's passes, for the engine's memory plan (it refuses what cannot fit).
     passLimits: { maxBatchTokens: entry.maxBatchTokens, maxAttentionBytes: entry.maxAttentionBytes, prefixCacheBytes: entry.prefixCacheBytes },
   });

@@ -1,10 +1,11 @@
-// Quantizers for the tests: float rows as ggml blocks of each format, written from the
-// formats' description (../shared/quant/README.md), never from the reader (src/checkpoint/
-// ggml-blocks.ts), so a test that writes with these and reads with that checks the layout.
+// Float rows as ggml blocks of each format (`--quantize` at load, and the tests' GGUF files),
+// written from the formats' description (../shared/quant/README.md), not from the reader
+// (ggml-blocks.ts), so a test that writes with these and reads with that checks the layout.
 // Round to nearest with a scale from each block's range: not llama.cpp's search for the
-// best scales, which only changes which values a file holds, not how they are read.
-import { f16ToF32, f32ToF16 } from '../src/common/floats.js';
-import { BLOCKS, type QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
+// best scales (its files are closer to the float weights), which changes which values a
+// file holds, not how they are read: `--quantize` is approximate, and says so.
+import { f16ToF32, f32ToF16 } from '../common/floats.js';
+import { BLOCKS, type QuantTypeName } from './ggml-blocks.js';
 
 const clamp = (x: number, lo: number, hi: number) => Math.min(hi, Math.max(lo, x));
 const half = (x: number) => f32ToF16(x);
@@ -23,22 +24,34 @@ export function quantizeRows(type: QuantTypeName, data: Float32Array, rows: numb
   return out;
 }
 
+/** The largest |x|, the least and the largest x of x[from, to). */
+function range(x: Float32Array, from: number, to: number): { amax: number; min: number; max: number } {
+  let [amax, min, max] = [0, Infinity, -Infinity];
+  for (let i = from; i < to; i++) {
+    const v = x[i]!;
+    if (Math.abs(v) > amax) amax = Math.abs(v);
+    if (v < min) min = v;
+    if (v > max) max = v;
+  }
+  return { amax, min, max };
+}
+
 const QUANTIZE: Record<QuantTypeName, (x: Float32Array, out: Uint8Array, at: number) => void> = {
   Q8_0(x, out, at) {
-    const h = half(Math.max(...x.map(Math.abs)) / 127);
+    const h = half(range(x, 0, 32).amax / 127);
     const d = f16ToF32(h);
     put16(out, at, h);
     for (let i = 0; i < 32; i++) out[at + 2 + i] = clamp(Math.round(d ? x[i]! / d : 0), -128, 127) & 255;
   },
   Q4_0(x, out, at) {
-    const h = half(Math.max(...x.map(Math.abs)) / 7);
+    const h = half(range(x, 0, 32).amax / 7);
     const d = f16ToF32(h);
     put16(out, at, h);
     const q = (v: number) => clamp(Math.round(d ? v / d : 0) + 8, 0, 15);
     for (let j = 0; j < 16; j++) out[at + 2 + j] = q(x[j]!) | (q(x[j + 16]!) << 4);
   },
   Q4_1(x, out, at) {
-    const [lo, hi] = [Math.min(...x), Math.max(...x)];
+    const { min: lo, max: hi } = range(x, 0, 32);
     const hd = half((hi - lo) / 15);
     const hm = half(lo);
     const [d, m] = [f16ToF32(hd), f16ToF32(hm)];
@@ -51,14 +64,21 @@ const QUANTIZE: Record<QuantTypeName, (x: Float32Array, out: Uint8Array, at: num
   Q5_K: (x, out, at) => quantizeK(x, out, at, 5),
   Q6_K(x, out, at) {
     // 16 scales of 16 values (int8, times f16 d); 6-bit q in −32..31.
-    const sub = Array.from({ length: 16 }, (_, j) => Math.max(...x.subarray(16 * j, 16 * j + 16).map(Math.abs)) / 31);
-    const hd = half(Math.max(...sub) / 127);
+    const sub = new Float32Array(16);
+    let top = 0;
+    for (let j = 0; j < 16; j++) {
+      sub[j] = range(x, 16 * j, 16 * j + 16).amax / 31;
+      top = Math.max(top, sub[j]!);
+    }
+    const hd = half(top / 127);
     const d = f16ToF32(hd);
-    const sc = sub.map((s) => clamp(Math.round(d ? s / d : 0), -128, 127));
-    const q = Array.from(x, (v, i) => {
+    const sc = new Int8Array(16);
+    for (let j = 0; j < 16; j++) sc[j] = clamp(Math.round(d ? sub[j]! / d : 0), -128, 127);
+    const q = new Uint8Array(256);
+    for (let i = 0; i < 256; i++) {
       const s = d * sc[i >> 4]!;
-      return clamp(Math.round(s ? v / s : 0), -32, 31) + 32;
-    });
+      q[i] = clamp(Math.round(s ? x[i]! / s : 0), -32, 31) + 32;
+    }
     for (let hf = 0; hf < 2; hf++) {
       const ql = at + 64 * hf;
       const qh = at + 128 + 32 * hf;
@@ -79,14 +99,25 @@ const QUANTIZE: Record<QuantTypeName, (x: Float32Array, out: Uint8Array, at: num
 // w = d·sc·q − dmin·m with q of `bits` bits.
 function quantizeK(x: Float32Array, out: Uint8Array, at: number, bits: 4 | 5): void {
   const top = (1 << bits) - 1;
-  const subs = Array.from({ length: 8 }, (_, j) => x.subarray(32 * j, 32 * j + 32));
-  const mins = subs.map((s) => Math.max(0, -Math.min(...s)));
-  const scales = subs.map((s, j) => (Math.max(...s) + mins[j]!) / top);
-  const hd = half(Math.max(...scales) / 63);
-  const hm = half(Math.max(...mins) / 63);
+  const mins = new Float32Array(8);
+  const scales = new Float32Array(8);
+  let [maxScale, maxMin] = [0, 0];
+  for (let j = 0; j < 8; j++) {
+    const r = range(x, 32 * j, 32 * j + 32);
+    mins[j] = Math.max(0, -r.min);
+    scales[j] = (r.max + mins[j]!) / top;
+    maxScale = Math.max(maxScale, scales[j]!);
+    maxMin = Math.max(maxMin, mins[j]!);
+  }
+  const hd = half(maxScale / 63);
+  const hm = half(maxMin / 63);
   const [d, dmin] = [f16ToF32(hd), f16ToF32(hm)];
-  const sc = scales.map((s) => clamp(Math.round(d ? s / d : 0), 0, 63));
-  const m = mins.map((v) => clamp(Math.round(dmin ? v / dmin : 0), 0, 63));
+  const sc = new Uint8Array(8);
+  const m = new Uint8Array(8);
+  for (let j = 0; j < 8; j++) {
+    sc[j] = clamp(Math.round(d ? scales[j]! / d : 0), 0, 63);
+    m[j] = clamp(Math.round(dmin ? mins[j]! / dmin : 0), 0, 63);
+  }
   put16(out, at, hd);
   put16(out, at + 2, hm);
   const s = at + 4;
@@ -95,13 +126,15 @@ function quantizeK(x: Float32Array, out: Uint8Array, at: number, bits: 4 | 5): v
     out[s + j + 4] = (m[j]! & 63) | ((m[j + 4]! >> 4) << 6);
     out[s + j + 8] = (sc[j + 4]! & 15) | ((m[j + 4]! & 15) << 4);
   }
-  const q = Array.from(x, (v, i) => {
+  const q = new Uint8Array(256);
+  for (let i = 0; i < 256; i++) {
     const j = i >> 5;
     const step = d * sc[j]!;
-    return clamp(Math.round(step ? (v + dmin * m[j]!) / step : 0), 0, top);
-  });
+    q[i] = clamp(Math.round(step ? (x[i]! + dmin * m[j]!) / step : 0), 0, top);
+  }
   const qh = at + 16;
   const qs = bits === 4 ? at + 16 : at + 48;
+  if (bits === 5) out.fill(0, qh, qh + 32);
   for (let c = 0; c < 4; c++)
     for (let l = 0; l < 32; l++) {
       const [a, b] = [q[64 * c + l]!, q[64 * c + 32 + l]!];
