@@ -82,13 +82,18 @@ describe('tensor types', () => {
     await refused(file, 'tensor output_norm.weight has ggml type unknown (77)');
   });
 
-  it('a quantized tensor (Q8_0) is read but not yet served: refused naming the tensor and its type', async () => {
+  it('a quantized tensor (Q8_0) among float ones is served, and the load names the types', async () => {
     const file = rewrite(ggufFixture(), (_, t) => {
       const q = t.find((x) => x.name === 'blk.1.ffn_up.weight')!;
       [q.type, q.data] = [8, new Uint8Array((q.dims[0]! / 32) * q.dims[1]! * 34)];
     });
     expect(readGguf(file).tensors.get('blk.1.ffn_up.weight')!.bytes).toBe((32 / 32) * 48 * 34);
-    await refused(file, 'tensor blk.1.ffn_up.weight is Q8_0 (8): quantized GGUF tensors are not yet supported');
+    const e = await Engine.load(file, { threads: 1 });
+    try {
+      expect(e.info.weights).toMatch(/^F32\/Q8_0 GGUF|^Q8_0\/F32 GGUF/);
+    } finally {
+      await e.release();
+    }
   });
 
   it('a quantized tensor is handed on as its ggml type, raw byte range and dims (with its row order) when the graph takes them', () => {

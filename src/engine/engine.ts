@@ -10,26 +10,15 @@ import type { WeightsAtRest } from '../model/ops.js';
 import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
-import { resolveDevice, type DeviceOptions, type ResolvedDevice } from './device.js';
-import { memoryRefusal, passLimits, planMemory, type MemoryPlan, type PassLimits } from './memory.js';
+import { resolveDevice, withCpuArena, type DeviceOptions, type ResolvedDevice } from './device.js';
+import { memoryRefusal, passLimits, planMemory, quantizedAtLoad, type MemoryPlan, type PassLimits } from './memory.js';
 import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
 import { CheckpointError, DeviceError, InvalidArgumentError } from '../common/errors.js';
 import { WeightFiles, heldWeightsPath, withHeldPlaceholder } from '../checkpoint/weight-files.js';
-import { quantizeTarget, type QuantizeAtLoad, type QuantizedActivations } from '../model/quantized.js';
-import { repackedBytes } from '../checkpoint/ggml-blocks.js';
-import type { StoredShape } from './memory.js';
+import type { QuantizeAtLoad, QuantizedActivations } from '../model/quantized.js';
 
-/** The stored tensors as the memory plan counts them under `--quantize`: every float matrix
- * the format takes as its repacked bytes (the routers, kept float, are a rounding error). */
-function quantizedAtLoad(stored: StoredShape[], to: QuantizeAtLoad): StoredShape[] {
-  return stored.map((t) => {
-    const [rows, cols] = t.shape;
-    const type = t.dtype !== 'quantized' && t.shape.length === 2 ? quantizeTarget(to, cols!) : undefined;
-    return type ? { dtype: 'quantized', shape: t.shape, bytes: repackedBytes(type, rows!, cols!) } : t;
-  });
-}
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
@@ -86,15 +75,6 @@ function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: Reso
   if (options.weightsAtRest) return { ...plan, atRest: options.weightsAtRest, reason: 'as asked (weightsAtRest)' };
   if (!plan.fits) throw new DeviceError(memoryRefusal(opened.name, plan, limits));
   return plan;
-}
-
-/** Weights kept as stored are widened for each product into a float32 buffer the size of
- * the matrix; without onnxruntime's arena each is a fresh mapping from the OS, faulted in
- * page by page on every pass. Measured (bench/real-models.ts, Llama-3-8B shape in BF16, 2
- * threads): decode 25 s a token without the arena, 6.7 s with it; a 32-token pass 36.5 →
- * 24.7 s; peak RSS 16.2 → 16.7 GiB. So such a model runs with the arena unless asked. */
-function withCpuArena(device: ResolvedDevice): ResolvedDevice {
-  return { ...device, sessionOptions: { ...device.sessionOptions, enableCpuMemArena: true } };
 }
 
 /** The load log's and ListModels' words for how the weights lie. */

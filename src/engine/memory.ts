@@ -11,6 +11,8 @@ import type { ComputeDType, DTypeName } from '../common/dtypes.js';
 import type { ModelConfig } from '../model/families.js';
 import type { WeightsAtRest } from '../model/ops.js';
 import type { ProviderProfile } from '../common/providers.js';
+import { quantizeTarget, type QuantizeAtLoad } from '../model/quantized.js';
+import { repackedBytes } from '../checkpoint/ggml-blocks.js';
 
 const GiB = 2 ** 30;
 const BYTES: Record<DTypeName, number> = { float32: 4, float16: 2, bfloat16: 2, int64: 8, int32: 4, bool: 1 } as Record<DTypeName, number>;
@@ -149,4 +151,14 @@ export function memoryRefusal(model: string, p: MemoryPlan, limits: PassLimits):
     `and ${gib(p.available ?? 0)} is available. Options: a quantized checkpoint (a GGUF file in Q4_K_M or Q8_0), ` +
     'a smaller --prefix-cache-bytes or --max-batch-tokens, or a machine with more memory'
   );
+}
+
+/** The stored tensors as the memory plan counts them under `--quantize`: every float matrix
+ * the format takes as its repacked bytes (the routers, kept float, are a rounding error). */
+export function quantizedAtLoad(stored: StoredShape[], to: QuantizeAtLoad): StoredShape[] {
+  return stored.map((t) => {
+    const [rows, cols] = t.shape;
+    const type = t.dtype !== 'quantized' && t.shape.length === 2 ? quantizeTarget(to, cols!) : undefined;
+    return type ? { dtype: 'quantized', shape: t.shape, bytes: repackedBytes(type, rows!, cols!) } : t;
+  });
 }
