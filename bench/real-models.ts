@@ -138,6 +138,77 @@ async function llamaCpp(gguf: string): Promise<SideResult> {
   return { loadSeconds, afterLoad, passSeconds, decodeTokensPerSecond, end: memory() };
 }
 
+// ---- exactness: each side's log-prob distance to the exact values ----------------------------
+/** llama.cpp's log-prob of each next token of `rows` (ids), F32 KV, flash attention off. */
+async function llamaCppLogprobs(gguf: string, rows: number[][]): Promise<number[][]> {
+  const { getLlama } = await import(pathToFileURL(PEER_ENTRY).href);
+  const llama = await getLlama({ gpu: false, logLevel: 'error' });
+  const model = await llama.loadModel({ modelPath: gguf });
+  const context = await model.createContext({
+    contextSize: 256,
+    batchSize: 256,
+    threads: THREADS,
+    experimentalKvCacheKeyType: 'F32',
+    experimentalKvCacheValueType: 'F32',
+    flashAttention: false,
+  });
+  const seq = context.getSequence();
+  const out: number[][] = [];
+  for (const tokens of rows) {
+    await seq.clearHistory();
+    const got = await seq.controlledEvaluate(tokens.slice(0, -1).map((t) => [t, { generateNext: { probabilities: true } }]) as never);
+    out.push(tokens.slice(1).map((t, k) => Math.log((got[k] as { next: { probabilities: Map<number, number> } }).next.probabilities.get(t)!)));
+  }
+  await context.dispose();
+  await model.dispose();
+  return out;
+}
+
+/**
+ * A 3-layer llama of hidden 256 (random weights of a large spread: peaked outputs), written as
+ * a Q4_K_M-like GGUF (Q6_K v, down and head; Q4_K the rest) and as an F32 GGUF of exactly its
+ * dequantized values; the exact log-probs are a float64 forward pass over those values. Each
+ * side's mean and largest distance per token: ctxprobe exact and with int8 activations on the
+ * quantized file, llama.cpp on both files.
+ */
+async function exactness(): Promise<void> {
+  const { makeFixture } = await import('../test/fixtures.js');
+  const { convertToGguf } = await import('../test/gguf-convert.js');
+  const { referenceForward } = await import('../test/reference.js');
+  const { Engine } = await import('../src/engine/engine.js');
+  const fx = makeFixture({ family: 'llama', hidden: 256, layers: 3, heads: 4, kvHeads: 2, intermediate: 512, vocab: 300, maxPositions: 256, seed: 77, scale: 1 });
+  const q4km = (name: string) => (/v_proj|down_proj|lm_head/.test(name) ? ('Q6_K' as const) : ('Q4_K' as const));
+  const quantized = convertToGguf(fx, path.join(fx.dir, 'exact-q4_k_m.gguf'), { dtype: 'Q4_K', typeOf: q4km });
+  const f32 = convertToGguf({ ...fx, tensors: quantized.reference.tensors }, path.join(fx.dir, 'exact-f32.gguf'));
+  const rows = [1, 2, 3, 4].map((seed) => randomIds(seed, 128, 300));
+  const exact = rows.map((r) => {
+    const ref = referenceForward(quantized.reference, r);
+    return r.slice(1).map((t, k) => ref.logprobs[k]![t]!);
+  });
+  const ours = async (int8: boolean) => {
+    const e = await Engine.load(quantized.file, { threads: THREADS, ...(int8 ? { quantizedActivations: 'int8' as const } : {}) });
+    const out: number[][] = [];
+    for (const tokens of rows) {
+      const r = await e.forward({ rows: [{ tokens, startPosition: 0, pastRow: 0 }], scored: tokens.slice(1).map((target, index) => ({ row: 0, index, target })), topK: 0, keepPresent: false });
+      out.push(Array.from(r.logprobs));
+    }
+    await e.release();
+    return out;
+  };
+  const distance = (got: number[][]) => {
+    const d = got.flatMap((r, i) => r.map((lp, k) => Math.abs(lp - exact[i]![k]!)));
+    return `mean ${(d.reduce((a, b) => a + b, 0) / d.length).toExponential(2)}, max ${Math.max(...d).toExponential(2)} nats a token`;
+  };
+  console.log(`exactness: a 3-layer llama of hidden 256, Q4_K_M-like (Q4_K, Q6_K), ${rows.length} × 127 tokens, against a float64 pass over its dequantized values`);
+  console.log(`  ctxprobe exact (float32 activations)  ${distance(await ours(false))}`);
+  console.log(`  ctxprobe --quantized-activations int8 ${distance(await ours(true))}`);
+  if (!fs.existsSync(PEER_ENTRY)) console.log('  llama.cpp: run bench/peer.ts once first (it installs node-llama-cpp into .bench/peer/)');
+  else {
+    console.log(`  llama.cpp on the Q4_K_M file          ${distance(await llamaCppLogprobs(quantized.file, rows))}`);
+    console.log(`  llama.cpp on the F32 file of its values ${distance(await llamaCppLogprobs(f32.file, rows))}`);
+  }
+}
+
 function child(args: string[]): SideResult {
   const out = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--side', ...args], { cwd: ROOT, encoding: 'utf8' });
   const line = out.stdout.split('\n').find((l) => l.startsWith('{'));
@@ -183,18 +254,19 @@ function writeRandomBlocks(file: string, size: number): number {
 const want = (k: string) => args.length === 0 || args.includes(k);
 const bf16Dir = path.join(os.tmpdir(), 'ctxprobe-bench-llama3-8b-bf16');
 const ggufFile = path.join(os.tmpdir(), 'ctxprobe-bench-llama3-8b-q4_k_m.gguf');
-if (!fs.existsSync(path.join(bf16Dir, 'config.json')))
+const wantsGguf = ['q4km', 'int8', 'peer'].some(want);
+if (want('bf16') && !fs.existsSync(path.join(bf16Dir, 'config.json')))
   writeZeroCheckpoint(
     bf16Dir,
     { family: 'llama', hidden: 4096, layers: 32, heads: 32, kvHeads: 8, intermediate: 14336, vocab: 384, vocabSize: 128256, maxPositions: 8192, ropeTheta: 500000 },
     'bfloat16',
     4,
   );
-const ggufBytes = fs.existsSync(ggufFile) ? fs.statSync(ggufFile).size : writeRandomBlocks(ggufFile, writeZeroLlamaGguf(ggufFile, LLAMA3_8B, 'q4_k_m'));
-const bf16Bytes = fs.readdirSync(bf16Dir).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + fs.statSync(path.join(bf16Dir, f)).size, 0);
+const ggufBytes = !wantsGguf ? 0 : fs.existsSync(ggufFile) ? fs.statSync(ggufFile).size : writeRandomBlocks(ggufFile, writeZeroLlamaGguf(ggufFile, LLAMA3_8B, 'q4_k_m'));
+const bf16Bytes = !want('bf16') ? 0 : fs.readdirSync(bf16Dir).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + fs.statSync(path.join(bf16Dir, f)).size, 0);
 
-console.log(
-  `Llama-3-8B shape, zeros; ${THREADS} threads, ${os.cpus()[0]?.model ?? 'cpu'}, ${(os.totalmem() / GiB).toFixed(0)} GiB; ` +
+if (want('bf16') || wantsGguf) console.log(
+  `Llama-3-8B shape (BF16 zeros, Q4_K_M random blocks); ${THREADS} threads, ${os.cpus()[0]?.model ?? 'cpu'}, ${(os.totalmem() / GiB).toFixed(0)} GiB; ` +
     `a ${TOKENS}-token scoring pass, ${DECODE} greedy tokens after a 16-token prompt`,
 );
 const show = (name: string, fileBytes: number, r: SideResult) =>
@@ -220,6 +292,7 @@ if (want('peer')) {
   if (!fs.existsSync(PEER_ENTRY)) console.log('llama.cpp: run bench/peer.ts once first (it installs node-llama-cpp into .bench/peer/)');
   else run('llama.cpp Q4_K_M GGUF', ggufBytes, ['llama.cpp', ggufFile]);
 }
+if (want('exactness')) await exactness();
 const peer = results.get('llama.cpp Q4_K_M GGUF');
 for (const name of ['ctxprobe Q4_K_M GGUF', 'ctxprobe Q4_K_M, int8 act.']) {
   const r = results.get(name);
