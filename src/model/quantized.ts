@@ -32,7 +32,7 @@ export function quantizeTarget(to: QuantizeAtLoad, cols: number): QuantTypeName 
 
 /** How a part is laid out: for MatMulNBits (`product`: blocks [N, K/block, block/2], scales
  * and zero points flat) or GatherBlockQuantized (`rows`: [N, K/2], [N, K/block]). */
-type Layout = 'product' | 'rows';
+type PartsLayout = 'product' | 'rows';
 
 /** A quantized [rows, cols] weight as initializers, one per part of its exact form. */
 export interface QuantizedParts {
@@ -55,7 +55,7 @@ export function quantizedType(name: string, stored: StoredWeight): QuantTypeName
 
 /** The parts of `stored` (a [rows, cols] quantized weight) as initializers in `layout`,
  * each derived at load from the weight's bytes. */
-export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeight, layout: Layout, from?: DerivedWeight['from']): QuantizedParts {
+export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeight, layout: PartsLayout, from?: DerivedWeight['from']): QuantizedParts {
   const type = quantizedType(name, stored);
   const form = EXACT_FORMS[type];
   const [rows, cols] = stored.shape as [number, number];
