@@ -82,7 +82,7 @@ function openFolder(dir: string): OpenedCheckpoint {
   return {
     config,
     weights: ckpt,
-    scan: [...ckpt.tensors].map(([name, t]) => ({ name, ...t })),
+    scan: [...ckpt.tensors].filter(([, t]) => t.dtype !== 'int32').map(([name, t]) => ({ name, ...t })),
     storedDtype: config.torchDtype ?? single(new Set([...ckpt.tensors.values()].map((t) => t.dtype))),
     stored: [...ckpt.tensors.values()].map((t) => ({ dtype: t.dtype, shape: t.shape })),
     storage: `${[...new Set([...ckpt.tensors.values()].map((t) => t.dtype))].join('/')} checkpoint`,
