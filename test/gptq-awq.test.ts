@@ -175,7 +175,9 @@ describe('GPTQ and AWQ 4-bit checkpoints score within 1e-4 of the float64 refere
     const source = p.group === 48 ? makeFixture({ ...WIDE, hidden: 192, heads: 3, kvHeads: 1, intermediate: 384 }) : fx;
     const { dir, reference } = quantizedCheckpoint(source, p);
     const e = await expectExact(dir, reference, 5);
-    expect(e.info.weights).toMatch(p.method === 'gptq' ? /GPTQ 4-bit/ : /AWQ 4-bit \(group \d+, gemm\)/);
+    // The load log and ListModels say how the weights are stored.
+    const label = p.method === 'gptq' ? `GPTQ 4-bit (group ${p.group}${p.actOrder ? ', act-order' : ''}, checkpoint_format ${p.format ?? 'gptq'})` : `AWQ 4-bit (group ${p.group}, gemm)`;
+    expect(e.info.weights).toContain(`${label} checkpoint: 14 linear layers quantized, the rest float32`);
   });
 });
 
