@@ -1,8 +1,9 @@
 // Hugging Face GPTQ and AWQ 4-bit checkpoints computed exactly: each written here from a float
 // fixture by a packer of the test's own (GPTQ v1 and v2 zero points, groups of 32 and 128,
 // act-order; AWQ gemm), scoring within 1e-4 per token of the float64 reference over the
-// values the checkpoint defines (scale · (q − zero) per group); settings ctxprobe does not
-// compute refused naming their key.
+// values the checkpoint defines (scale · (q − zero) per group), on the CPU and on WebGPU
+// (lavapipe; skipped, saying so, without a Vulkan driver); settings ctxprobe does not compute
+// refused naming their key.
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -15,8 +16,8 @@ import { referenceForward } from './reference.js';
 
 const engines: Engine[] = [];
 afterAll(async () => Promise.all(engines.map((e) => e.release())));
-async function load(p: string): Promise<Engine> {
-  const e = await Engine.load(p, { threads: 1 });
+async function load(p: string, device?: 'webgpu'): Promise<Engine> {
+  const e = await Engine.load(p, { threads: 1, ...(device && { device }) });
   engines.push(e);
   return e;
 }
@@ -147,8 +148,8 @@ function randomTokens(seed: number, n: number, vocab: number): number[] {
   return Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3)));
 }
 
-async function expectExact(dir: string, reference: Fixture, seed: number): Promise<Engine> {
-  const e = await load(dir);
+async function expectExact(dir: string, reference: Fixture, seed: number, device?: 'webgpu'): Promise<Engine> {
+  const e = await load(dir, device);
   const tokens = randomTokens(seed, 20, e.config.vocabSize);
   const ref = referenceForward(reference, tokens);
   const out = await e.forward({
@@ -181,6 +182,29 @@ describe('GPTQ and AWQ 4-bit checkpoints score within 1e-4 of the float64 refere
   });
 });
 
+describe('batches', () => {
+  it("act-order GPTQ: a row's bits are its own whatever its batch, and a one-token pass's are a longer pass's", async () => {
+    const { dir } = quantizedCheckpoint(makeFixture(WIDE), { method: 'gptq', group: 64, actOrder: true });
+    const e = await load(dir);
+    const rows = [randomTokens(1, 9, 300), randomTokens(2, 5, 300), randomTokens(3, 12, 300)];
+    const pass = async (list: number[][]) => {
+      const out = await e.forward({
+        rows: list.map((tokens, row) => ({ tokens, startPosition: 0, pastRow: row })),
+        scored: list.flatMap((tokens, row) => tokens.slice(1).map((target, index) => ({ row, index, target }))),
+        topK: 0,
+        keepPresent: false,
+      });
+      const all = Array.from(out.logprobs);
+      let at = 0;
+      return list.map((t) => all.slice(at, (at += t.length - 1)));
+    };
+    const together = await pass(rows);
+    for (const [i, r] of rows.entries()) expect((await pass([r]))[0]).toEqual(together[i]);
+    const one = await e.forward({ rows: [{ tokens: [rows[2]![0]!], startPosition: 0, pastRow: 0 }], scored: [{ row: 0, index: 0, target: rows[2]![1]! }], topK: 0, keepPresent: false });
+    expect(one.logprobs[0]).toBe(together[2]![0]);
+  });
+});
+
 describe('refusals name the setting', () => {
   const fx = makeFixture({ ...WIDE, layers: 1 });
   const refused: [string, Packing, RegExp][] = [
@@ -209,5 +233,24 @@ describe('refusals name the setting', () => {
     Buffer.from(g.buffer).copy(buf, 8 + headerLen + begin);
     fs.writeFileSync(file, buf);
     await expect(load(dir)).rejects.toThrow(/down_proj: g_idx does not give each group 128 input columns \(quantization_config\.desc_act/);
+  });
+});
+
+const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
+  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
+);
+if (!VULKAN_DRIVERS) console.warn('webgpu GPTQ / AWQ tests skipped: no Vulkan driver (see webgpu.test.ts)');
+
+(VULKAN_DRIVERS ? describe : describe.skip)('on WebGPU', () => {
+  const fx = makeFixture(WIDE);
+  const cases: [string, Packing][] = [
+    ['GPTQ act-order, group 64', { method: 'gptq', group: 64, actOrder: true }],
+    ['AWQ gemm, group 128', { method: 'awq', group: 128 }],
+  ];
+  it.each(cases)('%s: within 1e-4 of the float64 reference, no float node on the CPU', async (_, p) => {
+    const { dir, reference } = quantizedCheckpoint(fx, p);
+    const e = await expectExact(dir, reference, 5, 'webgpu');
+    expect(e.info.device).toBe('webgpu');
+    expect(e.info.floatNodesOnCpu).toEqual([]);
   });
 });
