@@ -39,7 +39,7 @@ export const BLOCKS: Record<QuantTypeName, { values: number; bytes: number }> = 
 /** A format as parts the graph computes with: the scales' block (16 or 32 values), a high
  * nibble part or not, each part's zero point, and a min per 32 values or not. */
 export interface ExactForm {
-  block: 16 | 32;
+  block: number;
   hi: boolean;
   loZero: number;
   hiZero: number;

@@ -12,6 +12,8 @@ const DTYPES: Record<string, { name: DTypeName; bytes: number }> = {
   F32: { name: 'float32', bytes: 4 },
   F16: { name: 'float16', bytes: 2 },
   BF16: { name: 'bfloat16', bytes: 2 },
+  // GPTQ / AWQ packed integers and act-order indices (hf-quantized.ts); never a float weight.
+  I32: { name: 'int32', bytes: 4 },
 };
 
 export interface StoredTensor extends ExternalTensor {
@@ -96,6 +98,19 @@ export class SafetensorsCheckpoint {
     return this.tensors.has(name);
   }
 
+  /** One tensor's bytes as stored (small tensors: GPTQ's g_idx). */
+  readBytes(name: string): Buffer {
+    const t = this.get(name);
+    const buf = Buffer.alloc(t.length);
+    const fd = fs.openSync(path.join(t.dir, t.location), 'r');
+    try {
+      if (fs.readSync(fd, buf, 0, t.length, t.offset) !== t.length) throw new CheckpointError(`${t.file}: the file ends inside tensor ${name}`);
+    } finally {
+      fs.closeSync(fd);
+    }
+    return buf;
+  }
+
   /** Read one tensor's values into memory as float32 (tests and small tables only). */
   readFloat32(name: string): Float32Array {
     const t = this.get(name);
@@ -122,7 +137,7 @@ function headerEntry(file: string, name: string, info: any): { dtype: DTypeName;
   const bad = (what: string) => new CheckpointError(`${file}: tensor ${name}: ${what}`);
   if (info === null || typeof info !== 'object') throw bad('its header entry is not an object');
   const dtype = DTYPES[info.dtype];
-  if (!dtype) throw bad(`dtype ${JSON.stringify(info.dtype)} is not supported (F32, F16, BF16)`);
+  if (!dtype) throw bad(`dtype ${JSON.stringify(info.dtype)} is not supported (F32, F16, BF16; I32 for GPTQ / AWQ packed integers)`);
   const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
   if (!Array.isArray(info.shape) || !info.shape.every(isCount)) throw bad(`shape ${JSON.stringify(info.shape)} is not a list of sizes`);
   const offsets = info.data_offsets;

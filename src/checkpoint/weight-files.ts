@@ -8,6 +8,7 @@ import path from 'node:path';
 import type { HeldWeights } from '../graph/held-weights.js';
 import { CheckpointError } from '../common/errors.js';
 import { quantTypeOf, repackRows } from './ggml-blocks.js';
+import { repackHf } from './hf-quantized.js';
 import { quantizeRows } from './ggml-quantize.js';
 import { bf16ToF32, f16ToF32 } from '../common/floats.js';
 
@@ -121,6 +122,7 @@ function writeNonZero(out: number, bytes: Uint8Array, at: number): void {
 function writeDerived(fd: number, file: string, out: number, group: HeldPiece[]): void {
   const first = group[0]!;
   const d = first.derived!;
+  if (d.hf) return writeHfDerived(fd, file, out, group);
   const type = quantTypeOf(d.ggmlType)!;
   const rowBytes = first.length / d.rows;
   const run = d.rowOrder ? d.rows : Math.max(1, Math.floor(2 ** 22 / rowBytes));
@@ -143,6 +145,27 @@ function writeDerived(fd: number, file: string, out: number, group: HeldPiece[])
       writeNonZero(out, part, p.at + (r0 * part.length) / n);
     }
   }
+}
+
+/** The parts of one GPTQ / AWQ weight (hf-quantized.ts), from its qweight, qzeros and scales
+ * read whole (a linear's are tens of MB at most). */
+function writeHfDerived(fd: number, file: string, out: number, group: HeldPiece[]): void {
+  const first = group[0]!;
+  const d = first.derived!;
+  const h = d.hf!;
+  const read = (offset: number, length: number) => {
+    const b = Buffer.allocUnsafe(length);
+    readAt(fd, file, b, length, offset, { ...first, offset, length });
+    return b;
+  };
+  const { parts, nonFinite } = repackHf(h, d.rows, d.cols, {
+    qweight: read(first.offset, first.length),
+    qzeros: read(h.qzeros.offset, h.qzeros.length),
+    scales: read(h.scales.offset, h.scales.length),
+  });
+  if (nonFinite !== undefined)
+    throw new CheckpointError(`${file}: tensor ${d.tensor.replace(/qweight$/, 'scales')} has a non-finite scale for output row ${nonFinite}: the model would compute NaN`);
+  for (const p of group) writeNonZero(out, parts[p.derived!.part]!, p.at);
 }
 
 /** Which of `files` this process has memory-mapped now (Linux: /proc/self/maps); undefined

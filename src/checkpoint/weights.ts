@@ -2,6 +2,7 @@
 // (referenced in place), and what must be done to them to be that tensor — rows to take
 // in another order, blocks to dequantize. Safetensors weights need neither; GGUF's may.
 import type { ExternalTensor } from '../graph/builder.js';
+import type { HfQuantized } from './hf-quantized.js';
 
 /** Rows of the stored tensor in another order: Hugging Face row r is stored row
  * `order[r]` (along the first dimension of the Hugging Face shape, [out, in] or a bias).
@@ -24,6 +25,9 @@ export interface QuantizedTensor {
   /** Values per block, bytes per block. */
   blockValues: number;
   blockBytes: number;
+  /** A Hugging Face GPTQ / AWQ linear (checkpoint/hf-quantized.ts): its parts are made from
+   * three tensors, `location` / `offset` / `length` naming its qweight. */
+  hf?: HfQuantized;
 }
 
 /** One weight as the decoder reads it: `shape` is the Hugging Face shape it asked for;

@@ -6,6 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { SafetensorsCheckpoint } from '../checkpoint/safetensors.js';
+import { HfQuantizedCheckpoint } from '../checkpoint/hf-quantized-weights.js';
 import { GGML_TYPES, ggmlTypeName, readGguf, type GgufTensorInfo } from '../checkpoint/gguf.js';
 import { quantTypeOf, repackedBytes } from '../checkpoint/ggml-blocks.js';
 import type { StoredShape } from './memory.js';
@@ -78,15 +79,32 @@ export function openCheckpoint(p: string): OpenedCheckpoint {
 function openFolder(dir: string): OpenedCheckpoint {
   const config = readModelConfig(dir);
   const ckpt = new SafetensorsCheckpoint(dir);
+  if (config.quantization) return openQuantizedFolder(dir, config, new HfQuantizedCheckpoint(ckpt, config.quantization));
   checkTensorsAgainstConfig(config, ckpt.tensors, dir);
   return {
     config,
     weights: ckpt,
-    scan: [...ckpt.tensors].map(([name, t]) => ({ name, ...t })),
+    scan: [...ckpt.tensors].filter(([, t]) => t.dtype !== 'int32').map(([name, t]) => ({ name, ...t })),
     storedDtype: config.torchDtype ?? single(new Set([...ckpt.tensors.values()].map((t) => t.dtype))),
     stored: [...ckpt.tensors.values()].map((t) => ({ dtype: t.dtype, shape: t.shape })),
     storage: `${[...new Set([...ckpt.tensors.values()].map((t) => t.dtype))].join('/')} checkpoint`,
     files: ckpt.files,
+    name: path.basename(dir),
+    tokenizer: () => TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize),
+  };
+}
+
+/** A GPTQ / AWQ checkpoint: its quantized linears computed in float32 (as a GGUF's are). */
+function openQuantizedFolder(dir: string, config: ModelConfig, ckpt: HfQuantizedCheckpoint): OpenedCheckpoint {
+  checkTensorsAgainstConfig(config, ckpt.tensors, dir);
+  return {
+    config,
+    weights: ckpt,
+    scan: ckpt.scanList(),
+    storedDtype: 'float32',
+    stored: ckpt.stored(),
+    storage: ckpt.storage,
+    files: ckpt.ckpt.files,
     name: path.basename(dir),
     tokenizer: () => TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize),
   };

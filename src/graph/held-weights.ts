@@ -19,6 +19,7 @@
 import path from 'node:path';
 import type onnxProto from 'onnx-proto';
 import { EXACT_FORMS, partRowBytes, quantTypeOf, type RepackPart } from '../checkpoint/ggml-blocks.js';
+import { hfForm, type HfQuantized } from '../checkpoint/hf-quantized.js';
 
 type Node = InstanceType<typeof onnxProto.onnx.NodeProto>;
 type Tensor = InstanceType<typeof onnxProto.onnx.TensorProto>;
@@ -36,6 +37,8 @@ export interface DerivedWeight {
   rowOrder?: readonly number[];
   /** The bytes are float rows of this dtype, quantized to `ggmlType` first (`--quantize`). */
   from?: 'float32' | 'float16' | 'bfloat16';
+  /** A GPTQ / AWQ weight: made from its qweight (the external's bytes), qzeros and scales. */
+  hf?: HfQuantized;
 }
 
 /** The private copy the held weights live in: its absolute path, its size, and where each
@@ -55,6 +58,7 @@ const ALIGN = 64;
 
 /** The bytes a derived weight takes in the private copy. */
 export function derivedBytes(d: DerivedWeight): number {
+  if (d.hf) return d.rows * partRowBytes(hfForm(d.hf), d.part, d.cols);
   const type = quantTypeOf(d.ggmlType);
   if (!type) throw new Error(`no exact form for ggml type ${d.ggmlType}`);
   return d.rows * partRowBytes(EXACT_FORMS[type], d.part, d.cols);

@@ -17,6 +17,7 @@ import {
   windowOrNone,
 } from './config-values.js';
 import { checkSpecialIds } from './config-checks.js';
+import { readQuantConfig } from '../checkpoint/hf-quantized.js';
 import type { Dims, FamilySpec, ModelConfig, RawConfig } from './family-spec.js';
 
 /** The dimensions of a config, read through the family's key names and defaults, each
@@ -78,7 +79,11 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
     throw new CheckpointError(`${file}: num_attention_heads ${dims.numHeads} is not a multiple of num_key_value_heads ${dims.numKvHeads}`);
   }
   checkSpecialIds(raw, spec.keys.vocab, dims.vocabSize);
+  const quantization = readQuantConfig(raw, file);
+  if (quantization && spec.linearLayout !== 'out_in')
+    throw new CheckpointError(`${file}: quantization_config: ${quantization.label} weights are computed for families whose linear weights are [out, in] (${spec.family}'s are [in, out])`);
   return {
+    ...(quantization && { quantization }),
     ...dims,
     modelType,
     spec,

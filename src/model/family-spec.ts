@@ -1,5 +1,7 @@
 // The shape of a family spec (families.ts holds the families) and of a parsed config
 // (config.ts reads it): roles and kinds, never per-family code.
+import type { HfQuantConfig } from '../checkpoint/hf-quantized.js';
+
 /** `rms`: x̂ · w; `rmsOffset`: x̂ · (1 + w) (Gemma, in float32); `layer`: LayerNorm. */
 export type NormKind = 'rms' | 'rmsOffset' | 'layer';
 
@@ -210,4 +212,6 @@ export interface ModelConfig extends Dims {
   eosTokenIds: number[];
   /** config.json's `torch_dtype` (newer: `dtype`), as a dtype name. */
   torchDtype?: string;
+  /** config.json's `quantization_config`: a GPTQ / AWQ 4-bit checkpoint. */
+  quantization?: HfQuantConfig;
 }

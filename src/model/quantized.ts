@@ -11,6 +11,7 @@ import type { DerivedWeight } from '../graph/held-weights.js';
 import { CheckpointError } from '../common/errors.js';
 import { BLOCKS, EXACT_FORMS, formParts, quantTypeOf, type ExactForm, type QuantTypeName, type RepackPart } from '../checkpoint/ggml-blocks.js';
 import type { StoredWeight } from '../checkpoint/weights.js';
+import { hfForm } from '../checkpoint/hf-quantized.js';
 
 /** What quantized products take: float32 activations (exact), or, on request, activations
  * quantized to int8 per block inside the product (MatMulNBits' accuracy_level 4: faster, as
@@ -32,15 +33,18 @@ export function quantizeTarget(to: QuantizeAtLoad, cols: number): QuantTypeName 
 
 /** How a part is laid out: for MatMulNBits (`product`: blocks [N, K/block, block/2], scales
  * and zero points flat) or GatherBlockQuantized (`rows`: [N, K/2], [N, K/block]). */
-type PartLayout = 'product' | 'rows';
+type PartsLayout = 'product' | 'rows';
 
 /** A quantized [rows, cols] weight as initializers, one per part of its exact form. */
 export interface QuantizedParts {
-  type: QuantTypeName;
+  /** The ggml type, or GPTQ / AWQ's one 4-bit part. */
+  type: QuantTypeName | 'GPTQ' | 'AWQ';
   form: ExactForm;
   rows: number;
   cols: number;
   parts: Partial<Record<RepackPart, string>>;
+  /** Act-order: the int64 constant [K] of the input columns in the parts' order. */
+  columnOrder?: string;
 }
 
 /** The quantized type of a stored weight, checked against what the graph computes with. */
@@ -55,9 +59,11 @@ export function quantizedType(name: string, stored: StoredWeight): QuantTypeName
 
 /** The parts of `stored` (a [rows, cols] quantized weight) as initializers in `layout`,
  * each derived at load from the weight's bytes. */
-export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeight, layout: PartLayout, from?: DerivedWeight['from']): QuantizedParts {
-  const type = quantizedType(name, stored);
-  const form = EXACT_FORMS[type];
+export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeight, layout: PartsLayout, from?: DerivedWeight['from']): QuantizedParts {
+  const hf = stored.quantized?.hf;
+  if (hf && layout !== 'product') throw new CheckpointError(`${name}: a ${stored.quantized!.typeName} weight where a table of rows (an embedding) was expected`);
+  const type = hf ? (stored.quantized!.typeName as 'GPTQ' | 'AWQ') : quantizedType(name, stored);
+  const form = hf ? hfForm(hf) : EXACT_FORMS[type as QuantTypeName];
   const [rows, cols] = stored.shape as [number, number];
   const blocks = cols / form.block;
   const shapeOf = (part: RepackPart): { dtype: 'uint8' | 'float32'; shape: number[] } => {
@@ -86,12 +92,14 @@ export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeig
       part,
       ...(stored.rowOrder && { rowOrder: stored.rowOrder.order }),
       ...(from && { from }),
+      ...(hf && { hf }),
     };
     parts[part] = g.hasInitializer(initName)
       ? initName
       : g.external(initName, { ...shapeOf(part), location: stored.location, offset: stored.offset, length: stored.length }, derived);
   }
-  return { type, form, rows, cols, parts };
+  const order = hf?.order && g.namedConstant(`${name}.column_order`, 'int64', [cols], hf.order);
+  return { type, form, rows, cols, parts, ...(order && { columnOrder: order }) };
 }
 
 // x · Wᵀ for a quantized W [N, K], in float32, as many rows as the provider needs for a row's
@@ -103,7 +111,9 @@ export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeig
 export function quantizedProduct(g: GraphBuilder, x: string, w: QuantizedParts, activations: QuantizedActivations = 'float32'): string {
   const { form, rows: N, cols: K, parts } = w;
   const pad = g.provider.quantizedMinRows - 1;
-  const flat = g.node('Reshape', [x, g.ints([-1, K])], { name: 'rows' });
+  // Act-order (GPTQ's g_idx): x's columns in the order the parts hold them.
+  const ordered = w.columnOrder ? g.node('Gather', [x, w.columnOrder], { name: 'columns_in_order', attrs: { axis: -1 } }) : x;
+  const flat = g.node('Reshape', [ordered, g.ints([-1, K])], { name: 'rows' });
   const padded = pad > 0 ? g.node('Concat', [flat, g.namedConstant(`/model/constants/FLOAT/zero_rows/${pad}x${K}`, 'float32', [pad, K], new Float32Array(pad * K))], { name: 'padded', attrs: { axis: 0 } }) : flat;
   const nbits = (part: 'lo' | 'hi') =>
     g.node('MatMulNBits', [padded, parts[part]!, parts.scales!, parts[part === 'lo' ? 'loZeros' : 'hiZeros']!], {
