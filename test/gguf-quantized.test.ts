@@ -16,6 +16,7 @@ import { bf16ToF32, f32ToBf16 } from '../src/common/floats.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { convertToGguf, GGUF_FAMILIES, type GgufDtype } from './gguf-convert.js';
 import { referenceForward } from './reference.js';
+import { expectRowBitsOwn, rowLogprobs } from './row-logprobs.js';
 
 const engines: Engine[] = [];
 afterAll(async () => Promise.all(engines.map((e) => e.release())));
@@ -23,18 +24,6 @@ async function load(p: string): Promise<Engine> {
   const e = await Engine.load(p, { threads: 1 });
   engines.push(e);
   return e;
-}
-
-async function logprobsOf(e: Engine, rows: number[][]): Promise<number[][]> {
-  const out = await e.forward({
-    rows: rows.map((tokens, row) => ({ tokens, startPosition: 0, pastRow: row })),
-    scored: rows.flatMap((tokens, row) => tokens.slice(1).map((target, index) => ({ row, index, target }))),
-    topK: 0,
-    keepPresent: false,
-  });
-  const all = Array.from(out.logprobs);
-  let at = 0;
-  return rows.map((t) => all.slice(at, (at += t.length - 1)));
 }
 
 function randomTokens(seed: number, n: number, vocab: number): number[] {
@@ -47,7 +36,7 @@ async function expectExact(file: string, reference: Parameters<typeof referenceF
   const e = await load(file);
   const tokens = randomTokens(seed, 20, e.config.vocabSize);
   const ref = referenceForward(reference, tokens);
-  const [got] = await logprobsOf(e, [tokens]);
+  const [got] = await rowLogprobs(e, [tokens]);
   got!.forEach((lp, i) => expect(Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!)).toBeLessThan(1e-4));
   return e;
 }
@@ -84,13 +73,7 @@ describe('a Q4_K_M mix', () => {
 
   it("a row's bits are its own whatever its batch, and a one-token pass's are a longer pass's", async () => {
     const e = await load(file);
-    const rows = [randomTokens(1, 9, 300), randomTokens(2, 5, 300), randomTokens(3, 12, 300)];
-    const together = await logprobsOf(e, rows);
-    for (const [i, r] of rows.entries()) expect((await logprobsOf(e, [r]))[0]).toEqual(together[i]);
-    // Token 0 predicting token 1: one row of one token (the products see one row, padded)
-    // against the same position in a pass of twelve.
-    const one = await e.forward({ rows: [{ tokens: [rows[2]![0]!], startPosition: 0, pastRow: 0 }], scored: [{ row: 0, index: 0, target: rows[2]![1]! }], topK: 0, keepPresent: false });
-    expect(one.logprobs[0]).toBe(together[2]![0]);
+    await expectRowBitsOwn(e, [randomTokens(1, 9, 300), randomTokens(2, 5, 300), randomTokens(3, 12, 300)]);
   });
 });
 
@@ -134,7 +117,7 @@ describe('int8 activations, on request', () => {
     expect(e.info.weights).toMatch(/int8 activations \(approximate\)/);
     const tokens = randomTokens(5, 20, e.config.vocabSize);
     const ref = referenceForward(reference, tokens);
-    const [got] = await logprobsOf(e, [tokens]);
+    const [got] = await rowLogprobs(e, [tokens]);
     const distance = got!.map((lp, i) => Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!));
     const mean = distance.reduce((a, b) => a + b, 0) / distance.length;
     // Approximate: off the exact values, but by far less than a nat.
@@ -168,7 +151,7 @@ describe('--quantize at load', () => {
     const tokens = randomTokens(8, 20, e.config.vocabSize);
     const ref = referenceForward(quantizedReference(fx, type, dtype === 'bfloat16' ? (x) => bf16ToF32(f32ToBf16(x)) : (x) => x), tokens);
     const exact = referenceForward(fx, tokens);
-    const [got] = await logprobsOf(e, [tokens]);
+    const [got] = await rowLogprobs(e, [tokens]);
     got!.forEach((lp, i) => expect(Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!)).toBeLessThan(1e-4));
     // And not the checkpoint's own numbers.
     expect(got!.some((lp, i) => Math.abs(lp - exact.logprobs[i]![tokens[i + 1]!]!) > 1e-3)).toBe(true);

@@ -13,6 +13,7 @@ import type { TensorData } from '../src/checkpoint/safetensors.js';
 import { f16ToF32, f32ToF16 } from '../src/common/floats.js';
 import { makeFixture, tempDir, type Fixture } from './fixtures.js';
 import { referenceForward } from './reference.js';
+import { expectRowBitsOwn, rowLogprobs } from './row-logprobs.js';
 
 const engines: Engine[] = [];
 afterAll(async () => Promise.all(engines.map((e) => e.release())));
@@ -152,13 +153,8 @@ async function expectExact(dir: string, reference: Fixture, seed: number, device
   const e = await load(dir, device);
   const tokens = randomTokens(seed, 20, e.config.vocabSize);
   const ref = referenceForward(reference, tokens);
-  const out = await e.forward({
-    rows: [{ tokens, startPosition: 0, pastRow: 0 }],
-    scored: tokens.slice(1).map((target, index) => ({ row: 0, index, target })),
-    topK: 0,
-    keepPresent: false,
-  });
-  Array.from(out.logprobs).forEach((lp, i) => expect(Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!)).toBeLessThan(1e-4));
+  const [got] = await rowLogprobs(e, [tokens]);
+  got!.forEach((lp, i) => expect(Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!)).toBeLessThan(1e-4));
   return e;
 }
 
@@ -186,22 +182,7 @@ describe('batches', () => {
   it("act-order GPTQ: a row's bits are its own whatever its batch, and a one-token pass's are a longer pass's", async () => {
     const { dir } = quantizedCheckpoint(makeFixture(WIDE), { method: 'gptq', group: 64, actOrder: true });
     const e = await load(dir);
-    const rows = [randomTokens(1, 9, 300), randomTokens(2, 5, 300), randomTokens(3, 12, 300)];
-    const pass = async (list: number[][]) => {
-      const out = await e.forward({
-        rows: list.map((tokens, row) => ({ tokens, startPosition: 0, pastRow: row })),
-        scored: list.flatMap((tokens, row) => tokens.slice(1).map((target, index) => ({ row, index, target }))),
-        topK: 0,
-        keepPresent: false,
-      });
-      const all = Array.from(out.logprobs);
-      let at = 0;
-      return list.map((t) => all.slice(at, (at += t.length - 1)));
-    };
-    const together = await pass(rows);
-    for (const [i, r] of rows.entries()) expect((await pass([r]))[0]).toEqual(together[i]);
-    const one = await e.forward({ rows: [{ tokens: [rows[2]![0]!], startPosition: 0, pastRow: 0 }], scored: [{ row: 0, index: 0, target: rows[2]![1]! }], topK: 0, keepPresent: false });
-    expect(one.logprobs[0]).toBe(together[2]![0]);
+    await expectRowBitsOwn(e, [randomTokens(1, 9, 300), randomTokens(2, 5, 300), randomTokens(3, 12, 300)]);
   });
 });
 

@@ -14,6 +14,7 @@ import type { QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
 import { makeFixture } from './fixtures.js';
 import { convertToGguf, type GgufDtype } from './gguf-convert.js';
 import { referenceForward } from './reference.js';
+import { expectRowBitsOwn, rowLogprobs } from './row-logprobs.js';
 
 const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
   (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
@@ -29,18 +30,6 @@ async function load(p: string): Promise<Engine> {
   const e = await Engine.load(p, { device: 'webgpu', threads: 1 });
   engines.push(e);
   return e;
-}
-
-async function logprobsOf(e: Engine, rows: number[][]): Promise<number[][]> {
-  const out = await e.forward({
-    rows: rows.map((tokens, row) => ({ tokens, startPosition: 0, pastRow: row })),
-    scored: rows.flatMap((tokens, row) => tokens.slice(1).map((target, index) => ({ row, index, target }))),
-    topK: 0,
-    keepPresent: false,
-  });
-  const all = Array.from(out.logprobs);
-  let at = 0;
-  return rows.map((t) => all.slice(at, (at += t.length - 1)));
 }
 
 const randomTokens = (seed: number, n: number) => {
@@ -64,16 +53,12 @@ maybe('quantized GGUF on WebGPU', () => {
     expect(e.info.floatNodesOnCpu).toEqual([]);
     const tokens = randomTokens(5, 20);
     const ref = referenceForward(reference, tokens);
-    const [got] = await logprobsOf(e, [tokens]);
+    const [got] = await rowLogprobs(e, [tokens]);
     got!.forEach((lp, i) => expect(Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!)).toBeLessThan(1e-4));
   });
 
   it("Q4_K_M: a row's bits are its own whatever its batch, and a one-token pass's are a longer pass's", async () => {
     const e = engines.at(-1)!;
-    const rows = [randomTokens(1, 9), randomTokens(2, 5), randomTokens(3, 12)];
-    const together = await logprobsOf(e, rows);
-    for (const [i, r] of rows.entries()) expect((await logprobsOf(e, [r]))[0]).toEqual(together[i]);
-    const one = await e.forward({ rows: [{ tokens: [rows[2]![0]!], startPosition: 0, pastRow: 0 }], scored: [{ row: 0, index: 0, target: rows[2]![1]! }], topK: 0, keepPresent: false });
-    expect(one.logprobs[0]).toBe(together[2]![0]);
+    await expectRowBitsOwn(e, [randomTokens(1, 9), randomTokens(2, 5), randomTokens(3, 12)]);
   });
 });
