@@ -1,7 +1,9 @@
 // Models at the size users run: what a model needs in memory is worked out before anything
 // is built (engine/memory.ts). A BF16 checkpoint whose float32 copy would not fit keeps its
-// weights as stored, each matrix widened for its product (exact), and answers; one that
-// cannot fit at all is refused at load naming what it needs — never a kill by the kernel.
+// weights as stored, each matrix widened for its product (exact), and answers; so does a
+// Q4_K_M GGUF of the 8B shape, its blocks repacked at load (zero blocks in a sparse file);
+// one that cannot fit at all is refused at load naming what it needs — never a kill by the
+// kernel.
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -12,6 +14,20 @@ import { planMemory } from '../src/engine/memory.js';
 import { PROVIDERS } from '../src/common/providers.js';
 import { readModelConfig } from '../src/model/config.js';
 import { writeZeroCheckpoint } from '../src/model/synthetic.js';
+import { writeZeroLlamaGguf, type LlamaShape } from '../src/model/synthetic-gguf.js';
+
+/** Llama-3-8B (config.json's keys), for the GGUF writer. */
+const LLAMA3_8B_SHAPE: LlamaShape = {
+  hidden_size: 4096,
+  num_hidden_layers: 32,
+  num_attention_heads: 32,
+  num_key_value_heads: 8,
+  intermediate_size: 14336,
+  vocab_size: 128256,
+  max_position_embeddings: 8192,
+  rms_norm_eps: 1e-5,
+  rope_theta: 500000,
+};
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { serveCli } from './cli-serve.js';
 
@@ -93,6 +109,29 @@ describe('weights kept as stored', () => {
       expect(lp.map((x: number) => +x.toFixed(4))).toEqual([-11.7618, -11.7618]);
       const models = await (await fetch(`http://127.0.0.1:${s.httpPort}/v1/list-models`)).json();
       expect(models.models[0].weights).toMatch(/kept as stored/);
+    } finally {
+      await s.stop();
+    }
+  }, 600_000);
+
+  it('a Llama-3-8B shape as a Q4_K_M GGUF serves on this machine, its blocks in their exact form, and answers', async () => {
+    const dir = tempDir('llama3-8b-q4km');
+    dirs.push(dir);
+    const file = path.join(dir, 'llama3-8b-Q4_K_M.gguf');
+    writeZeroLlamaGguf(file, LLAMA3_8B_SHAPE, 'q4_k_m');
+    const s = await serveCli(file, ['--threads', '2', '--metrics-port', '-1']);
+    try {
+      const loaded = s.lines.find((l) => l.event === 'model_loaded')!;
+      expect(loaded.weights).toMatch(/^Q4_K\/F32\/Q6_K GGUF; as stored \(6\.5 GiB\)/);
+      const res = await fetch(`http://127.0.0.1:${s.httpPort}/v1/score`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ items: [{ contextIds: { ids: [1, 2, 3] }, continuationsIds: [{ ids: [4, 5] }] }] }),
+      });
+      expect(res.status).toBe(200);
+      // Zero blocks: every token equally likely, log-prob −ln(vocab).
+      const lp = (await res.json()).items[0].continuations[0].tokenLogprobs;
+      expect(lp.map((x: number) => +x.toFixed(4))).toEqual([-11.7618, -11.7618]);
     } finally {
       await s.stop();
     }
