@@ -62,3 +62,36 @@ maybe('quantized GGUF on WebGPU', () => {
     await expectRowBitsOwn(e, [randomTokens(1, 9), randomTokens(2, 5), randomTokens(3, 12)]);
   });
 });
+
+maybe('one copy of the weights on WebGPU: --probe-session shared', () => {
+  it("serves scoring and probes from one session, with the separate sessions' bits", async () => {
+    const fx = makeFixture(WIDE);
+    const { file } = convertToGguf(fx, path.join(fx.dir, 'model-shared.gguf'), { dtype: 'Q4_K', typeOf: q4km });
+    const separate = await load(file);
+    const shared = await Engine.load(file, { device: 'webgpu', threads: 1, probeSession: 'shared' });
+    engines.push(shared);
+    expect(shared.device.probeSession).toBe('shared');
+    // Its one graph is the probe graph: the scoring graph and the tap.
+    expect(shared.info.graphNodes).toBeGreaterThan(separate.info.graphNodes);
+    const rows = [randomTokens(11, 10), randomTokens(12, 6)];
+    expect(await rowLogprobs(shared, rows)).toEqual(await rowLogprobs(separate, rows));
+    const probe = (e: Engine) =>
+      e.forward({
+        rows: rows.map((tokens, row) => ({
+          tokens,
+          startPosition: 0,
+          pastRow: row,
+          ...(row === 0 && { probe: { keyBins: tokens.map((_, i) => i % 3), chunks: 3, queryWeights: tokens.map(() => 1) } }),
+        })),
+        scored: rows.flatMap((tokens, row) => tokens.slice(1).map((target, index) => ({ row, index, target }))),
+        topK: 2,
+        keepPresent: false,
+      });
+    const [a, b] = [await probe(shared), await probe(separate)];
+    expect(a.probe).toBeDefined();
+    expect(a.probe).toEqual(b.probe);
+    expect(Array.from(a.logprobs)).toEqual(Array.from(b.logprobs));
+    // The CPU has one session whatever is asked: the setting is refused there, by name.
+    await expect(Engine.load(file, { threads: 1, probeSession: 'shared' })).rejects.toThrow(/probeSession \(--probe-session\) is a setting of device webgpu, not cpu/);
+  });
+});

@@ -55,6 +55,7 @@ export interface ModelFlags {
   model?: string;
   cpuMemArena?: 'on' | 'off';
   gpuBufferCache?: 'bucket' | 'simple';
+  probeSession?: 'separate' | 'shared';
   device?: string;
   dtype?: ComputeDType;
   threads?: number;
@@ -98,6 +99,14 @@ export function withModelFlags(cmd: Command): Command {
         .env('CTXPROBE_GPU_BUFFER_CACHE'),
     )
     .addOption(
+      new Option(
+        '--probe-session <mode>',
+        'WebGPU: probes in a session of their own (separate, default: a second copy of the weights on the device once a probe comes) or one session for every pass (shared: one copy, every pass dispatches the probe nodes)',
+      )
+        .choices(['separate', 'shared'])
+        .env('CTXPROBE_PROBE_SESSION'),
+    )
+    .addOption(
       new Option('--max-length <n>', "context length (default: the model's)").argParser(int('max-length')).env('CTXPROBE_MAX_LENGTH'),
     )
     .addOption(
@@ -137,6 +146,7 @@ export function entriesFrom(flags: ModelFlags & { models?: string; name?: string
     ...(flags.threads !== undefined && { threads: flags.threads }),
     ...(flags.cpuMemArena !== undefined && { cpuMemArena: flags.cpuMemArena === 'on' }),
     ...(flags.gpuBufferCache !== undefined && { gpuBufferCache: flags.gpuBufferCache }),
+    ...(flags.probeSession !== undefined && { probeSession: flags.probeSession }),
     ...(flags.maxLength !== undefined && { maxLength: flags.maxLength }),
     ...(flags.maxBatchTokens !== undefined && { maxBatchTokens: flags.maxBatchTokens }),
     ...(flags.prefixCacheBytes !== undefined && { prefixCacheBytes: flags.prefixCacheBytes }),

@@ -351,6 +351,7 @@ function logLoaded(entry: ModelEntry, m: LoadedModel): void {
     seconds: +m.loadSeconds.toFixed(3),
     ...m.engine.info,
     ...(m.engine.device.bufferCache !== undefined && { gpuBufferCache: m.engine.device.bufferCache }),
+    ...(m.engine.device.probeSession !== undefined && { probeSession: m.engine.device.probeSession }),
     maxBatchTokens: m.scorer.maxBatchTokens,
     prefixCacheBytes: m.scorer.cache?.budget ?? 0,
     // Weights onnxruntime would have read from the file for the session's life, held in a

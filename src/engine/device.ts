@@ -33,7 +33,14 @@ export interface DeviceOptions {
   /** onnxruntime's WebGPU validationMode (default `basic`); bench/gpu.ts --validation
    * measures what the checks cost a pass of many small dispatches. */
   gpuValidation?: 'disabled' | 'wgpuOnly' | 'basic' | 'full';
+  /** Where a provider runs probes in a session of their own (WebGPU): `separate` (default:
+   * scoring and generation dispatch no probe node; the probe session, made on the first
+   * probe, holds a second copy of the weights) or `shared` (one session, the probe graph,
+   * serves every pass: one copy of the weights, each pass dispatching the probe tap). */
+  probeSession?: ProbeSession;
 }
+
+export type ProbeSession = 'separate' | 'shared';
 
 export type GpuBufferCache = 'bucket' | 'simple' | 'lazyRelease' | 'disabled';
 
@@ -50,6 +57,8 @@ export interface ResolvedDevice {
   sessionOptions: ort.InferenceSession.SessionOptions;
   /** WebGPU: the provider's buffer cache. */
   bufferCache?: GpuBufferCache;
+  /** Where the provider can run probes apart: whether it does (DeviceOptions.probeSession). */
+  probeSession?: ProbeSession;
 }
 
 // Off: measured by bench/memory.ts (56M-parameter model, 4 × 2048-token probe, then a
@@ -80,6 +89,8 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   }
   if (!profile.gpuSettings && options.bufferCache !== undefined)
     throw new DeviceError(`gpuBufferCache (--gpu-buffer-cache) is a setting of device webgpu, not ${kind}`);
+  if (!profile.separateProbeSession && options.probeSession !== undefined)
+    throw new DeviceError(`probeSession (--probe-session) is a setting of device webgpu, not ${kind} (whose one session always serves probes too)`);
   const threads = options.threads ?? 0;
   if (!Number.isInteger(threads) || threads < 0) throw new DeviceError(`threads must be a whole number ≥ 0 (got ${threads})`);
   const sessionOptions: ort.InferenceSession.SessionOptions = {
@@ -103,6 +114,7 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
     dtypeReason,
     sessionOptions,
     ...(profile.gpuSettings ? { bufferCache: options.bufferCache ?? 'bucket' } : {}),
+    ...(profile.separateProbeSession ? { probeSession: options.probeSession ?? 'separate' } : {}),
   };
 }
 

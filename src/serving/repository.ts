@@ -39,6 +39,8 @@ export interface ModelEntry {
   cpuMemArena?: boolean;
   /** WebGPU's buffer cache (DeviceOptions.bufferCache): `bucket` (default) or `simple`. */
   gpuBufferCache?: 'bucket' | 'simple';
+  /** WebGPU: probes in a session of their own (`separate`, default) or one session for all (`shared`). */
+  probeSession?: 'separate' | 'shared';
   /** KV bytes the prefix cache keeps across requests (default 1 GiB; 0: within a round only). */
   prefixCacheBytes?: number;
   /** Quantized weights' products on float32 activations (default, exact) or int8 (faster, approximate). */
@@ -108,6 +110,7 @@ const ENTRY_SCHEMA = {
     maxAttentionBytes: positive,
     cpuMemArena: { type: 'boolean' },
     gpuBufferCache: { enum: ['bucket', 'simple'] },
+    probeSession: { enum: ['separate', 'shared'] },
     prefixCacheBytes: { type: 'integer', minimum: 0 },
     quantizedActivations: { enum: ['float32', 'int8'] },
     quantize: { enum: ['q8_0', 'q4_0', 'q4_k'] },
@@ -244,6 +247,7 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     threads: entry.threads,
     cpuMemArena: entry.cpuMemArena,
     ...(entry.gpuBufferCache !== undefined && { bufferCache: entry.gpuBufferCache }),
+    ...(entry.probeSession !== undefined && { probeSession: entry.probeSession }),
     ...(entry.quantizedActivations !== undefined && { quantizedActivations: entry.quantizedActivations }),
     ...(entry.quantize !== undefined && { quantize: entry.quantize }),
     // The scorer's passes, for the engine's memory plan (it refuses what cannot fit).
