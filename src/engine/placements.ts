@@ -65,6 +65,9 @@ const session = await ort.InferenceSession.create(modelPath, { ...options, logSe
 await session.release();
 `;
 
+/** onnxruntime's verbose line as it starts loading the initializers (session_state_utils.cc). */
+const WEIGHTS_LOAD_STARTS = 'SaveInitializedTensors] Saving initialized tensors';
+
 /** Create a session of `model` with `options` in a child process and read back where each
  * node went. Options must be plain data (what JSON carries). `waits` also saves the graph
  * as onnxruntime optimized it, with its copies, to count them: small models only (the
@@ -85,11 +88,23 @@ export async function placements(model: Uint8Array, options: ort.InferenceSessio
         env: { ...process.env, ORT_DISABLE_TELEMETRY: '1' },
       });
       const chunks: Buffer[] = [];
-      child.stderr.on('data', (c: Buffer) => chunks.push(c));
+      // The placements are logged before onnxruntime loads the weights and uploads them to
+      // the device ("Saving initialized tensors"): the child stops there, so a load does not
+      // upload its weights twice (unless `waits` wants the optimized model written at the end).
+      let tail = '';
+      let stopped = false;
+      child.stderr.on('data', (c: Buffer) => {
+        chunks.push(c);
+        tail = (tail + c.toString('latin1')).slice(-4096);
+        if (!waits && !stopped && tail.includes(WEIGHTS_LOAD_STARTS)) {
+          stopped = true;
+          child.kill('SIGKILL');
+        }
+      });
       child.on('error', reject);
       child.on('close', (code, signal) => {
         const text = Buffer.concat(chunks).toString('utf8');
-        if (code === 0) resolve(text);
+        if (code === 0 || stopped) resolve(text);
         else reject(new Error(`the placement check's session failed (${signal ?? `exit ${code}`}): ${lastError(text)}`));
       });
     });
