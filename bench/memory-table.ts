@@ -5,7 +5,7 @@
 //   npx tsx bench/memory-table.ts
 import { planMemory, type StoredShape } from '../src/engine/memory.js';
 import { parseModelConfig } from '../src/model/config.js';
-import { llamaGgufTensors, q4KMType, type LlamaShape } from '../src/model/synthetic-gguf.js';
+import { LLAMA3_8B, llamaGgufTensors, q4KMType, type LlamaShape } from '../src/model/synthetic-gguf.js';
 import { repackedBytes, quantTypeOf } from '../src/checkpoint/ggml-blocks.js';
 import { quantizeTarget } from '../src/model/quantized.js';
 
@@ -13,7 +13,7 @@ const GiB = 2 ** 30;
 const SHAPES: [string, LlamaShape & { tied: boolean }][] = [
   ['1B (Llama-3.2-1B)', { hidden_size: 2048, num_hidden_layers: 16, num_attention_heads: 32, num_key_value_heads: 8, intermediate_size: 8192, vocab_size: 128256, max_position_embeddings: 8192, rms_norm_eps: 1e-5, tied: true }],
   ['3B (Llama-3.2-3B)', { hidden_size: 3072, num_hidden_layers: 28, num_attention_heads: 24, num_key_value_heads: 8, intermediate_size: 8192, vocab_size: 128256, max_position_embeddings: 8192, rms_norm_eps: 1e-5, tied: true }],
-  ['8B (Llama-3-8B)', { hidden_size: 4096, num_hidden_layers: 32, num_attention_heads: 32, num_key_value_heads: 8, intermediate_size: 14336, vocab_size: 128256, max_position_embeddings: 8192, rms_norm_eps: 1e-5, tied: false }],
+  ['8B (Llama-3-8B)', { ...LLAMA3_8B, tied: false }],
 ];
 const limits = { maxBatchTokens: 512, maxAttentionBytes: 192 * 2 ** 20, prefixCacheBytes: GiB };
 

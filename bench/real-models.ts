@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { writeZeroCheckpoint } from '../src/model/synthetic.js';
-import { writeZeroLlamaGguf, type LlamaShape } from '../src/model/synthetic-gguf.js';
+import { LLAMA3_8B, writeZeroLlamaGguf } from '../src/model/synthetic-gguf.js';
 import { readGguf } from '../src/checkpoint/gguf.js';
 import { BLOCKS, quantTypeOf } from '../src/checkpoint/ggml-blocks.js';
 import { randomFillSync } from 'node:crypto';
@@ -27,18 +27,6 @@ const DECODE = Number(process.env.BENCH_DECODE ?? 8);
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const PEER_ENTRY = path.join(ROOT, '.bench/peer/node_modules/node-llama-cpp/dist/index.js');
 
-/** Llama-3-8B (config.json's keys). */
-const LLAMA3_8B: LlamaShape = {
-  hidden_size: 4096,
-  num_hidden_layers: 32,
-  num_attention_heads: 32,
-  num_key_value_heads: 8,
-  intermediate_size: 14336,
-  vocab_size: 128256,
-  max_position_embeddings: 8192,
-  rms_norm_eps: 1e-5,
-  rope_theta: 500000,
-};
 
 const GiB = 2 ** 30;
 /** The process's resident memory now and at its peak (GiB): its own and mapped files' pages. */

@@ -14,20 +14,7 @@ import { planMemory } from '../src/engine/memory.js';
 import { PROVIDERS } from '../src/common/providers.js';
 import { readModelConfig } from '../src/model/config.js';
 import { writeZeroCheckpoint } from '../src/model/synthetic.js';
-import { writeZeroLlamaGguf, type LlamaShape } from '../src/model/synthetic-gguf.js';
-
-/** Llama-3-8B (config.json's keys), for the GGUF writer. */
-const LLAMA3_8B_SHAPE: LlamaShape = {
-  hidden_size: 4096,
-  num_hidden_layers: 32,
-  num_attention_heads: 32,
-  num_key_value_heads: 8,
-  intermediate_size: 14336,
-  vocab_size: 128256,
-  max_position_embeddings: 8192,
-  rms_norm_eps: 1e-5,
-  rope_theta: 500000,
-};
+import { LLAMA3_8B, writeZeroLlamaGguf } from '../src/model/synthetic-gguf.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { serveCli } from './cli-serve.js';
 
@@ -51,6 +38,28 @@ function llama3(size: '8b' | '70b'): string {
     4,
   );
   return dir;
+}
+
+/** `ctxprobe serve --model PATH` of a model of zeros: the load log's `weights` matches
+ * `weights`, and a Score answers −ln(vocab) for every token (every token equally likely).
+ * The server is left running for more checks; the caller stops it. */
+async function servesAndAnswers(model: string, weights: RegExp) {
+  const s = await serveCli(model, ['--threads', '2', '--metrics-port', '-1']);
+  try {
+    expect(s.lines.find((l) => l.event === 'model_loaded')!.weights).toMatch(weights);
+    const res = await fetch(`http://127.0.0.1:${s.httpPort}/v1/score`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ items: [{ contextIds: { ids: [1, 2, 3] }, continuationsIds: [{ ids: [4, 5] }] }] }),
+    });
+    expect(res.status).toBe(200);
+    const lp = (await res.json()).items[0].continuations[0].tokenLogprobs;
+    expect(lp.map((x: number) => +x.toFixed(4))).toEqual([-11.7618, -11.7618]);
+    return s;
+  } catch (e) {
+    await s.stop();
+    throw e;
+  }
 }
 
 describe('the memory plan', () => {
@@ -94,19 +103,8 @@ describe('weights kept as stored', () => {
 
   it('a Llama-3-8B shape in BF16 serves on this machine, its weights as stored, and answers', async () => {
     const dir = llama3('8b');
-    const s = await serveCli(dir, ['--threads', '2', '--metrics-port', '-1']);
+    const s = await servesAndAnswers(dir, /^bfloat16 checkpoint; kept as stored \(15\.0 GiB\)/);
     try {
-      const loaded = s.lines.find((l) => l.event === 'model_loaded')!;
-      expect(loaded.weights).toMatch(/^bfloat16 checkpoint; kept as stored \(15\.0 GiB\)/);
-      const res = await fetch(`http://127.0.0.1:${s.httpPort}/v1/score`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ items: [{ contextIds: { ids: [1, 2, 3] }, continuationsIds: [{ ids: [4, 5] }] }] }),
-      });
-      expect(res.status).toBe(200);
-      // Zero weights: every token equally likely, log-prob −ln(vocab).
-      const lp = (await res.json()).items[0].continuations[0].tokenLogprobs;
-      expect(lp.map((x: number) => +x.toFixed(4))).toEqual([-11.7618, -11.7618]);
       const models = await (await fetch(`http://127.0.0.1:${s.httpPort}/v1/list-models`)).json();
       expect(models.models[0].weights).toMatch(/kept as stored/);
     } finally {
@@ -118,23 +116,8 @@ describe('weights kept as stored', () => {
     const dir = tempDir('llama3-8b-q4km');
     dirs.push(dir);
     const file = path.join(dir, 'llama3-8b-Q4_K_M.gguf');
-    writeZeroLlamaGguf(file, LLAMA3_8B_SHAPE, 'q4_k_m');
-    const s = await serveCli(file, ['--threads', '2', '--metrics-port', '-1']);
-    try {
-      const loaded = s.lines.find((l) => l.event === 'model_loaded')!;
-      expect(loaded.weights).toMatch(/^Q4_K\/F32\/Q6_K GGUF; as stored \(6\.5 GiB\)/);
-      const res = await fetch(`http://127.0.0.1:${s.httpPort}/v1/score`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ items: [{ contextIds: { ids: [1, 2, 3] }, continuationsIds: [{ ids: [4, 5] }] }] }),
-      });
-      expect(res.status).toBe(200);
-      // Zero blocks: every token equally likely, log-prob −ln(vocab).
-      const lp = (await res.json()).items[0].continuations[0].tokenLogprobs;
-      expect(lp.map((x: number) => +x.toFixed(4))).toEqual([-11.7618, -11.7618]);
-    } finally {
-      await s.stop();
-    }
+    writeZeroLlamaGguf(file, LLAMA3_8B, 'q4_k_m');
+    await (await servesAndAnswers(file, /^Q4_K\/F32\/Q6_K GGUF; as stored \(6\.5 GiB\)/)).stop();
   }, 600_000);
 
   it('an embedding and head in row blocks answer as whole ones (ids in every block)', async () => {

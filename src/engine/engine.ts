@@ -18,7 +18,6 @@ import { describeAdapter } from './adapter.js';
 import { CheckpointError, DeviceError, InvalidArgumentError } from '../common/errors.js';
 import { WeightFiles, heldWeightsPath, withHeldPlaceholder } from '../checkpoint/weight-files.js';
 import type { QuantizeAtLoad, QuantizedActivations } from '../model/quantized.js';
-
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
@@ -77,9 +76,13 @@ function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: Reso
   return plan;
 }
 
-/** The load log's and ListModels' words for how the weights lie. */
-function weightsInfo(opened: OpenedCheckpoint, plan: MemoryPlan): string {
-  return `${opened.storage}; ${plan.reason}`;
+/** The load log's and ListModels' words for how the weights lie, and what was asked of them. */
+function weightsInfo(opened: OpenedCheckpoint, plan: MemoryPlan, options: EngineOptions): string {
+  return (
+    `${opened.storage}; ${plan.reason}` +
+    (options.quantize ? `; matrices quantized at load to ${options.quantize} (approximate)` : '') +
+    (options.quantizedActivations === 'int8' ? '; quantized products on int8 activations (approximate)' : '')
+  );
 }
 
 /** A loaded model's weights files: as they were at load (`files`); whether its sessions hold
@@ -200,10 +203,7 @@ export class Engine {
       adapter: describeAdapter(profile.adapter),
       dtype: device.dtype,
       dtypeReason: device.dtypeReason,
-      weights:
-        weightsInfo(opened, memory) +
-        (options.quantize ? `; matrices quantized at load to ${options.quantize} (approximate)` : '') +
-        (options.quantizedActivations === 'int8' ? '; quantized products on int8 activations (approximate)' : ''),
+      weights: weightsInfo(opened, memory, options),
       graphNodes: graph.nodeCount,
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),

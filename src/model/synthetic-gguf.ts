@@ -23,6 +23,19 @@ export interface LlamaShape {
 }
 
 /** A `llama` GGUF's metadata for `shape`, with a placeholder vocabulary. */
+/** Llama-3-8B's shape (config.json's keys): the benchmarks' and tests' model at a real size. */
+export const LLAMA3_8B: LlamaShape = {
+  hidden_size: 4096,
+  num_hidden_layers: 32,
+  num_attention_heads: 32,
+  num_key_value_heads: 8,
+  intermediate_size: 14336,
+  vocab_size: 128256,
+  max_position_embeddings: 8192,
+  rms_norm_eps: 1e-5,
+  rope_theta: 500000,
+};
+
 export function llamaGgufMetadata(shape: LlamaShape, name: string, fileType = 0): [string, GgufValue][] {
   const heads = shape.num_attention_heads;
   const vocab = shape.vocab_size;
