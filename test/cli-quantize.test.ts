@@ -1,9 +1,11 @@
-// --quantize and --quantized-activations as the README gives them: flags and environment
-// variables of `ctxprobe serve`, said in the load log, and a Score over HTTP answering with
-// the quantized model's numbers (the float64 reference over the values the load made).
+// --quantize, --quantized-activations and --probe-session as the README gives them: flags,
+// environment variables and model repository keys of `ctxprobe serve`, said in the load log,
+// and a Score over HTTP answering with the quantized model's numbers (the float64 reference
+// over the values the load made).
+import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { makeFixture } from './fixtures.js';
+import { makeFixture, tempDir } from './fixtures.js';
 import { convertToGguf } from './gguf-convert.js';
 import { referenceForward } from './reference.js';
 import { serveCli, type Served } from './cli-serve.js';
@@ -53,5 +55,39 @@ describe('quantization on the command line', () => {
     running.push(s);
     expect(JSON.stringify(s.lines.find((l) => l.event === 'model_loaded')!)).toMatch(/quantized products on int8 activations \(approximate\)/);
     await expect(serveCli(fx.dir, [], { CTXPROBE_QUANTIZED_ACTIVATIONS: 'int8' })).rejects.toThrow(/quantizedActivations: int8: .* has no quantized weights/);
+  });
+});
+
+const VULKAN = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some((d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')));
+
+describe('model repository keys and --probe-session', () => {
+  it('a model config with quantize and quantizedActivations serves as the flags do', async () => {
+    const fx = makeFixture(WIDE);
+    const repo = tempDir('repo-quantize');
+    fs.writeFileSync(path.join(repo, 'q.json'), JSON.stringify({ name: 'q', path: fx.dir, quantize: 'q8_0', quantizedActivations: 'int8' }));
+    const s = await serveCli('', ['--models', repo]);
+    running.push(s);
+    const loaded = s.lines.find((l) => l.event === 'model_loaded')!;
+    expect(loaded.model).toBe('q');
+    expect(loaded.weights).toMatch(/matrices quantized at load to q8_0 \(approximate\); quantized products on int8 activations \(approximate\)/);
+    expect((await scoreOver(s, [5, 17, 40], [99, 3])).every((lp) => Number.isFinite(lp) && lp < 0)).toBe(true);
+  });
+
+  it('--probe-session is refused on the CPU, naming it; CTXPROBE_PROBE_SESSION and a model config set it on WebGPU', async () => {
+    const fx = makeFixture(WIDE);
+    await expect(serveCli(fx.dir, ['--probe-session', 'shared'])).rejects.toThrow(/probeSession \(--probe-session\) is a setting of device webgpu, not cpu/);
+    if (!VULKAN) return console.warn('webgpu part skipped: no Vulkan driver (see webgpu.test.ts)');
+    const fromEnv = await serveCli(fx.dir, ['--device', 'webgpu'], { CTXPROBE_PROBE_SESSION: 'shared' });
+    running.push(fromEnv);
+    expect(fromEnv.lines.find((l) => l.event === 'model_loaded')!.probeSession).toBe('shared');
+    const repo = tempDir('repo-probe-session');
+    fs.writeFileSync(path.join(repo, 'g.json'), JSON.stringify({ name: 'g', path: fx.dir, device: 'webgpu', probeSession: 'shared' }));
+    const fromConfig = await serveCli('', ['--models', repo]);
+    running.push(fromConfig);
+    expect(fromConfig.lines.find((l) => l.event === 'model_loaded')!.probeSession).toBe('shared');
+    // The default, said as well.
+    const plain = await serveCli(fx.dir, ['--device', 'webgpu']);
+    running.push(plain);
+    expect(plain.lines.find((l) => l.event === 'model_loaded')!.probeSession).toBe('separate');
   });
 });

@@ -14,6 +14,8 @@ import { f16ToF32, f32ToF16 } from '../src/common/floats.js';
 import { makeFixture, tempDir, type Fixture } from './fixtures.js';
 import { referenceForward } from './reference.js';
 import { expectRowBitsOwn, rowLogprobs } from './row-logprobs.js';
+import { serveCli } from './cli-serve.js';
+import { postJson } from './helpers.js';
 
 const engines: Engine[] = [];
 afterAll(async () => Promise.all(engines.map((e) => e.release())));
@@ -233,5 +235,26 @@ if (!VULKAN_DRIVERS) console.warn('webgpu GPTQ / AWQ tests skipped: no Vulkan dr
     const e = await expectExact(dir, reference, 5, 'webgpu');
     expect(e.info.device).toBe('webgpu');
     expect(e.info.floatNodesOnCpu).toEqual([]);
+  });
+});
+
+describe('served as the README says', () => {
+  it('ctxprobe serve --model a GPTQ folder: the load log says how the weights are stored; Score over HTTP is the reference', async () => {
+    const { dir, reference } = quantizedCheckpoint(makeFixture(WIDE), { method: 'gptq', group: 128 });
+    const s = await serveCli(dir);
+    try {
+      expect(s.lines.find((l) => l.event === 'model_loaded')!.weights).toMatch(/^GPTQ 4-bit \(group 128/);
+      const tokens = [5, 17, 40, 99, 3, 250, 7];
+      const { status, body } = await postJson(`http://127.0.0.1:${s.httpPort}`, '/v1/score', {
+        items: [{ contextIds: { ids: tokens.slice(0, 3) }, continuationsIds: [{ ids: tokens.slice(3) }] }],
+      });
+      expect(status).toBe(200);
+      const ref = referenceForward(reference, tokens);
+      body.items[0].continuations[0].tokenLogprobs.forEach((lp: number, k: number) =>
+        expect(Math.abs(lp - ref.logprobs[2 + k]![tokens[3 + k]!]!)).toBeLessThan(1e-4),
+      );
+    } finally {
+      await s.stop();
+    }
   });
 });
