@@ -33,7 +33,9 @@ try {
       for (const dtype of dtypes) {
         for (const probe of [false, true]) {
           const graph = buildDecoderGraph(config, ckpt, dtype, probe ? probeTap() : undefined, target);
-          console.log(`${name} ${target} ${dtype} ${probe ? 'probe' : 'score'} ${sha(graph.model)} ${graph.nodeCount}`);
+          // With device weights (WebGPU) the uploads that put the weights on the device follow.
+          const uploads = graph.uploads ? ` uploads ${sha(Buffer.concat(graph.uploads.map((u) => u.model)))}` : '';
+          console.log(`${name} ${target} ${dtype} ${probe ? 'probe' : 'score'} ${sha(graph.model)} ${graph.nodeCount}${uploads}`);
         }
       }
     }

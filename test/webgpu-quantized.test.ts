@@ -63,7 +63,45 @@ maybe('quantized GGUF on WebGPU', () => {
   });
 });
 
-maybe('one copy of the weights on WebGPU: --probe-session shared', () => {
+// onnxruntime gives each session its own copy of its initializers: the probe session, made
+// on the first probe, held a second copy of every weight on the device. The weights now go
+// up once, at load, and both sessions read those device tensors (graph/device-weights.ts).
+maybe('one copy of the weights on WebGPU, whatever the mix of requests', () => {
+  const probeOf = (e: Engine, tokens: number[]) =>
+    e.forward({
+      rows: [{ tokens, startPosition: 0, pastRow: 0, probe: { keyBins: tokens.map((_, i) => i % 3), chunks: 3, queryWeights: tokens.map(() => 1) } }],
+      scored: tokens.slice(1).map((target, index) => ({ row: 0, index, target })),
+      topK: 2,
+      keepPresent: false,
+    });
+
+  it('a float32 checkpoint: its bytes on the device once at load, and nothing more after probes and scoring', async () => {
+    const fx = makeFixture({ ...WIDE, tied: false, seed: 41 });
+    const e = await load(fx.dir);
+    const checkpointBytes = [...fx.tensors.values()].reduce((n, t) => n + t.data.length * 4, 0);
+    expect(await e.deviceWeights()).toEqual({ tensors: expect.any(Number), bytes: checkpointBytes });
+    const before = await e.deviceWeights();
+    const tokens = randomTokens(21, 12);
+    const probed = await probeOf(e, tokens);
+    expect(probed.probe).toBeDefined();
+    // The probe session's scores are the scoring session's bits, from the same tensors.
+    const [scored] = await rowLogprobs(e, [tokens]);
+    expect(Array.from(probed.logprobs)).toEqual(scored);
+    expect(await e.deviceWeights()).toEqual(before);
+  });
+
+  it('a Q4_K_M GGUF: its parts up once, a probe adds none', async () => {
+    const fx = makeFixture(WIDE);
+    const { file } = convertToGguf(fx, path.join(fx.dir, 'model-once.gguf'), { dtype: 'Q4_K', typeOf: q4km });
+    const e = await load(file);
+    const before = await e.deviceWeights();
+    expect(before.bytes).toBeGreaterThan(0);
+    expect((await probeOf(e, randomTokens(22, 9))).probe).toBeDefined();
+    expect(await e.deviceWeights()).toEqual(before);
+  });
+});
+
+maybe('one session on WebGPU: --probe-session shared', () => {
   it("serves scoring and probes from one session, with the separate sessions' bits", async () => {
     const fx = makeFixture(WIDE);
     const { file } = convertToGguf(fx, path.join(fx.dir, 'model-shared.gguf'), { dtype: 'Q4_K', typeOf: q4km });

@@ -111,7 +111,8 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
 
   // Each host value a device kernel reads is a staging buffer made and copied on every run,
   // the costliest node of a decode step on the host (index-feeds.ts). The scoring graph's
-  // index feeds (ids, positions, slots, rows) go up as one; its past comes as device tensors.
+  // index feeds (ids, positions, slots, rows) go up as one; its past and its weights
+  // (`device/…`, graph/device-weights.ts) come as device tensors.
   it.each(Object.keys(FAMILY_FIXTURES))('%s: the scoring graph takes one upload a pass, its index feeds, and no other host value reaches a device kernel', async (family) => {
     const fx = makeFixture(FAMILY_FIXTURES[family]!);
     const { model, options } = graphFor(fx, 'webgpu', 'float32', false);
@@ -119,7 +120,7 @@ maybe('WebGPU placements (onnxruntime verbose log, software GPU)', () => {
     // A mixture of experts reads its routing back (above) and sends each expert's rows up.
     const moe = readModelConfig(fx.dir).moe !== undefined;
     const routing = (u: { name: string }) => moe && /\/mlp\/(experts\.\d+\/|expert_\d+_rows)/.test(u.name);
-    expect(placed.uploads!.filter((u) => !/^(past|recent)\.\d+\./.test(u.name) && !routing(u))).toEqual([{ op: 'input', name: 'index_feeds' }]);
+    expect(placed.uploads!.filter((u) => !/^(past|recent)\.\d+\.|^device\//.test(u.name) && !routing(u))).toEqual([{ op: 'input', name: 'index_feeds' }]);
     if (moe) expect(placed.uploads!.filter(routing).length).toBeGreaterThan(0);
     // What stays on the CPU otherwise is the shapes and the slot count made of the size.*
     // inputs (a Range's limit), host values all.

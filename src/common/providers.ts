@@ -82,6 +82,10 @@ export interface ProviderProfile {
    * graph without the probe tap, whose nodes each cost a dispatch. Else one graph serves
    * both, and the weights are prepacked once. */
   separateProbeSession: boolean;
+  /** The weights go to the device once, at load, by graphs of their own, and every session
+   * of the model reads those device tensors as inputs (graph/device-weights.ts): onnxruntime
+   * gives each session its own copy of its initializers. */
+  deviceWeights: boolean;
   /** A pass's query and key slots are rounded up to a multiple of this: WebGPU's MatMul sums
    * in fours along a dimension that is a multiple of four, one by one otherwise. */
   slotAlignment: number;
@@ -206,6 +210,7 @@ export const PROVIDERS = {
     quantizedMinRows: 2,
     kvOnDevice: false,
     separateProbeSession: false,
+    deviceWeights: false,
     slotAlignment: 1,
     checkPlacements: false,
     sharedDeviceLock: false,
@@ -259,6 +264,7 @@ export const PROVIDERS = {
     quantizedMinRows: 4,
     kvOnDevice: true,
     separateProbeSession: true,
+    deviceWeights: true,
     slotAlignment: 4,
     checkPlacements: true,
     sharedDeviceLock: true,
@@ -291,6 +297,7 @@ export const PROVIDERS = {
     quantizedMinRows: 4,
     kvOnDevice: false,
     separateProbeSession: false,
+    deviceWeights: false,
     slotAlignment: 1,
     checkPlacements: false,
     sharedDeviceLock: false,

@@ -12,7 +12,7 @@ import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, withCpuArena, type DeviceOptions, type ResolvedDevice } from './device.js';
 import { memoryRefusal, passLimits, planMemory, quantizedAtLoad, type MemoryPlan, type PassLimits } from './memory.js';
-import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
+import { deviceKv, sessionOptions, sessionWeights, uploadOptions } from './session-options.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
 import { CheckpointError, DeviceError, InvalidArgumentError } from '../common/errors.js';
@@ -179,11 +179,15 @@ export class Engine {
     const files = new WeightFiles(opened.files);
     let mapped: string[] | undefined;
     try {
+      // With device weights the graph reads none itself: they go up after the session that
+      // keeps the device's context is made (graph/device-weights.ts).
+      const weights = sessionWeights(graph, files, ckpt.weightsDir);
       ({ mapped } = await host.create(SESSION, graph.model, runOptions, {
         keyLayout: graph.keyLayout,
         indexFeeds: graph.indexFeeds,
-        weights: sessionWeights(graph, files, ckpt.weightsDir),
+        ...(!graph.uploads && { weights }),
       }));
+      if (graph.uploads) ({ mapped } = await host.upload(graph.uploads, uploadOptions(device, runOptions), weights));
     } catch (e) {
       await host.close();
       await failed(e as Error);
@@ -237,17 +241,17 @@ export class Engine {
   private sessionFor(probing: boolean): Promise<string> {
     if (!probing || !this.probeGraph) return Promise.resolve(SESSION);
     if (this.probeCreated) return this.probeCreated;
-    // A session made from a file changed since the load would not be the model's.
-    const changed = this.weights.files.changed();
+    const graph = this.probeGraph.build();
+    // A session made from a file changed since the load would not be the model's; with
+    // device weights it reads the ones on the device, and no file.
+    const changed = !graph.uploads && this.weights.files.changed();
     if (changed)
       return Promise.reject(new CheckpointError(`${changed.file}: the weights file was ${changed.change} since the model was loaded`));
-    const graph = this.probeGraph.build();
-    const weights = sessionWeights(graph, this.weights.files, this.weights.dir);
     this.probeCreated = this.host
       .create(PROBE_SESSION, graph.model, sessionOptions(graph.weightsDir, this.device, this.config.numLayers), {
         keyLayout: graph.keyLayout,
         indexFeeds: graph.indexFeeds,
-        weights,
+        ...(!graph.uploads && { weights: sessionWeights(graph, this.weights.files, this.weights.dir) }),
       })
       .then(
         () => PROBE_SESSION,
@@ -281,6 +285,12 @@ export class Engine {
   /** Tensors the session thread holds for kept KV (on a GPU: device buffers). */
   keptTensors(): Promise<number> {
     return this.host.keptTensors();
+  }
+
+  /** The weights on the device that every session of the model reads (a provider with
+   * `deviceWeights`; none elsewhere): tensors and bytes. */
+  deviceWeights(): Promise<{ tensors: number; bytes: number }> {
+    return this.host.deviceWeights();
   }
 
   /** KV bytes copied into layouts so far (what a past read where it lies saves). */
@@ -446,46 +456,6 @@ export class Engine {
 }
 
 const bytesOf = (ts: Iterable<HostTensor>) => [...ts].reduce((n, t) => n + t.data.byteLength, 0);
-
-/** The weights files a session is made from, and the weights it holds in memory of its own. */
-function sessionWeights(graph: DecoderGraph, files: WeightFiles, dir: string) {
-  return { dir, files: [...files.files], ...(graph.heldWeights && { held: graph.heldWeights }) };
-}
-
-/** onnxruntime session options: the device's, and where external weights live. With KV on
- * the device the new keys and values stay in device buffers (the next pass reads them
- * there) and everything else comes back to the host. */
-function sessionOptions(weightsDir: string, device: ResolvedDevice, layers: number): Record<string, unknown> {
-  const options: Record<string, unknown> = {
-    ...device.sessionOptions,
-    extra: {
-      session: { model_external_initializers_file_folder_path: weightsDir },
-      // A weight widened at load is one constant folded: onnxruntime skips folding any
-      // output over 1 GiB (a guard against hostile models) and would widen such a weight
-      // every pass instead (a 128k-vocabulary embedding of width 2304 in BF16: 2.3 s a pass
-      // against 0.2 for its F32 twin). The memory plan counts every widened weight, so the
-      // guard is off ("0": no limit); a plan that keeps weights as stored folds none.
-      optimization: { constant_folding_max_output_size_in_bytes: '0' },
-    },
-  };
-  if (device.profile.kvOnDevice) {
-    const kv = Array.from({ length: layers }, (_, i) => [`new.${i}.key`, `new.${i}.value`, `full.${i}.key`, `full.${i}.value`]).flat();
-    options.preferredOutputLocation = Object.fromEntries(kv.map((name) => [name, 'gpu-buffer']));
-  }
-  return options;
-}
-
-/** The layout graphs the session thread runs to lay out kept KV on the device (kv-layout.ts). */
-function deviceKv(config: ModelConfig, device: ResolvedDevice) {
-  const shape = { tensors: 2 * config.numLayers, kvHeads: config.numKvHeads, headDim: config.headDim, dtype: device.dtype };
-  return {
-    layouts: layoutBuckets().map((sources) => ({ sources, model: buildKvLayoutGraph(shape, sources) })),
-    kvHeads: config.numKvHeads,
-    headDim: config.headDim,
-    type: kvDType(device.dtype),
-    options: device.sessionOptions,
-  };
-}
 
 /** A session that could not be made: on a provider with advice to give (WebGPU: most often
  * no Vulkan adapter, no loader or driver on the host), a DeviceError with it; else the

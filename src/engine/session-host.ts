@@ -14,6 +14,7 @@ import type { IndexFeedPlan } from '../graph/index-feeds.js';
 import type {
   CreatedSession,
   DeviceKv,
+  DeviceWeightsHeld,
   KeyLayoutKind,
   KvPiece,
   RunRequest,
@@ -98,6 +99,22 @@ export class SessionHost {
     reads: { keyLayout: KeyLayoutKind; indexFeeds?: IndexFeedPlan; weights?: SessionWeights },
   ): Promise<CreatedSession> {
     return this.call({ op: 'create', name, model, options, ...reads });
+  }
+
+  /** Put the model's weights on the device once (graph/device-weights.ts), after the
+   * model's session is made; answers what the device holds, and which weights files are
+   * still mapped. */
+  upload(
+    uploads: { model: Uint8Array; outputs: string[] }[],
+    how: Pick<Extract<SessionMessage, { op: 'upload' }>, 'options' | 'carriers'>,
+    weights: SessionWeights,
+  ): Promise<CreatedSession & DeviceWeightsHeld> {
+    return this.call({ op: 'upload', uploads, ...how, weights });
+  }
+
+  /** The weights the device holds for every session of the model. */
+  deviceWeights(): Promise<DeviceWeightsHeld> {
+    return this.call({ op: 'deviceWeights' });
   }
 
   run(run: RunRequest): Promise<RunResult> {

@@ -16,6 +16,15 @@ import { ONNX_DTYPE, ONNX_DTYPE_LABEL, f32ToF16, type DTypeName } from '../commo
 import { PROVIDERS, type ProviderKind, type ProviderProfile } from '../common/providers.js';
 import { INDEX_FEEDS, INDEX_FEED_SIZES, sizeInput, type IndexFeed, type IndexFeedPlan } from './index-feeds.js';
 import { holdMappedWeights, type DerivedWeight, type HeldWeights } from './held-weights.js';
+import { splitDeviceWeights, type WeightValue } from './device-weights.js';
+
+/** A graph that uploads weights to the device once (graph/device-weights.ts): its outputs,
+ * named as the model graph's inputs, and their bytes. */
+export interface DeviceUpload {
+  model: Uint8Array;
+  outputs: string[];
+  bytes: number;
+}
 
 const { onnx } = onnxProto;
 /** A float attribute that happens to be a whole number (alpha=1.0) must say so. */
@@ -352,22 +361,28 @@ export class OnnxGraph {
    * tries opset 23's Attention — + com.microsoft). */
   encode(graphName: string, opset = 21): Uint8Array {
     this.emitIndexFeeds();
-    const model = onnx.ModelProto.create({
-      irVersion: 10,
-      producerName: 'ctxprobe',
-      opsetImport: [
-        { domain: '', version: opset },
-        { domain: 'com.microsoft', version: 1 },
-      ],
-      graph: onnx.GraphProto.create({
-        name: graphName,
-        node: this.nodes,
-        initializer: this.initializers,
-        input: this.inputs,
-        output: this.outputs,
-      }),
+    return encodeModel(graphName, opset, this.nodes, this.initializers, this.inputs, this.outputs);
+  }
+
+  /** Serialise with the weights as inputs, and the graphs that upload them to the device
+   * once (graph/device-weights.ts); as `encode`, and no uploads, where no node reads one. */
+  encodeWithDeviceWeights(graphName: string, opset = 21): { model: Uint8Array; uploads: DeviceUpload[] } {
+    this.emitIndexFeeds();
+    const split = splitDeviceWeights(this.nodes, this.initializers, this.externals, new Set(this.outputs.map((o) => o.name)));
+    if (!split) return { model: this.encode(graphName, opset), uploads: [] };
+    const info = (v: WeightValue) => valueInfoOfType(v.name, v.elemType, v.dims);
+    const model = encodeModel(graphName, opset, split.nodes, split.initializers, [...this.inputs, ...split.inputs.map(info)], this.outputs);
+    const uploads = split.groups.map((group, k) => {
+      const names = group.outputs.map(({ value, as }, i) =>
+        onnx.NodeProto.create({ name: `/upload/output_${i}`, opType: 'Identity', input: [value], output: [as.name] }),
+      );
+      return {
+        model: encodeModel(`${graphName}/upload_${k}`, opset, [...group.nodes, ...names], group.initializers, [], group.outputs.map(({ as }) => info(as))),
+        outputs: group.outputs.map(({ as }) => as.name),
+        bytes: group.bytes,
+      };
     });
-    return onnx.ModelProto.encode(model).finish();
+    return { model, uploads };
   }
 
   get nodeCount(): number {
@@ -375,16 +390,55 @@ export class OnnxGraph {
   }
 }
 
+/** The graphs that copy a device tensor `x` of each element type weights come in into `y`,
+ * a tensor of their session's (graph/device-weights.ts), by onnxruntime's name for the type. */
+export function carrierGraphs(): Record<string, Uint8Array> {
+  const types = ['float32', 'float16', 'int32', 'int64', 'uint8'] as const;
+  return Object.fromEntries(
+    types.map((t) => [
+      t,
+      encodeModel(`ctxprobe/carrier/${t}`, 21, [onnx.NodeProto.create({ name: '/carry', opType: 'Identity', input: ['x'], output: ['y'] })], [], [valueInfoOfType('x', ONNX_DTYPE[t])], [valueInfoOfType('y', ONNX_DTYPE[t])]),
+    ]),
+  );
+}
+
 function valueInfo(name: string, dtype: DTypeName, dims: (number | string)[]) {
+  return valueInfoOfType(name, ONNX_DTYPE[dtype], dims);
+}
+
+/** A value's declaration by ONNX element type; without `dims`, of any shape. */
+function valueInfoOfType(name: string, elemType: number, dims?: (number | string)[]) {
   return onnx.ValueInfoProto.create({
     name,
     type: {
       tensorType: {
-        elemType: ONNX_DTYPE[dtype],
-        shape: { dim: dims.map((d) => (typeof d === 'number' ? { dimValue: d } : { dimParam: d })) },
+        elemType,
+        ...(dims && { shape: { dim: dims.map((d) => (typeof d === 'number' ? { dimValue: d } : { dimParam: d })) } }),
       },
     },
   });
+}
+
+type Proto<K extends keyof typeof onnx> = (typeof onnx)[K] extends abstract new (...args: never[]) => infer T ? T : never;
+
+function encodeModel(
+  graphName: string,
+  opset: number,
+  node: Proto<'NodeProto'>[],
+  initializer: Proto<'TensorProto'>[],
+  input: Proto<'ValueInfoProto'>[],
+  output: Proto<'ValueInfoProto'>[],
+): Uint8Array {
+  const model = onnx.ModelProto.create({
+    irVersion: 10,
+    producerName: 'ctxprobe',
+    opsetImport: [
+      { domain: '', version: opset },
+      { domain: 'com.microsoft', version: 1 },
+    ],
+    graph: onnx.GraphProto.create({ name: graphName, node, initializer, input, output }),
+  });
+  return onnx.ModelProto.encode(model).finish();
 }
 
 function makeAttr(name: string, value: AttrValue) {

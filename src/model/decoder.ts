@@ -39,6 +39,7 @@
 //   past per pass (measured at a 1900-token past, batch 1: 46 → 30 ms a pass).
 import type { IndexFeedPlan } from '../graph/index-feeds.js';
 import { HELD_WEIGHTS_ROOT, type HeldWeights } from '../graph/held-weights.js';
+import type { DeviceUpload } from '../graph/onnx-graph.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import type { ProviderKind } from '../common/providers.js';
 import { unreachable } from '../common/unreachable.js';
@@ -64,6 +65,9 @@ export interface DecoderGraph {
   keyLayout: Layout['kind'];
   /** The graph widens stored weights each pass: it reads `weights_keep_shape` ([0, 0]). */
   keepsWeightsAsStored: boolean;
+  /** With device weights (providers.ts `deviceWeights`): the graphs that put the weights on
+   * the device once, which `model` reads as inputs (graph/device-weights.ts). */
+  uploads?: DeviceUpload[];
   /** With `heldWeightsFile`: the weights the session thread copies there at load, read from
    * that private copy (graph/held-weights.ts); every file is then named from the root. */
   heldWeights?: HeldWeights;
@@ -94,9 +98,11 @@ export function buildDecoderGraph(
   if (quantize) b.quantizeAtLoad = quantize;
   b.build();
   const heldWeights = heldWeightsFile ? b.g.holdMappedWeights({ file: heldWeightsFile, weightsDir: weights.weightsDir }) : undefined;
-  const model = b.g.encode(`ctxprobe/${config.modelType}`);
+  const graphName = `ctxprobe/${config.modelType}`;
+  const { model, uploads } = b.g.provider.deviceWeights ? b.g.encodeWithDeviceWeights(graphName) : { model: b.g.encode(graphName), uploads: [] };
   return {
     model,
+    ...(uploads.length > 0 && { uploads }),
     weightsDir: heldWeights ? HELD_WEIGHTS_ROOT : weights.weightsDir,
     nodeCount: b.g.nodeCount,
     indexFeeds: b.g.indexFeedPlan,

@@ -25,6 +25,10 @@ async function handle(msg: SessionMessage): Promise<unknown> {
   switch (msg.op) {
     case 'create':
       return passes.create(msg);
+    case 'upload':
+      return passes.upload(msg);
+    case 'deviceWeights':
+      return passes.deviceWeights;
     case 'run':
       return passes.run(msg.run);
     case 'gather':

@@ -8,13 +8,15 @@ import { slotsOf, type KvStore, type KvTensor } from './kv-store.js';
 import type { KvGather } from './gather.js';
 import type { KvLayouts } from './layouts.js';
 import { mappedFiles, writeHeldWeights } from '../../checkpoint/weight-files.js';
-import type { CreatedSession, HostTensor, KeyLayoutKind, RunRequest, RunResult, SessionMessage } from './protocol.js';
+import type { CreatedSession, DeviceWeightsHeld, HostTensor, KeyLayoutKind, RunRequest, RunResult, SessionMessage } from './protocol.js';
 
 interface ModelSession {
   session: ort.InferenceSession;
   keyLayout: KeyLayoutKind;
   /** Set when the graph takes its index feeds as one input (graph/index-feeds.ts). */
   indexFeeds?: IndexFeedPlan;
+  /** Its inputs that are device weights (known at its first run). */
+  weightInputs?: string[];
 }
 
 const tensor = (t: HostTensor) => new ort.Tensor(t.type, t.data, t.dims);
@@ -23,6 +25,7 @@ const plain = (t: ort.Tensor): HostTensor => ({
   dims: [...t.dims],
   data: (t.data as HostTensor['data']).slice(),
 });
+const ELEMENT_BYTES: Partial<Record<ort.Tensor.Type, number>> = { float32: 4, float16: 2, int32: 4, uint32: 4, int64: 8, uint8: 1, int8: 1 };
 const hostBytes = (ts: ort.Tensor[]) => ts.reduce((n, t) => n + (t.location === 'cpu' ? (t.data as ArrayBufferView).byteLength : 0), 0);
 
 // onnxruntime caches a memory pattern per set of input shapes, keyed by an XOR of every
@@ -70,6 +73,10 @@ function keySourceFeeds(
 
 export class SessionPasses {
   private readonly sessions = new Map<string, ModelSession>();
+  /** The model's weights on the device, by the name its graphs read them as (`upload`). */
+  private readonly weights = new Map<string, ort.Tensor>();
+  /** The sessions that carried them up, by element type: their allocator holds them. */
+  private readonly carriers = new Map<string, ort.InferenceSession>();
 
   constructor(
     private readonly store: KvStore,
@@ -95,12 +102,64 @@ export class SessionPasses {
     return mapped ? { mapped } : {};
   }
 
+  /** Put the model's weights on the device once, for every session to read (graph/
+   * device-weights.ts). Each upload graph is made a session, which folds its nodes on the
+   * CPU as it is made (the values onnxruntime folded at load before: the same bits), and
+   * run with its outputs on the device; a carrier session of each output's element type
+   * copies it there into a tensor of its own, and the upload's are freed with its session —
+   * one group at a time, so the load holds one group twice at most. A device tensor lives
+   * on the allocator of the session that made it (measured on lavapipe: one freed after its
+   * session was released ends the process), so the carriers live as long as the weights.
+   * The held weights are written first and unlinked after. */
+  async upload(msg: Extract<SessionMessage, { op: 'upload' }>): Promise<CreatedSession & DeviceWeightsHeld> {
+    const held = msg.weights?.held;
+    try {
+      if (held) writeHeldWeights(msg.weights!.dir, held);
+      for (const upload of msg.uploads) {
+        const session = await ort.InferenceSession.create(upload.model, { ...msg.options, preferredOutputLocation: 'gpu-buffer' });
+        try {
+          const out = await session.run({});
+          for (const name of upload.outputs) {
+            this.weights.set(name, await this.carry(out[name]!, msg));
+            out[name]!.dispose();
+          }
+        } finally {
+          await session.release();
+        }
+      }
+    } finally {
+      if (held) fs.rmSync(held.file, { force: true });
+    }
+    const mapped = msg.weights && mappedFiles(msg.weights.files);
+    return { ...(mapped && { mapped }), ...this.deviceWeights };
+  }
+
+  /** A device tensor copied into one of the carrier session of its element type. */
+  private async carry(t: ort.Tensor, msg: Extract<SessionMessage, { op: 'upload' }>): Promise<ort.Tensor> {
+    let carrier = this.carriers.get(t.type);
+    if (!carrier) {
+      const model = msg.carriers[t.type];
+      if (!model) throw new Error(`no carrier for ${t.type} weights`);
+      carrier = await ort.InferenceSession.create(model, { ...msg.options, preferredOutputLocation: 'gpu-buffer' });
+      this.carriers.set(t.type, carrier);
+    }
+    return (await carrier.run({ x: t })).y!;
+  }
+
+  get deviceWeights(): DeviceWeightsHeld {
+    let bytes = 0;
+    for (const t of this.weights.values()) bytes += t.dims.reduce((n, d) => n * d, 1) * (ELEMENT_BYTES[t.type] ?? 4);
+    return { tensors: this.weights.size, bytes };
+  }
+
   async run(r: RunRequest): Promise<RunResult> {
     const model = this.sessions.get(r.session);
     if (!model) throw new Error(`no session ${r.session}`);
     const { session } = model;
     const feeds: Record<string, ort.Tensor> = {};
     for (const [k, v] of Object.entries(r.feeds)) feeds[k] = tensor(v);
+    model.weightInputs ??= session.inputNames.filter((name) => this.weights.has(name));
+    for (const name of model.weightInputs) feeds[name] = this.weights.get(name)!;
     const { past, recent, rows } = await this.pastFeeds(r);
     // The pass holds what it reads until it ends: a past laid out for it is freed then unless
     // its present keeps it, and a kept past dropped meanwhile stays until the pass is done.
@@ -150,6 +209,11 @@ export class SessionPasses {
   }
 
   async release(): Promise<void> {
+    // Before the sessions: the last one released takes the device's context with it.
+    for (const t of this.weights.values()) t.dispose();
+    this.weights.clear();
+    for (const carrier of this.carriers.values()) await carrier.release();
+    this.carriers.clear();
     for (const { session } of this.sessions.values()) {
       // A profiled session writes its profile here (a no-op for the others).
       session.endProfiling();

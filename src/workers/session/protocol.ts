@@ -90,6 +90,12 @@ export interface CreatedSession {
   mapped?: string[];
 }
 
+/** The weights on the device that every session reads (graph/device-weights.ts). */
+export interface DeviceWeightsHeld {
+  tensors: number;
+  bytes: number;
+}
+
 /** What the host asks, and what each answers. */
 export type SessionMessage =
   | {
@@ -101,6 +107,16 @@ export type SessionMessage =
       indexFeeds?: IndexFeedPlan;
       weights?: SessionWeights;
     }
+  | {
+      op: 'upload';
+      uploads: { model: Uint8Array; outputs: string[] }[];
+      /** The upload and carrier sessions': the model's device and folding settings. */
+      options: ort.InferenceSession.SessionOptions;
+      /** One graph per element type that copies a device tensor `x` into `y`. */
+      carriers: Record<string, Uint8Array>;
+      weights?: SessionWeights;
+    }
+  | { op: 'deviceWeights' }
   | { op: 'run'; run: RunRequest }
   | { op: 'gather'; rows: KvPiece[][]; length: number }
   | { op: 'gatherEach'; layouts: { rows: KvPiece[][]; length: number }[] }

@@ -1,0 +1,54 @@
+// Weights on the device (WebGPU, lavapipe: the device's memory is the process's, so RSS
+// shows it): prints figures, asserts nothing. In a fresh process with glibc's mmap threshold
+// fixed (as `npm start` runs the server), a float32 model of about 600 MiB: peak RSS during
+// the load, RSS after it, after a scoring pass, after the first probe (which makes the probe
+// session), and what the session thread says it holds on the device. Run it at two commits
+// to compare (`deviceWeights` is printed where the engine has it).
+//   npx tsx bench/device-weights.ts
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Engine } from '../src/engine/engine.js';
+import { Scorer } from '../src/core/scorer.js';
+import { Prober } from '../src/requests/probe.js';
+import { directScoring } from '../src/requests/scoring.js';
+import { benchModelDir, randomIds } from './model.js';
+
+const SPEC = { hidden: 1024, layers: 10, heads: 16, kvHeads: 4, intermediate: 4096, vocabSize: 32000, tied: false } as const;
+const status = (key: string) => Number(new RegExp(`${key}:\\s+(\\d+) kB`).exec(fs.readFileSync('/proc/self/status', 'utf8'))![1]) / 1024;
+const settle = () => new Promise((r) => setTimeout(r, 1500));
+
+if (process.argv[2] === '--child') {
+  const dir = benchModelDir(SPEC, 'ctxprobe-bench-device-weights');
+  const weights = fs.readdirSync(dir).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + fs.statSync(`${dir}/${f}`).size, 0) / 2 ** 20;
+  const base = status('VmRSS');
+  const t = performance.now();
+  const engine = await Engine.load(dir, { device: 'webgpu', threads: 2 });
+  const loadSeconds = (performance.now() - t) / 1000;
+  const loadPeak = status('VmHWM');
+  await settle();
+  const loaded = status('VmRSS');
+  const ids = (seed: number, n: number) => randomIds(seed, n, 32000);
+  await directScoring(new Scorer(engine, { prefixCacheBytes: 0 })).loglikelihood([{ context: ids(1, 200), continuations: [ids(2, 8)] }]);
+  await settle();
+  const scored = status('VmRSS');
+  await new Prober(engine).probe([{ chunkIds: [0, 1, 2, 3].map((r) => ({ label: `r${r}`, ids: ids(3 + r, 50) })) }]);
+  await settle();
+  const probed = status('VmRSS');
+  const device = 'deviceWeights' in engine ? await (engine as Engine).deviceWeights() : undefined;
+  console.log(JSON.stringify({ weights, base, loadSeconds, loadPeak, loaded, scored, probed, device }));
+  await engine.release();
+  process.exit(0);
+}
+
+const child = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child'], {
+  env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '1048576' },
+  encoding: 'utf8',
+});
+const line = child.stdout.split('\n').find((l) => l.startsWith('{'));
+if (!line) throw new Error(`child failed: ${child.stderr.slice(-2000)}`);
+const r = JSON.parse(line);
+const x = (v: number) => `${((v - r.base) / r.weights).toFixed(2)}x`;
+console.log(`ctxprobe device weights (WebGPU on lavapipe), float32 weights ${r.weights.toFixed(0)} MiB; RSS above the process before the load, in the weights' size`);
+console.log(`  load ${r.loadSeconds.toFixed(1)} s; peak during the load ${x(r.loadPeak)}; after it ${x(r.loaded)}; after a scoring pass ${x(r.scored)}; after the first probe ${x(r.probed)}`);
+if (r.device) console.log(`  on the device for every session: ${r.device.tensors} tensors, ${(r.device.bytes / 2 ** 20).toFixed(0)} MiB`);
