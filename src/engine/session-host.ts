@@ -105,8 +105,8 @@ export class SessionHost {
    * model's session is made; answers what the device holds, and which weights files are
    * still mapped. */
   upload(
-    uploads: { model: Uint8Array; outputs: string[] }[],
-    how: Pick<Extract<SessionMessage, { op: 'upload' }>, 'options' | 'carriers'>,
+    uploads: Extract<SessionMessage, { op: 'upload' }>['uploads'],
+    how: Pick<Extract<SessionMessage, { op: 'upload' }>, 'foldOptions' | 'options' | 'carriers'>,
     weights: SessionWeights,
   ): Promise<CreatedSession & DeviceWeightsHeld> {
     return this.call({ op: 'upload', uploads, ...how, weights });

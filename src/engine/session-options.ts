@@ -38,10 +38,14 @@ export function sessionOptions(weightsDir: string, device: ResolvedDevice, layer
   return options;
 }
 
-/** How the weights go up (graph/device-weights.ts): upload and carrier sessions on the
- * model's device, folding as the model's session would. */
+/** How the weights go up (graph/device-weights.ts): upload sessions on the CPU, folding as
+ * the model's session would (no arena: nothing is kept), carrier sessions on its device. */
 export function uploadOptions(device: ResolvedDevice, options: Record<string, unknown>) {
-  return { options: { ...device.sessionOptions, extra: options.extra } as ort.InferenceSession.SessionOptions, carriers: carrierGraphs() };
+  return {
+    foldOptions: { executionProviders: ['cpu'], enableCpuMemArena: false, extra: options.extra } as ort.InferenceSession.SessionOptions,
+    options: device.sessionOptions,
+    carriers: carrierGraphs(),
+  };
 }
 
 /** The layout graphs the session thread runs to lay out kept KV on the device (kv-layout.ts). */

@@ -10,17 +10,17 @@
 //        └───────┬─────────────┘
 //                ▼  boundary values: read by a node of the pass
 //   upload groups: small graphs, each a few weights and the nodes that make their boundary
-//   values, run once at load with every output on the device, copied by a carrier session
-//   (which owns the copies for the model's life), then released
+//   values, folded and run once at load on the CPU, then released; a carrier session per
+//   element type copies each output to the device (and owns it for the model's life)
 //                ▼
 //   the model graph: each boundary value an input named by what it is
 //   (`device/Transpose[perm=1,0](model.layers.0.mlp.down_proj.weight)`), fed from the device
 //   tensors the uploads left — the same tensors to every session.
 //
 // A group's weight nodes are the ones onnxruntime folded at load before (their inputs are
-// all constant): it folds them now in the group's session, on the CPU, so the values are
-// the same bits. Groups hold at most GROUP_BYTES each (or one value larger), so a load holds
-// the weights on the device plus about one group twice.
+// all constant, and it folds with its CPU kernels): it folds them now in the group's CPU
+// session, so the values are the same bits. Groups hold at most GROUP_BYTES each (or one value larger), so a load holds
+// the weights on the device plus about a group on the host.
 import type onnxProto from 'onnx-proto';
 
 type OnnxNode = InstanceType<typeof onnxProto.onnx.NodeProto>;
@@ -51,10 +51,9 @@ export interface SplitGraph {
   groups: UploadGroup[];
 }
 
-/** An upload group holds up to this many bytes of outputs, or one value larger: each group
- * is held twice on the device while it goes up, and the provider's buffer cache keeps some of
- * what is freed (bench/device-weights.ts, lavapipe, 830 MiB float32: the load peaked at 1.97x
- * the weights with 256 MiB groups, 1.75x with 32 MiB). */
+/** An upload group holds up to this many bytes of outputs, or one value larger: its folded
+ * values are on the host while it goes up (bench/device-weights.ts, lavapipe, 830 MiB
+ * float32: the load peaked at 1.80x the weights with 256 MiB groups, 1.74x with 32 MiB). */
 export const GROUP_BYTES = 32 * 2 ** 20;
 
 const ELEMENT_BYTES: Record<number, number> = { 1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2, 21: 1, 22: 1 };

@@ -103,29 +103,26 @@ export class SessionPasses {
   }
 
   /** Put the model's weights on the device once, for every session to read (graph/
-   * device-weights.ts). Each upload graph is made a session, which folds its nodes on the
-   * CPU as it is made (the values onnxruntime folded at load before: the same bits), and
-   * run with its outputs on the device; a carrier session of each output's element type
-   * copies it there into a tensor of its own, and the upload's are freed with its session —
-   * one group at a time, so the load holds one group twice at most. A device tensor lives
-   * on the allocator of the session that made it (measured on lavapipe: one freed after its
-   * session was released ends the process), so the carriers live as long as the weights.
-   * The held weights are written first and unlinked after. */
+   * device-weights.ts). Each upload graph is made a CPU session, which folds its nodes as it
+   * is made (as the model's session folded them before: the same bits) and is run and
+   * released; a carrier session of each output's element type copies the output up into a
+   * device tensor of its own — one group at a time. A device tensor lives on the allocator
+   * of the session that made it (measured on lavapipe: one freed after its session was
+   * released ends the process), so the carriers live as long as the weights. The held
+   * weights are written first and unlinked after. */
   async upload(msg: Extract<SessionMessage, { op: 'upload' }>): Promise<CreatedSession & DeviceWeightsHeld> {
     const held = msg.weights?.held;
     try {
       if (held) writeHeldWeights(msg.weights!.dir, held);
       for (const upload of msg.uploads) {
-        const session = await ort.InferenceSession.create(upload.model, { ...msg.options, preferredOutputLocation: 'gpu-buffer' });
+        const folding = await ort.InferenceSession.create(upload.model, msg.foldOptions);
+        let out: Record<string, ort.Tensor>;
         try {
-          const out = await session.run({});
-          for (const name of upload.outputs) {
-            this.weights.set(name, await this.carry(out[name]!, msg));
-            out[name]!.dispose();
-          }
+          out = await folding.run({});
         } finally {
-          await session.release();
+          await folding.release();
         }
+        for (const name of upload.outputs) this.weights.set(name, await this.carry(out[name]!, msg));
       }
     } finally {
       if (held) fs.rmSync(held.file, { force: true });
@@ -134,7 +131,7 @@ export class SessionPasses {
     return { ...(mapped && { mapped }), ...this.deviceWeights };
   }
 
-  /** A device tensor copied into one of the carrier session of its element type. */
+  /** A host tensor carried to the device by the carrier session of its element type. */
   private async carry(t: ort.Tensor, msg: Extract<SessionMessage, { op: 'upload' }>): Promise<ort.Tensor> {
     let carrier = this.carriers.get(t.type);
     if (!carrier) {
@@ -143,7 +140,7 @@ export class SessionPasses {
       carrier = await ort.InferenceSession.create(model, { ...msg.options, preferredOutputLocation: 'gpu-buffer' });
       this.carriers.set(t.type, carrier);
     }
-    return (await carrier.run({ x: t })).y!;
+    return (await carrier.run({ x: t })).x!;
   }
 
   get deviceWeights(): DeviceWeightsHeld {

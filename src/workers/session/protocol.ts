@@ -110,9 +110,11 @@ export type SessionMessage =
   | {
       op: 'upload';
       uploads: { model: Uint8Array; outputs: string[] }[];
-      /** The upload and carrier sessions': the model's device and folding settings. */
+      /** The upload graphs' sessions: the CPU, folding as the model's session would. */
+      foldOptions: ort.InferenceSession.SessionOptions;
+      /** The carriers' sessions: the model's device. */
       options: ort.InferenceSession.SessionOptions;
-      /** One graph per element type that copies a device tensor `x` into `y`. */
+      /** One graph per element type that carries a host tensor `x` to the device. */
       carriers: Record<string, Uint8Array>;
       weights?: SessionWeights;
     }
