@@ -19,8 +19,8 @@
 //
 // A group's weight nodes are the ones onnxruntime folded at load before (their inputs are
 // all constant, and it folds with its CPU kernels): it folds them now in the group's CPU
-// session, so the values are the same bits. Groups hold at most GROUP_BYTES each (or one value larger), so a load holds
-// the weights on the device plus about a group on the host.
+// session, so the values are the same bits. Groups hold at most GROUP_BYTES each (or one
+// value larger), so a load holds the weights on the device plus about a group on the host.
 import type onnxProto from 'onnx-proto';
 
 type OnnxNode = InstanceType<typeof onnxProto.onnx.NodeProto>;
