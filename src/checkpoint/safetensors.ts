@@ -176,7 +176,7 @@ export interface TensorData {
   data: Float32Array;
 }
 
-const CODES: Record<DTypeName, string> = { float32: 'F32', float16: 'F16', bfloat16: 'BF16', int64: 'I64', int32: 'I32', bool: 'BOOL', uint8: 'U8' };
+const CODES: Record<DTypeName, string> = { float32: 'F32', float16: 'F16', bfloat16: 'BF16', int64: 'I64', int32: 'I32', bool: 'BOOL', uint8: 'U8', uint32: 'U32' };
 
 function encodeValues(data: Float32Array, dtype: 'float32' | 'float16' | 'bfloat16'): Buffer {
   if (dtype === 'float32') return Buffer.from(data.buffer, data.byteOffset, data.byteLength);

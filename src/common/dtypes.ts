@@ -13,6 +13,7 @@ export const ONNX_DTYPE = {
   int32: onnx.TensorProto.DataType.INT32,
   bool: onnx.TensorProto.DataType.BOOL,
   uint8: onnx.TensorProto.DataType.UINT8,
+  uint32: onnx.TensorProto.DataType.UINT32,
 } as const;
 export type DTypeName = keyof typeof ONNX_DTYPE;
 
@@ -25,6 +26,7 @@ export const ONNX_DTYPE_LABEL: Record<DTypeName, string> = {
   int32: 'INT32',
   bool: 'BOOL',
   uint8: 'UINT8',
+  uint32: 'UINT32',
 };
 
 /** What matrix products run in; norms, softmax and log-softmax always run in float32. */

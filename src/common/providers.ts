@@ -96,10 +96,18 @@ export interface ProviderProfile {
    * (two threads at once break Dawn's device). */
   sharedDeviceLock: boolean;
   /** Weights narrower than the compute dtype (BF16, F16 computed in float32) can stay as
-   * stored, each widened for its product, where widened they would not fit in the host's
-   * memory (engine/memory.ts): the weights live in the host's memory, and the provider
-   * casts bfloat16. */
+   * stored, each widened for its product: where asked (`--weights-at-rest stored`), or where
+   * widened they would not fit in the host's memory (engine/memory.ts). */
   weightsAsStored: boolean;
+  /** The weights live in the host's memory, which the memory plan measures: a model that
+   * cannot fit is refused at load. Else (WebGPU) the device's memory is its own, which
+   * onnxruntime-node cannot tell; the host's is the measure only for how weights lie at rest
+   * (right where the device's memory is the host's: lavapipe, integrated GPUs). */
+  weightsInHostMemory: boolean;
+  /** The provider has a bfloat16 Cast: weights kept as stored widen by it. Else (WebGPU: no
+   * bfloat16 type) a bfloat16 matrix is read as uint32 pairs of its values and widened by a
+   * table of the 65,536 bfloat16 values (model/ops.ts), exactly. */
+  castsBfloat16: boolean;
   /** The largest weight tensor the provider's kernels take whole; a larger embedding or
    * output head is split into row blocks (their own initializers, read in place from the
    * checkpoint). WebGPU binds a tensor over the adapter's maxStorageBufferBindingSize as
@@ -215,6 +223,8 @@ export const PROVIDERS = {
     checkPlacements: false,
     sharedDeviceLock: false,
     weightsAsStored: true,
+    castsBfloat16: true,
+    weightsInHostMemory: true,
     // Measured (/proc/self/maps after session creation, 56M Llama): the embedding, used by a
     // Gather, and every norm weight stayed mapped; every FusedMatMul weight was prepacked.
     mappedWeights: {
@@ -268,7 +278,9 @@ export const PROVIDERS = {
     slotAlignment: 4,
     checkPlacements: true,
     sharedDeviceLock: true,
-    weightsAsStored: false,
+    weightsAsStored: true,
+    castsBfloat16: false,
+    weightsInHostMemory: false,
     maxTensorBytes: 2 ** 30,
     // Measured on lavapipe: no mapping of the weights file is left once the session is made.
     mappedWeights: false,
@@ -302,6 +314,8 @@ export const PROVIDERS = {
     checkPlacements: false,
     sharedDeviceLock: false,
     weightsAsStored: false,
+    castsBfloat16: true,
+    weightsInHostMemory: false,
     // Not run here (no CUDA provider): weights go to the device at load as on WebGPU; the
     // session thread reports any mapping left (Engine.weightsHeld).
     mappedWeights: false,

@@ -62,17 +62,23 @@ export interface EngineOptions extends DeviceOptions {
   quantize?: QuantizeAtLoad;
 }
 
-/** The memory plan of a model on its device: where the host's memory holds the weights
- * (the CPU), how they lie at rest or a refusal; elsewhere widened at load (WebGPU has no
- * bfloat16 type, and onnxruntime-node cannot tell a GPU's memory). */
+/** The memory plan of a model on its device: how its weights lie at rest, and where the
+ * host's memory holds them (the CPU) a refusal of a model that cannot fit; on WebGPU the
+ * host's memory only picks how they lie (onnxruntime-node cannot tell a GPU's); on CUDA
+ * widened at load. */
 function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: ResolvedDevice, options: EngineOptions): MemoryPlan {
   const limits = passLimits(device.profile, device.bufferCache, options.passLimits);
+  if (options.weightsAtRest && !device.profile.weightsAsStored)
+    throw new DeviceError(`weightsAtRest (--weights-at-rest) is a setting of devices cpu and webgpu, not ${device.kind}`);
+  const narrow = opened.stored.some((t) => (t.dtype === 'bfloat16' || t.dtype === 'float16') && t.dtype !== device.dtype);
+  if (options.weightsAtRest === 'stored' && !narrow)
+    throw new InvalidArgumentError('weightsAtRest', `stored: ${opened.name} has no weights narrower than its compute dtype (${device.dtype}) to keep as stored`);
   if (!device.profile.weightsAsStored) {
     return { atRest: 'compute', weights: 0, working: 0, need: 0, reason: `as the ${device.profile.label} graph computes them` };
   }
   const plan = planMemory(config, opened.stored, device.dtype, limits);
-  if (options.weightsAtRest) return { ...plan, atRest: options.weightsAtRest, reason: 'as asked (weightsAtRest)' };
-  if (!plan.fits) throw new DeviceError(memoryRefusal(opened.name, plan, limits));
+  if (options.weightsAtRest) return { ...plan, atRest: options.weightsAtRest, reason: `${options.weightsAtRest === 'stored' ? 'kept as stored' : 'widened at load'}, as asked (weightsAtRest)` };
+  if (!plan.fits && device.profile.weightsInHostMemory) throw new DeviceError(memoryRefusal(opened.name, plan, limits));
   return plan;
 }
 

@@ -268,7 +268,7 @@ export class OnnxGraph {
   }
 
   /** A small constant, named by its type, shape and value: one initializer per value. */
-  constant(dtype: 'float32' | 'float16' | 'int64' | 'int32', dims: number[], values: ArrayLike<number>): string {
+  constant(dtype: 'float32' | 'float16' | 'int64' | 'int32' | 'uint32', dims: number[], values: ArrayLike<number>): string {
     const list = Array.from(values);
     const shown = dims.length === 0 ? String(list[0]) : `[${list.join(', ')}]`;
     const shape = dims.length > 1 ? `${dims.join('x')}/` : '';
@@ -285,16 +285,18 @@ export class OnnxGraph {
     return this.initializer(name, dtype, dims, values);
   }
 
-  private initializer(name: string, dtype: 'float32' | 'float16' | 'int64' | 'int32', dims: number[], values: ArrayLike<number>): string {
+  private initializer(name: string, dtype: 'float32' | 'float16' | 'int64' | 'int32' | 'uint32', dims: number[], values: ArrayLike<number>): string {
     if (this.constants.has(name)) return name;
     const raw =
       dtype === 'float32'
         ? new Uint8Array((values instanceof Float32Array ? values : Float32Array.from(values)).buffer.slice(0))
         : dtype === 'float16'
           ? new Uint8Array(Uint16Array.from(Array.from(values), (v) => f32ToF16(v)).buffer)
-          : dtype === 'int32'
-            ? new Uint8Array(Int32Array.from(Array.from(values)).buffer)
-            : new Uint8Array(BigInt64Array.from(Array.from(values), (v) => BigInt(v)).buffer);
+          : dtype === 'uint32'
+            ? new Uint8Array(Uint32Array.from(Array.from(values)).buffer)
+            : dtype === 'int32'
+              ? new Uint8Array(Int32Array.from(Array.from(values)).buffer)
+              : new Uint8Array(BigInt64Array.from(Array.from(values), (v) => BigInt(v)).buffer);
     this.initializers.push(onnx.TensorProto.create({ name, dataType: ONNX_DTYPE[dtype], dims, rawData: raw }));
     this.constants.add(name);
     return name;
@@ -394,7 +396,7 @@ export class OnnxGraph {
  * device (graph/device-weights.ts), by onnxruntime's name for the type: no node, the input
  * is the output, so onnxruntime copies the feed once, into the output's device buffer. */
 export function carrierGraphs(): Record<string, Uint8Array> {
-  const types = ['float32', 'float16', 'int32', 'int64', 'uint8'] as const;
+  const types = ['float32', 'float16', 'int32', 'int64', 'uint8', 'uint32'] as const;
   return Object.fromEntries(
     types.map((t) => [t, encodeModel(`ctxprobe/carrier/${t}`, 21, [], [], [valueInfoOfType('x', ONNX_DTYPE[t])], [valueInfoOfType('x', ONNX_DTYPE[t])])]),
   );

@@ -13,6 +13,7 @@ const ELEMENT: Record<number, string> = {
   9: 'bool',
   10: 'float16',
   11: 'double',
+  12: 'uint32',
   16: 'bfloat16',
 };
 const BOOL_OUT = new Set(['Equal', 'Less', 'LessOrEqual', 'Greater', 'GreaterOrEqual', 'And', 'Not']);

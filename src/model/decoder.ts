@@ -222,14 +222,14 @@ class DecoderBuilder extends AttentionOps {
 
   private embedRows(inputIds: string): string {
     const { g, c } = this;
-    const shape = [c.vocabSize, c.hiddenSize];
     const quantized = this.quantizedParts(this.spec.embed, [c.vocabSize, c.hiddenSize], 'rows');
     if (quantized) return g.scope('embed_tokens', () => quantizedRows(g, inputIds, quantized));
-    const stored = this.atRest === 'stored' ? this.storedWeight(this.spec.embed, shape) : undefined;
-    if (stored && stored.dtype !== this.dt) {
-      const rows = g.node('Gather', [stored.init, inputIds], { name: 'embed_tokens', attrs: { axis: 0 } });
-      return g.cast(rows, this.dt, stored.dtype, 'embed_rows_cast');
-    }
+    // Kept as stored: the rows gathered as stored, then widened.
+    const kept = this.keptTable(this.spec.embed, [c.vocabSize, c.hiddenSize]);
+    if (kept)
+      return g.scope('embed_tokens', () =>
+        kept.widen(kept.blocks.length === 1 ? g.node('Gather', [kept.blocks[0]!.value, inputIds], { name: 'rows_as_stored', attrs: { axis: 0 } }) : this.blockGather(kept.blocks, inputIds)),
+      );
     const blocks = this.weightRows(this.spec.embed, [c.vocabSize, c.hiddenSize]);
     if (blocks.length === 1) return g.node('Gather', [blocks[0]!.value, inputIds], { name: 'embed_tokens', attrs: { axis: 0 } });
     return g.scope('embed_tokens', () => this.blockGather(blocks, inputIds));

@@ -36,6 +36,11 @@ export const KEEP_SHAPE = 'weights_keep_shape';
 
 const BYTES_OF: Partial<Record<DTypeName, number>> = { float32: 4, float16: 2, bfloat16: 2 };
 
+/** Every bfloat16 value as float32, by its 16 bits (made on first use). */
+let bfloat16Values: Float32Array | undefined;
+const BFLOAT16_VALUES = () =>
+  (bfloat16Values ??= new Float32Array(Uint32Array.from({ length: 65536 }, (_, i) => i * 65536).buffer));
+
 export class ModelOps {
   readonly g: GraphBuilder;
   protected readonly spec: ModelConfig['spec'];
@@ -184,11 +189,81 @@ export class ModelOps {
     const key = `${name}:${as}`;
     const known = this.weights.get(key);
     if (known) return known;
-    const { init, dtype } = this.storedWeight(name, shape);
-    const kept = this.atRest === 'stored' && shape.length === 2 && dtype !== as;
-    const value = this.g.cast(kept ? this.unfolded(init) : init, as, dtype, 'weight_cast');
+    const stored = this.source.get(this.storedName(name), shape);
+    const kept = this.atRest === 'stored' && shape.length === 2 && stored.dtype !== as;
+    let value: string;
+    if (kept && this.asPairs(stored.dtype)) {
+      value = this.widenPairs(this.unfolded(this.storedPairs(name, shape)), shape[1]!, as);
+    } else {
+      const { init, dtype } = this.storedWeight(name, shape);
+      value = this.g.cast(kept ? this.unfolded(init) : init, as, dtype, 'weight_cast');
+    }
     this.weights.set(key, value);
     return value;
+  }
+
+  /** A [rows, width] table kept as stored, for its rows to be gathered as stored and then
+   * widened to `as`: its initializers (in row blocks where the stored table is larger than
+   * the provider's kernels take) and the widening; undefined where it is not kept as stored. */
+  protected keptTable(name: string, shape: [number, number], as: DTypeName = this.dt): { blocks: { value: string; start: number; end: number }[]; widen: (rows: string) => string } | undefined {
+    if (this.atRest !== 'stored') return undefined;
+    const { g } = this;
+    const stored = this.source.get(this.storedName(name), shape);
+    if (stored.dtype === as || stored.quantized) return undefined;
+    const [rows, width] = shape;
+    if (!this.asPairs(stored.dtype))
+      return { blocks: [{ value: this.storedWeight(name, shape).init, start: 0, end: rows }], widen: (x) => g.cast(x, as, stored.dtype, 'rows_cast') };
+    const limit = g.provider.maxTensorBytes;
+    const per = limit === undefined || stored.length <= limit ? rows : Math.max(1, Math.floor(limit / (stored.length / rows)));
+    const blocks = [];
+    for (let start = 0; start < rows; start += per) {
+      const end = Math.min(rows, start + per);
+      blocks.push({ value: this.storedPairs(name, shape, per === rows ? undefined : { start, end }), start, end });
+    }
+    return { blocks, widen: (x) => this.widenPairs(x, width, as, 3) };
+  }
+
+  /** Whether bfloat16 weights kept as stored are read as pairs (`storedPairs`): on a provider
+   * without a bfloat16 type (WebGPU). */
+  private asPairs(dtype: DTypeName): boolean {
+    return dtype === 'bfloat16' && !this.g.provider.castsBfloat16;
+  }
+
+  /** A bfloat16 [rows, width] matrix as uint32 [rows, width / 2], the same bytes: each
+   * element two weights, the even column's in its low half (little-endian). Made once. */
+  private storedPairs(name: string, shape: number[], rows?: { start: number; end: number }): string {
+    const key = rows ? `${name}:pairs.${rows.start}.${rows.end}` : `${name}:pairs`;
+    const known = this.weights.get(key);
+    if (known) return known;
+    const stored = this.source.get(this.storedName(name), shape);
+    const [total, width] = shape as [number, number];
+    if (width % 2 !== 0)
+      throw new CheckpointError(`${name}: a bfloat16 matrix of odd width ${width} cannot be kept as stored on this device (it reads the weights in pairs): use --weights-at-rest compute`);
+    const rowBytes = stored.length / total;
+    const [start, end] = rows ? [rows.start, rows.end] : [0, total];
+    const pairs = { ...stored, dtype: 'uint32' as const, shape: [end - start, width / 2], offset: stored.offset + start * rowBytes, length: (end - start) * rowBytes };
+    const init = rows ? this.g.external(`${name}.pairs.${start}.${end}`, pairs) : this.stored(name, pairs);
+    this.weights.set(key, init);
+    return init;
+  }
+
+  // bfloat16 weights in pairs (storedPairs) as float32, exactly: each half's 16 bits index
+  // a table of the 65,536 bfloat16 values (a bfloat16 is the high half of its float32).
+  //   pairs ─Div(65536)──────────► high halves ─Cast(int32)─Gather(values)─► odd columns ─┐
+  //   pairs ─Sub(high × 65536)───► low halves ──Cast(int32)─Gather(values)─► even columns ┴Concat(pairs)─Reshape─►
+  private widenPairs(pairs: string, width: number, as: DTypeName, rank = 2): string {
+    const { g } = this;
+    return g.scope('widened', () => {
+      const values = g.namedConstant('/model/constants/bfloat16_values', 'float32', [65536], BFLOAT16_VALUES());
+      const half = g.constant('uint32', [], [65536]);
+      const high = g.node('Div', [pairs, half], { name: 'high' });
+      const low = g.node('Sub', [pairs, g.node('Mul', [high, half], { name: 'high_shifted' })], { name: 'low' });
+      const column = (h: string, name: string) =>
+        g.node('Unsqueeze', [g.node('Gather', [values, g.cast(h, 'int32', 'uint32', `${name}_index`)], { name, attrs: { axis: 0 } }), g.ints([-1])], { name: `${name}_pair` });
+      const both = g.node('Concat', [column(low, 'even'), column(high, 'odd')], { name: 'pairs', attrs: { axis: -1 } });
+      const shape = [...Array.from({ length: rank - 1 }, () => 0), width];
+      return g.cast(g.node('Reshape', [both, g.ints(shape)], { name: 'columns' }), as, 'float32', 'weight_cast');
+    });
   }
 
   /** A [rows, width] checkpoint matrix as `as`, whole, or in blocks of rows where it is
@@ -209,8 +284,13 @@ export class ModelOps {
       const key = `${name}:rows.${start}:${as}`;
       let value = this.weights.get(key);
       if (!value) {
-        const init = this.g.external(`${name}.rows.${start}`, { ...stored, shape: [end - start, width], offset: stored.offset + start * rowBytes, length: (end - start) * rowBytes });
-        value = this.g.cast(init, as, stored.dtype, 'weight_cast');
+        const kept = this.atRest === 'stored' && stored.dtype !== as;
+        if (kept && this.asPairs(stored.dtype)) {
+          value = this.widenPairs(this.unfolded(this.storedPairs(name, shape, { start, end })), width, as);
+        } else {
+          const init = this.g.external(`${name}.rows.${start}`, { ...stored, shape: [end - start, width], offset: stored.offset + start * rowBytes, length: (end - start) * rowBytes });
+          value = this.g.cast(kept ? this.unfolded(init) : init, as, stored.dtype, 'weight_cast');
+        }
         this.weights.set(key, value);
       }
       blocks.push({ value, start, end });
