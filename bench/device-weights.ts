@@ -3,16 +3,21 @@
 // fixed (as `npm start` runs the server), a float32 model of about 600 MiB: peak RSS during
 // the load, RSS after it, after a scoring pass, after the first probe (which makes the probe
 // session), and what the session thread says it holds on the device. Run it at two commits
-// to compare (`deviceWeights` is printed where the engine has it).
+// to compare (`deviceWeights` is printed where the engine has it). Then the same shape as a
+// BF16 checkpoint, widened at load and kept as stored (`--weights-at-rest`): what the device
+// holds, RSS after the load, and a 64-token scoring pass (median of 3).
 //   npx tsx bench/device-weights.ts
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { writeSyntheticCheckpoint } from '../src/model/synthetic.js';
 import { fileURLToPath } from 'node:url';
 import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { Prober } from '../src/requests/probe.js';
 import { directScoring } from '../src/requests/scoring.js';
-import { benchModelDir, randomIds } from './model.js';
+import { BENCH_MODEL, benchModelDir, randomIds } from './model.js';
 
 const SPEC = { hidden: 1024, layers: 10, heads: 16, kvHeads: 4, intermediate: 4096, vocabSize: 32000, tied: false } as const;
 const status = (key: string) => Number(new RegExp(`${key}:\\s+(\\d+) kB`).exec(fs.readFileSync('/proc/self/status', 'utf8'))![1]) / 1024;
@@ -41,14 +46,50 @@ if (process.argv[2] === '--child') {
   process.exit(0);
 }
 
-const child = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child'], {
-  env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '1048576' },
-  encoding: 'utf8',
-});
-const line = child.stdout.split('\n').find((l) => l.startsWith('{'));
-if (!line) throw new Error(`child failed: ${child.stderr.slice(-2000)}`);
-const r = JSON.parse(line);
+const BF16_DIR = path.join(os.tmpdir(), 'ctxprobe-bench-device-weights-bf16');
+if (process.argv[2] === '--bf16') {
+  const dir = BF16_DIR;
+  const weightsAtRest = process.argv[3] as 'stored' | 'compute';
+  const base = status('VmRSS');
+  const t = performance.now();
+  const engine = await Engine.load(dir, { device: 'webgpu', threads: 2, weightsAtRest });
+  const loadSeconds = (performance.now() - t) / 1000;
+  await settle();
+  const loaded = status('VmRSS') - base;
+  const scoring = directScoring(new Scorer(engine, { prefixCacheBytes: 0, prefixSharing: false }));
+  const times: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    const s = performance.now();
+    await scoring.loglikelihood([{ context: randomIds(10 + i, 56, 32000), continuations: [randomIds(20 + i, 8, 32000)] }]);
+    if (i > 0) times.push((performance.now() - s) / 1000);
+  }
+  times.sort((a, b) => a - b);
+  console.log(JSON.stringify({ weightsAtRest, loadSeconds, loaded, pass: times[1], device: await engine.deviceWeights() }));
+  await engine.release();
+  process.exit(0);
+}
+
+const run = (args: string[]) => {
+  const child = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), ...args], {
+    env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '1048576' },
+    encoding: 'utf8',
+  });
+  const line = child.stdout.split('\n').find((l) => l.startsWith('{'));
+  if (!line) throw new Error(`child failed: ${child.stderr.slice(-2000)}`);
+  return JSON.parse(line);
+};
+benchModelDir(SPEC, 'ctxprobe-bench-device-weights');
+if (!fs.existsSync(path.join(BF16_DIR, 'model.safetensors'))) writeSyntheticCheckpoint(BF16_DIR, { ...BENCH_MODEL, ...SPEC }, { dtype: 'bfloat16' });
+const r = run(['--child']);
 const x = (v: number) => `${((v - r.base) / r.weights).toFixed(2)}x`;
 console.log(`ctxprobe device weights (WebGPU on lavapipe), float32 weights ${r.weights.toFixed(0)} MiB; RSS above the process before the load, in the weights' size`);
 console.log(`  load ${r.loadSeconds.toFixed(1)} s; peak during the load ${x(r.loadPeak)}; after it ${x(r.loaded)}; after a scoring pass ${x(r.scored)}; after the first probe ${x(r.probed)}`);
 if (r.device) console.log(`  on the device for every session: ${r.device.tensors} tensors, ${(r.device.bytes / 2 ** 20).toFixed(0)} MiB`);
+
+console.log('the same shape in BF16 (2 threads), widened at load against kept as stored:');
+for (const how of ['compute', 'stored']) {
+  const b = run(['--bf16', how]);
+  console.log(
+    `  ${how === 'stored' ? 'kept as stored  ' : 'widened at load '}: on the device ${(b.device.bytes / 2 ** 20).toFixed(0)} MiB, RSS after the load +${b.loaded.toFixed(0)} MiB, load ${b.loadSeconds.toFixed(1)} s, a 64-token pass ${(b.pass * 1000).toFixed(0)} ms`,
+  );
+}

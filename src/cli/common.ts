@@ -64,6 +64,7 @@ export interface ModelFlags {
   prefixCacheBytes?: number;
   quantizedActivations?: 'float32' | 'int8';
   quantize?: 'q8_0' | 'q4_0' | 'q4_k';
+  weightsAtRest?: 'stored' | 'compute';
 }
 
 /** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
@@ -101,7 +102,7 @@ export function withModelFlags(cmd: Command): Command {
     .addOption(
       new Option(
         '--probe-session <mode>',
-        'WebGPU: probes in a session of their own (separate, default: a second copy of the weights on the device once a probe comes) or one session for every pass (shared: one copy, every pass dispatches the probe nodes)',
+        'WebGPU: probes in a session of their own (separate, default) or one session for every pass (shared: every pass dispatches the probe nodes); either way one copy of the weights on the device',
       )
         .choices(['separate', 'shared'])
         .env('CTXPROBE_PROBE_SESSION'),
@@ -134,6 +135,14 @@ export function withModelFlags(cmd: Command): Command {
       )
         .choices(['q8_0', 'q4_0', 'q4_k'])
         .env('CTXPROBE_QUANTIZE'),
+    )
+    .addOption(
+      new Option(
+        '--weights-at-rest <how>',
+        'BF16 / F16 weights computed in float32, CPU and WebGPU: stored (two bytes a weight, each matrix widened for its product, exactly) or compute (widened at load) (default: widened where that fits in memory)',
+      )
+        .choices(['stored', 'compute'])
+        .env('CTXPROBE_WEIGHTS_AT_REST'),
     );
 }
 
@@ -152,6 +161,7 @@ export function entriesFrom(flags: ModelFlags & { models?: string; name?: string
     ...(flags.prefixCacheBytes !== undefined && { prefixCacheBytes: flags.prefixCacheBytes }),
     ...(flags.quantizedActivations !== undefined && { quantizedActivations: flags.quantizedActivations }),
     ...(flags.quantize !== undefined && { quantize: flags.quantize }),
+    ...(flags.weightsAtRest !== undefined && { weightsAtRest: flags.weightsAtRest }),
   };
   if (flags.model) {
     const dir = path.resolve(flags.model);

@@ -47,6 +47,9 @@ export interface ModelEntry {
   quantizedActivations?: 'float32' | 'int8';
   /** Float matrices quantized at load (approximate; a GGUF file's own blocks are exact). */
   quantize?: 'q8_0' | 'q4_0' | 'q4_k';
+  /** How BF16 / F16 weights computed in float32 lie at rest: kept as stored (widened per
+   * product) or widened at load; default: the memory plan's choice. CPU and WebGPU. */
+  weightsAtRest?: 'stored' | 'compute';
   synthetic?: SyntheticSpec;
   /** The repository file it was read from (not a setting). */
   configFile?: string;
@@ -114,6 +117,7 @@ const ENTRY_SCHEMA = {
     prefixCacheBytes: { type: 'integer', minimum: 0 },
     quantizedActivations: { enum: ['float32', 'int8'] },
     quantize: { enum: ['q8_0', 'q4_0', 'q4_k'] },
+    weightsAtRest: { enum: ['stored', 'compute'] },
     synthetic: SYNTHETIC_SCHEMA,
   },
 };
@@ -250,6 +254,7 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     ...(entry.probeSession !== undefined && { probeSession: entry.probeSession }),
     ...(entry.quantizedActivations !== undefined && { quantizedActivations: entry.quantizedActivations }),
     ...(entry.quantize !== undefined && { quantize: entry.quantize }),
+    ...(entry.weightsAtRest !== undefined && { weightsAtRest: entry.weightsAtRest }),
     // The scorer's passes, for the engine's memory plan (it refuses what cannot fit).
     passLimits: { maxBatchTokens: entry.maxBatchTokens, maxAttentionBytes: entry.maxAttentionBytes, prefixCacheBytes: entry.prefixCacheBytes },
   });
