@@ -15,7 +15,7 @@ import { makeFixture, tempDir, type Fixture } from './fixtures.js';
 import { referenceForward } from './reference.js';
 import { expectRowBitsOwn, rowLogprobs } from './row-logprobs.js';
 import { serveCli } from './cli-serve.js';
-import { postJson } from './helpers.js';
+import { postJson, VULKAN_DRIVERS } from './helpers.js';
 
 const engines: Engine[] = [];
 afterAll(async () => Promise.all(engines.map((e) => e.release())));
@@ -219,9 +219,6 @@ describe('refusals name the setting', () => {
   });
 });
 
-const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
-  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
-);
 if (!VULKAN_DRIVERS) console.warn('webgpu GPTQ / AWQ tests skipped: no Vulkan driver (see webgpu.test.ts)');
 
 (VULKAN_DRIVERS ? describe : describe.skip)('on WebGPU', () => {

@@ -1,6 +1,7 @@
 // Helpers for tests that talk to a real server on loopback.
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { loadPackage } from '../src/grpc/proto.js';
@@ -90,3 +91,9 @@ export function harnessParse(out: any, ctxlens: number[]): [number, boolean][] {
     return [logprob, isGreedy];
   });
 }
+
+/** A Vulkan driver is installed (the --device webgpu tests skip without one; .ci/run installs
+ * Mesa's lavapipe). */
+export const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
+  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
+);

@@ -10,10 +10,8 @@ import { describe, expect, it } from 'vitest';
 import { ROOT, serveCli } from './cli-serve.js';
 import { tempDir } from './fixtures.js';
 import { jsonLine } from '../src/cli/stderr-json.js';
+import { VULKAN_DRIVERS } from './helpers.js';
 
-const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
-  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
-);
 if (!VULKAN_DRIVERS)
   console.warn(
     'stderr on --device webgpu skipped: no Vulkan driver (apt-get install libvulkan1 and, from bookworm-backports, mesa-vulkan-drivers)',

@@ -5,7 +5,6 @@
 // pass of one token (the products see at least four rows: ProviderProfile.quantizedMinRows).
 //
 // Skips, saying so, where no Vulkan driver is installed (.ci/run installs lavapipe).
-import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
@@ -15,10 +14,8 @@ import { makeFixture } from './fixtures.js';
 import { convertToGguf, type GgufDtype } from './gguf-convert.js';
 import { referenceForward } from './reference.js';
 import { expectRowBitsOwn, rowLogprobs } from './row-logprobs.js';
+import { VULKAN_DRIVERS } from './helpers.js';
 
-const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
-  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
-);
 const maybe = VULKAN_DRIVERS ? describe : describe.skip;
 if (!VULKAN_DRIVERS) console.warn('webgpu quantized tests skipped: no Vulkan driver (see webgpu.test.ts)');
 

@@ -6,7 +6,6 @@
 // and by the environment.
 //
 // Skips, saying so, where no Vulkan driver is installed (.ci/run installs lavapipe).
-import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
@@ -15,11 +14,8 @@ import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { convertToGguf } from './gguf-convert.js';
 import { rowLogprobs } from './row-logprobs.js';
 import { serveCli } from './cli-serve.js';
-import { postJson } from './helpers.js';
+import { postJson, VULKAN_DRIVERS } from './helpers.js';
 
-const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
-  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
-);
 const maybe = VULKAN_DRIVERS ? describe : describe.skip;
 if (!VULKAN_DRIVERS) console.warn('webgpu weights tests skipped: no Vulkan driver (see webgpu.test.ts)');
 

@@ -31,13 +31,10 @@ import { loadModel } from '../src/serving/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { FAMILY_FIXTURES, makeFixture, tempDir, type Fixture } from './fixtures.js';
 import { rowsThatDiffer, type RowForm } from './row-bits.js';
-import { postJson, scrape } from './helpers.js';
+import { postJson, scrape, VULKAN_DRIVERS } from './helpers.js';
 import { serveCli } from './cli-serve.js';
 import { directScoring } from '../src/requests/scoring.js';
 
-const VULKAN_DRIVERS = ['/usr/share/vulkan/icd.d', '/etc/vulkan/icd.d'].some(
-  (d) => fs.existsSync(d) && fs.readdirSync(d).some((f) => f.endsWith('.json')),
-);
 const maybe = VULKAN_DRIVERS ? describe : describe.skip;
 if (!VULKAN_DRIVERS)
   console.warn('webgpu tests skipped: no Vulkan driver (apt-get install libvulkan1 and, from bookworm-backports, mesa-vulkan-drivers)');
