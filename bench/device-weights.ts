@@ -6,7 +6,7 @@
 // to compare (`deviceWeights` is printed where the engine has it). Then the same shape as a
 // BF16 checkpoint, widened at load and kept as stored (`--weights-at-rest`): what the device
 // holds, RSS after the load, and a 64-token scoring pass (median of 3).
-//   npx tsx bench/device-weights.ts
+//   npx tsx bench/device-weights.ts      (BENCH_VOCAB=4000: a smaller embedding and head)
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -19,12 +19,12 @@ import { Prober } from '../src/requests/probe.js';
 import { directScoring } from '../src/requests/scoring.js';
 import { BENCH_MODEL, benchModelDir, randomIds } from './model.js';
 
-const SPEC = { hidden: 1024, layers: 10, heads: 16, kvHeads: 4, intermediate: 4096, vocabSize: 32000, tied: false } as const;
+const SPEC = { hidden: 1024, layers: 10, heads: 16, kvHeads: 4, intermediate: 4096, vocabSize: Number(process.env.BENCH_VOCAB ?? 32000), tied: false } as const;
 const status = (key: string) => Number(new RegExp(`${key}:\\s+(\\d+) kB`).exec(fs.readFileSync('/proc/self/status', 'utf8'))![1]) / 1024;
 const settle = () => new Promise((r) => setTimeout(r, 1500));
 
 if (process.argv[2] === '--child') {
-  const dir = benchModelDir(SPEC, 'ctxprobe-bench-device-weights');
+  const dir = benchModelDir(SPEC, `ctxprobe-bench-device-weights-${SPEC.vocabSize}`);
   const weights = fs.readdirSync(dir).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + fs.statSync(`${dir}/${f}`).size, 0) / 2 ** 20;
   const base = status('VmRSS');
   const t = performance.now();
@@ -33,7 +33,7 @@ if (process.argv[2] === '--child') {
   const loadPeak = status('VmHWM');
   await settle();
   const loaded = status('VmRSS');
-  const ids = (seed: number, n: number) => randomIds(seed, n, 32000);
+  const ids = (seed: number, n: number) => randomIds(seed, n, SPEC.vocabSize);
   await directScoring(new Scorer(engine, { prefixCacheBytes: 0 })).loglikelihood([{ context: ids(1, 200), continuations: [ids(2, 8)] }]);
   await settle();
   const scored = status('VmRSS');
@@ -78,7 +78,7 @@ const run = (args: string[]) => {
   if (!line) throw new Error(`child failed: ${child.stderr.slice(-2000)}`);
   return JSON.parse(line);
 };
-benchModelDir(SPEC, 'ctxprobe-bench-device-weights');
+benchModelDir(SPEC, `ctxprobe-bench-device-weights-${SPEC.vocabSize}`);
 if (!fs.existsSync(path.join(BF16_DIR, 'model.safetensors'))) writeSyntheticCheckpoint(BF16_DIR, { ...BENCH_MODEL, ...SPEC }, { dtype: 'bfloat16' });
 const r = run(['--child']);
 const x = (v: number) => `${((v - r.base) / r.weights).toFixed(2)}x`;

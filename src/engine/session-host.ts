@@ -106,7 +106,7 @@ export class SessionHost {
    * still mapped. */
   upload(
     uploads: Extract<SessionMessage, { op: 'upload' }>['uploads'],
-    how: Pick<Extract<SessionMessage, { op: 'upload' }>, 'foldOptions' | 'options' | 'carriers'>,
+    how: Pick<Extract<SessionMessage, { op: 'upload' }>, 'foldOptions' | 'options' | 'carriers' | 'sync'>,
     weights: SessionWeights,
   ): Promise<CreatedSession & DeviceWeightsHeld> {
     return this.call({ op: 'upload', uploads, ...how, weights });

@@ -5,7 +5,7 @@ import type ort from 'onnxruntime-node';
 import type { ModelConfig } from '../model/families.js';
 import type { DecoderGraph } from '../model/decoder.js';
 import { kvDType } from '../common/dtypes.js';
-import { carrierGraphs } from '../graph/onnx-graph.js';
+import { carrierGraphs, syncGraph } from '../graph/onnx-graph.js';
 import type { WeightFiles } from '../checkpoint/weight-files.js';
 import type { ResolvedDevice } from './device.js';
 import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
@@ -45,6 +45,7 @@ export function uploadOptions(device: ResolvedDevice, options: Record<string, un
     foldOptions: { executionProviders: ['cpu'], enableCpuMemArena: false, extra: options.extra } as ort.InferenceSession.SessionOptions,
     options: device.sessionOptions,
     carriers: carrierGraphs(),
+    sync: syncGraph(),
   };
 }
 

@@ -402,6 +402,12 @@ export function carrierGraphs(): Record<string, Uint8Array> {
   );
 }
 
+/** A one-value graph (a Neg on the device, its output read back): run to wait for the
+ * device (the weights' upload, workers/session/passes.ts). */
+export function syncGraph(): Uint8Array {
+  return encodeModel('ctxprobe/sync', 21, [onnx.NodeProto.create({ name: '/sync', opType: 'Neg', input: ['x'], output: ['y'] })], [], [valueInfoOfType('x', ONNX_DTYPE.float32, [1])], [valueInfoOfType('y', ONNX_DTYPE.float32, [1])]);
+}
+
 function valueInfo(name: string, dtype: DTypeName, dims: (number | string)[]) {
   return valueInfoOfType(name, ONNX_DTYPE[dtype], dims);
 }

@@ -116,6 +116,8 @@ export type SessionMessage =
       options: ort.InferenceSession.SessionOptions;
       /** One graph per element type that carries a host tensor `x` to the device. */
       carriers: Record<string, Uint8Array>;
+      /** A one-value graph whose pass, read back, waits for the device. */
+      sync: Uint8Array;
       weights?: SessionWeights;
     }
   | { op: 'deviceWeights' }
