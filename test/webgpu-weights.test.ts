@@ -89,6 +89,7 @@ maybe('bfloat16 weights kept as stored on WebGPU', () => {
       try {
         const loaded = s.lines.find((l) => l.event === 'model_loaded');
         expect(loaded?.weights).toMatch(how[1] === 'compute' ? /widened at load, as asked/ : /kept as stored, as asked/);
+        if (how[1] !== 'compute') expect(loaded?.deviceWeightBytes).toBe(storedBytes(fx.tensors.values()));
         const base = `http://127.0.0.1:${s.httpPort}`;
         const r = await postJson(base, '/v1/score', { items: [{ contextIds: { ids: ROWS[0]!.slice(0, 5) }, continuationsIds: [{ ids: ROWS[0]!.slice(5) }] }] });
         expect(r.status).toBe(200);

@@ -49,6 +49,8 @@ export interface EngineInfo {
    * arithmetic; a float op among them is named in `floatNodesOnCpu`). */
   cpuNodes?: Record<string, number>;
   floatNodesOnCpu?: string[];
+  /** With device weights (WebGPU): the bytes the device holds for every session of the model. */
+  deviceWeightBytes?: number;
 }
 
 /** How a model is loaded: its device, and what its scorer's passes will be (for the memory
@@ -184,6 +186,7 @@ export class Engine {
     // Recorded before the session reads them: a change during the load shows at the first check.
     const files = new WeightFiles(opened.files);
     let mapped: string[] | undefined;
+    let deviceWeightBytes: number | undefined;
     try {
       // With device weights the graph reads none itself: they go up after the session that
       // keeps the device's context is made (graph/device-weights.ts).
@@ -193,7 +196,7 @@ export class Engine {
         indexFeeds: graph.indexFeeds,
         ...(!graph.uploads && { weights }),
       }));
-      if (graph.uploads) ({ mapped } = await host.upload(graph.uploads, uploadOptions(device, runOptions), weights));
+      if (graph.uploads) ({ mapped, bytes: deviceWeightBytes } = await host.upload(graph.uploads, uploadOptions(device, runOptions), weights));
     } catch (e) {
       await host.close();
       await failed(e as Error);
@@ -217,6 +220,7 @@ export class Engine {
       graphNodes: graph.nodeCount,
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
+      ...(deviceWeightBytes !== undefined && { deviceWeightBytes }),
     };
     const probeGraph = separateProbe
       ? { build: () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind, graphWeights()) }
