@@ -34,9 +34,9 @@ export interface DeviceOptions {
    * measures what the checks cost a pass of many small dispatches. */
   gpuValidation?: 'disabled' | 'wgpuOnly' | 'basic' | 'full';
   /** Where a provider runs probes in a session of their own (WebGPU): `separate` (default:
-   * scoring and generation dispatch no probe node; the probe session, made on the first
-   * probe, holds a second copy of the weights) or `shared` (one session, the probe graph,
-   * serves every pass: one copy of the weights, each pass dispatching the probe tap). */
+   * scoring and generation dispatch no probe node; the probe session is made on the first
+   * probe) or `shared` (one session, the probe graph, serves every pass, each dispatching
+   * the probe tap). Either way one copy of the weights on the device (device weights). */
   probeSession?: ProbeSession;
 }
 

@@ -154,9 +154,10 @@ export class Engine {
     // a node on the H100, 2026-11-27: a decode step of the 360M shape, 3,332 nodes, 62 ms,
     // its device work 52 ms of it), and the probe tap is 54 of a layer's 97: scoring and
     // generation run a graph without it, and probes a second session, made on the first
-    // probe (its own copy of the weights on the device from then on) — unless asked for one
-    // session (`probeSession: 'shared'`): one copy of the weights, every pass dispatching
-    // the tap (its scoring outputs are the scoring graph's bits: the tap only reads).
+    // probe, which reads the weights the first one reads on the device (device weights,
+    // graph/device-weights.ts) — unless asked for one session (`probeSession: 'shared'`):
+    // every pass dispatching the tap (its scoring outputs are the scoring graph's bits: the
+    // tap only reads).
     const separateProbe = profile.separateProbeSession && device.probeSession !== 'shared';
     const graphWeights = () => ({
       atRest: memory.atRest,
