@@ -84,6 +84,21 @@ function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: Reso
   return plan;
 }
 
+/** The model's shape, as the load log and ListModels give it. */
+function shapeInfo(config: ModelConfig) {
+  return {
+    family: config.spec.family,
+    modelType: config.modelType,
+    layers: config.numLayers,
+    heads: config.numHeads,
+    kvHeads: config.numKvHeads,
+    headDim: config.headDim,
+    hidden: config.hiddenSize,
+    vocab: config.vocabSize,
+    maxLength: config.maxPositions,
+  };
+}
+
 /** The load log's and ListModels' words for how the weights lie, and what was asked of them. */
 function weightsInfo(opened: OpenedCheckpoint, plan: MemoryPlan, options: EngineOptions): string {
   return (
@@ -204,15 +219,7 @@ export class Engine {
     }
     const sessionSeconds = (performance.now() - started) / 1000;
     const info: EngineInfo = {
-      family: config.spec.family,
-      modelType: config.modelType,
-      layers: config.numLayers,
-      heads: config.numHeads,
-      kvHeads: config.numKvHeads,
-      headDim: config.headDim,
-      hidden: config.hiddenSize,
-      vocab: config.vocabSize,
-      maxLength: config.maxPositions,
+      ...shapeInfo(config),
       device: device.name,
       adapter: describeAdapter(profile.adapter),
       dtype: device.dtype,
