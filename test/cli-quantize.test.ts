@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { makeFixture, tempDir } from './fixtures.js';
+import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { convertToGguf } from './gguf-convert.js';
 import { referenceForward } from './reference.js';
 import { serveCli, type Served } from './cli-serve.js';
@@ -71,6 +71,21 @@ describe('model repository keys and --probe-session', () => {
     expect(loaded.model).toBe('q');
     expect(loaded.weights).toMatch(/matrices quantized at load to q8_0 \(approximate\); quantized products on int8 activations \(approximate\)/);
     expect((await scoreOver(s, [5, 17, 40], [99, 3])).every((lp) => Number.isFinite(lp) && lp < 0)).toBe(true);
+  });
+
+  it('weightsAtRest in a model config keeps a BF16 model as stored on the CPU, as --weights-at-rest does, with the same scores', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.llama!, { dtype: 'bfloat16' });
+    const repo = tempDir('repo-weights-at-rest');
+    fs.writeFileSync(path.join(repo, 'b.json'), JSON.stringify({ name: 'b', path: fx.dir, weightsAtRest: 'stored' }));
+    const fromConfig = await serveCli('', ['--models', repo]);
+    running.push(fromConfig);
+    expect(fromConfig.lines.find((l) => l.event === 'model_loaded')!.weights).toMatch(/^bfloat16 checkpoint; kept as stored, as asked/);
+    const fromFlag = await serveCli(fx.dir, ['--weights-at-rest', 'stored']);
+    running.push(fromFlag);
+    expect(fromFlag.lines.find((l) => l.event === 'model_loaded')!.weights).toMatch(/kept as stored, as asked/);
+    expect(await scoreOver(fromConfig, [5, 17, 40], [99, 3])).toEqual(await scoreOver(fromFlag, [5, 17, 40], [99, 3]));
+    fs.writeFileSync(path.join(repo, 'b.json'), JSON.stringify({ name: 'b', path: fx.dir, weightsAtRest: 'folded' }));
+    await expect(serveCli('', ['--models', repo])).rejects.toThrow(/weightsAtRest/);
   });
 
   it('--probe-session is refused on the CPU, naming it; CTXPROBE_PROBE_SESSION and a model config set it on WebGPU', async () => {
