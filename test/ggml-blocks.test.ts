@@ -55,6 +55,29 @@ describe.each(TYPES)('%s', (type) => {
       }
   });
 
+  // Only the formats of more than 4 bits have one.
+  if (EXACT_FORMS[type].hi)
+    it('its 8-bit form (int8 activations) gives back every dequantized value: (u − z)·s + min, the scales those of the nibble form', () => {
+      const form = EXACT_FORMS[type];
+      const blocks = cols / form.block;
+      const { parts, nonFinite } = repackRows(type, bytes, rows, cols, true);
+      expect(nonFinite).toBeUndefined();
+      expect(Object.keys(parts).sort()).toEqual(['scales', 'wide', 'wideZeros', ...(form.mins ? ['mins'] : [])].sort());
+      expect(parts.wide!.length).toBe(rows * cols);
+      expect(parts.wideZeros!.length).toBe(rows * blocks);
+      expect(parts.scales).toEqual(repackRows(type, bytes, rows, cols).parts.scales);
+      const scales = new Float32Array(parts.scales!.buffer);
+      const mins = parts.mins && new Float32Array(parts.mins.buffer);
+      for (let r = 0; r < rows; r++)
+        for (let c = 0; c < cols; c++) {
+          const i = r * cols + c;
+          const b = r * blocks + Math.floor(c / form.block);
+          let v = (parts.wide![i]! - parts.wideZeros![b]!) * scales[b]!;
+          if (form.mins) v += mins![r * (cols / 32) + Math.floor(c / 32)]!;
+          expect(Math.abs(v - w[i]!)).toBeLessThanOrEqual(Math.abs(w[i]!) * 2 ** -22);
+        }
+    });
+
   it('a non-finite scale is found, by row', () => {
     const broken = bytes.slice();
     // The f16 d of row 1's first block: Q6_K keeps it last in the block, the others first.

@@ -10,12 +10,18 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import { readGguf, ggmlTypeName } from '../src/checkpoint/gguf.js';
 import { rng, type SyntheticSpec } from '../src/model/synthetic.js';
-import { dequantizeRows, type QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
+import { EXACT_FORMS, dequantizeRows, repackRows, type QuantTypeName } from '../src/checkpoint/ggml-blocks.js';
+import ort from 'onnxruntime-node';
 import { quantizeRows } from '../src/checkpoint/ggml-quantize.js';
 import { bf16ToF32, f32ToBf16 } from '../src/common/floats.js';
 import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { convertToGguf, GGUF_FAMILIES, type GgufDtype } from './gguf-convert.js';
 import { referenceForward } from './reference.js';
+import onnxProto from 'onnx-proto';
+import { openCheckpoint } from '../src/engine/checkpoint.js';
+import { buildDecoderGraph } from '../src/model/decoder.js';
+
+const { onnx } = onnxProto;
 import { expectRowBitsOwn, rowLogprobs } from './row-logprobs.js';
 
 const engines: Engine[] = [];
@@ -124,6 +130,69 @@ describe('int8 activations, on request', () => {
     expect(mean).toBeGreaterThan(1e-5);
     expect(mean).toBeLessThan(0.05);
     await expect(Engine.load(fx.dir, { threads: 1, quantizedActivations: 'int8' })).rejects.toThrow(/quantizedActivations: int8: .* has no quantized weights/);
+  });
+
+  // The 8-bit part as onnxruntime reads it: at float32 accuracy the product of one matrix's
+  // wide parts (ggml-blocks.ts) is the float64 product of its dequantized values.
+  it.each(['Q8_0', 'Q5_K', 'Q6_K'] as const)('%s: its 8-bit parts, in a MatMulNBits of float32 accuracy, give the product of the dequantized matrix', async (type) => {
+    const [N, K, M] = [8, 512, 3];
+    const r = rng(17);
+    const bytes = quantizeRows(type, Float32Array.from({ length: N * K }, () => r() * 2 - 1), N, K);
+    const w = dequantizeRows(type, bytes, N, K);
+    const { parts } = repackRows(type, bytes, N, K, true);
+    const { block, mins } = EXACT_FORMS[type];
+    const init = (name: string, dataType: number, dims: number[], data: Uint8Array) => onnx.TensorProto.create({ name, dataType, dims, rawData: data });
+    const value = (name: string, dims: number[]) => onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType: 1, shape: { dim: dims.map((d) => ({ dimValue: d })) } } } });
+    const attrs = Object.entries({ K, N, bits: 8, block_size: block, accuracy_level: 1 }).map(([name, i]) => ({ name, type: onnx.AttributeProto.AttributeType.INT, i }));
+    const model = onnx.ModelProto.encode(
+      onnx.ModelProto.create({
+        irVersion: 10,
+        opsetImport: [{ domain: '', version: 21 }, { domain: 'com.microsoft', version: 1 }],
+        graph: {
+          name: 'wide',
+          node: [{ opType: 'MatMulNBits', domain: 'com.microsoft', input: ['x', 'w', 's', 'z'], output: ['y'], attribute: attrs }],
+          initializer: [init('w', 2, [N, K / block, block], parts.wide!), init('s', 1, [(N * K) / block], parts.scales!), init('z', 2, [(N * K) / block], parts.wideZeros!)],
+          input: [value('x', [M, K])],
+          output: [value('y', [M, N])],
+        },
+      }),
+    ).finish();
+    const session = await ort.InferenceSession.create(model);
+    const x = Float32Array.from({ length: M * K }, () => r() * 2 - 1);
+    const y = (await session.run({ x: new ort.Tensor('float32', x, [M, K]) })).y!.data as Float32Array;
+    await session.release();
+    // The mins' term (Q5_K) is a product of its own in the graph (quantized.ts): taken out here.
+    const minOf = (n: number, k: number) => (mins ? new Float32Array(parts.mins!.buffer)[n * (K / 32) + Math.floor(k / 32)]! : 0);
+    for (let m = 0; m < M; m++)
+      for (let n = 0; n < N; n++) {
+        let want = 0;
+        for (let k = 0; k < K; k++) want += x[m * K + k]! * (w[n * K + k]! - minOf(n, k));
+        expect(Math.abs(y[m * N + n]! - want)).toBeLessThan(1e-4);
+      }
+  });
+
+  // The formats of more than 4 bits are one 8-bit product on int8 activations (two 4-bit ones
+  // exactly): a wrong zero point or a value out of place would be off by nats, not hundredths.
+  it.each(['Q8_0', 'Q5_K', 'Q6_K'] as const)('%s: one 8-bit MatMulNBits a product, near the exact values as the 4-bit formats are', async (type) => {
+    const fx = makeFixture(WIDE);
+    const { file, reference } = convertToGguf(fx, path.join(fx.dir, `model-int8-act-${type}.gguf`), { dtype: type });
+    const opened = openCheckpoint(file);
+    const bits = (activations: 'int8' | 'float32') =>
+      onnx.ModelProto.decode(buildDecoderGraph(opened.config, opened.weights, 'float32', undefined, 'cpu', { quantizedActivations: activations }).model)
+        .graph!.node!.filter((n) => n.opType === 'MatMulNBits')
+        .map((n) => Number(n.attribute!.find((a) => a.name === 'bits')!.i));
+    // Seven products a layer and the head.
+    expect(bits('int8')).toEqual(new Array(2 * 7 + 1).fill(8));
+    expect(bits('float32')).toEqual(new Array(2 * 2 * 7 + 2).fill(4));
+    const e = await Engine.load(file, { threads: 1, quantizedActivations: 'int8' });
+    engines.push(e);
+    const tokens = randomTokens(6, 20, e.config.vocabSize);
+    const ref = referenceForward(reference, tokens);
+    const [got] = await rowLogprobs(e, [tokens]);
+    const distance = got!.map((lp, i) => Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!));
+    const mean = distance.reduce((a, b) => a + b, 0) / distance.length;
+    expect(mean).toBeGreaterThan(1e-6);
+    expect(mean).toBeLessThan(0.05);
   });
 });
 

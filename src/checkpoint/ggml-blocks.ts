@@ -15,6 +15,10 @@
 // K = N = 4096, one row: 4-bit 15.5 ms, 8-bit 242 ms, 2-bit 285 ms); and zero points are
 // integers, so the K-quants' float mins are a term of their own (a [M, K/32] × [K/32, N]
 // product of the sums of x over each 32 values).
+// Where activations are quantized to int8 (on request: model/quantized.ts), the formats of
+// more than 4 bits are one 8-bit part instead (`wide`: u itself, its zero point per block),
+// which MatMulNBits multiplies as int8 in one product (measured, this machine, M = 512, K =
+// 4096, N = 14336: 298 ms against 656 for the two 4-bit parts).
 import { f16ToF32 } from '../common/floats.js';
 
 /** The quantized ggml types ctxprobe computes with. */
@@ -62,7 +66,7 @@ export const EXACT_FORMS: Record<QuantTypeName, ExactForm> = {
 };
 
 /** The parts of a repacked tensor, each row-major over the tensor's rows. */
-export type RepackPart = 'lo' | 'hi' | 'scales' | 'loZeros' | 'hiZeros' | 'mins';
+export type RepackPart = 'lo' | 'hi' | 'scales' | 'loZeros' | 'hiZeros' | 'mins' | 'wide' | 'wideZeros';
 
 /** A part's bytes per row of `cols` values. */
 export function partRowBytes(form: ExactForm, part: RepackPart, cols: number): number {
@@ -71,23 +75,26 @@ export function partRowBytes(form: ExactForm, part: RepackPart, cols: number): n
     case 'lo':
     case 'hi':
       return cols / 2;
+    case 'wide':
+      return cols;
     case 'scales':
       return blocks * 4;
     case 'loZeros':
     case 'hiZeros':
       return Math.ceil(blocks / 2);
+    case 'wideZeros':
+      return blocks;
     case 'mins':
       return (cols / 32) * 4;
   }
 }
 
-/** The parts a format's form has. */
-export function formParts(form: ExactForm): RepackPart[] {
+/** The parts a format's form has: its nibble parts, or (`wide`, a format with a high part)
+ * its one 8-bit part. */
+export function formParts(form: ExactForm, wide = false): RepackPart[] {
   return [
-    'lo',
-    'scales',
-    'loZeros',
-    ...(form.hi ? (['hi', 'hiZeros'] as const) : []),
+    ...(wide && form.hi ? (['wide', 'scales', 'wideZeros'] as const) : (['lo', 'scales', 'loZeros'] as const)),
+    ...(form.hi && !wide ? (['hi', 'hiZeros'] as const) : []),
     ...(form.mins ? (['mins'] as const) : []),
   ];
 }
@@ -217,17 +224,18 @@ export function repackRows(
   src: Uint8Array,
   rows: number,
   cols: number,
+  wide = false,
 ): { parts: Partial<Record<RepackPart, Uint8Array>>; nonFinite?: number } {
   const { values, bytes } = BLOCKS[type];
   const form = EXACT_FORMS[type];
   const parts: Partial<Record<RepackPart, Uint8Array>> = {};
-  for (const p of formParts(form)) parts[p] = new Uint8Array(rows * partRowBytes(form, p, cols));
-  const lo = parts.lo!;
-  const hi = parts.hi;
+  for (const p of formParts(form, wide)) parts[p] = new Uint8Array(rows * partRowBytes(form, p, cols));
+  const { lo, hi, wide: whole } = parts;
   const scales = new Float32Array(parts.scales!.buffer);
   const mins = parts.mins && new Float32Array(parts.mins.buffer);
-  parts.loZeros!.fill(form.loZero * 17);
+  parts.loZeros?.fill(form.loZero * 17);
   parts.hiZeros?.fill(form.hiZero * 17);
+  parts.wideZeros?.fill(ZERO_OF[type]);
   const u = new Uint8Array(values);
   const scale = new Float32Array(values / form.block);
   const min = new Float32Array(values / 32);
@@ -235,7 +243,7 @@ export function repackRows(
   let nonFinite: number | undefined;
   for (let blk = 0; blk < rows * blocksPerRow; blk++) {
     const v0 = blk * values;
-    if (type === 'Q4_K') {
+    if (lo && type === 'Q4_K') {
       // The nibbles straight from the block's bytes (most of a Q4_K_M file): chunk c's 32
       // bytes hold sub-block 2c low, 2c+1 high. Measured: 78 → 200 M values/s (Q6_K below: 54 → 130).
       k4ScalesMins(src, blk * bytes, scale, min);
@@ -248,7 +256,7 @@ export function repackRows(
           lo[out + 32 * c + (l >> 1)] = (a & 15) | ((b & 15) << 4);
           lo[out + 32 * c + 16 + (l >> 1)] = (a >> 4) | (b & 0xf0);
         }
-    } else if (type === 'Q6_K') {
+    } else if (lo && type === 'Q6_K') {
       // Likewise: each half's four runs of 32 values are ql's low or high nibbles (lo) and
       // a 2-bit field of qh (hi).
       const at = blk * bytes;
@@ -277,10 +285,13 @@ export function repackRows(
           hi![o + 48] = ((h >> 6) & 3) | (((k >> 6) & 3) << 4);
         }
       }
+    } else if (whole) {
+      decodeBlock(type, src, blk * bytes, u, scale, min);
+      whole.set(u, v0);
     } else {
       decodeBlock(type, src, blk * bytes, u, scale, min);
       for (let i = 0; i < values; i += 2) {
-        lo[(v0 + i) >> 1] = (u[i]! & 15) | ((u[i + 1]! & 15) << 4);
+        lo![(v0 + i) >> 1] = (u[i]! & 15) | ((u[i + 1]! & 15) << 4);
         if (hi) hi[(v0 + i) >> 1] = (u[i]! >> 4) | ((u[i + 1]! >> 4) << 4);
       }
     }

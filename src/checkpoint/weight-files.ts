@@ -137,7 +137,7 @@ function writeDerived(fd: number, file: string, out: number, group: HeldPiece[])
       rows = ordered;
     }
     if (d.from) rows = quantizeRows(type, floatsOf(rows, d.from), n, d.cols);
-    const { parts, nonFinite } = repackRows(type, rows, n, d.cols);
+    const { parts, nonFinite } = repackRows(type, rows, n, d.cols, group.some((p) => p.derived!.part === 'wide'));
     if (nonFinite !== undefined)
       throw new CheckpointError(`${file}: tensor ${d.tensor} has a non-finite scale or min in block row ${r0 + nonFinite}: the model would compute NaN`);
     for (const p of group) {

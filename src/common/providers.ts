@@ -72,6 +72,11 @@ export interface ProviderProfile {
    * one-row kernel differs from its many-row one in 93 of 96 outputs, equal from 2 rows up
    * to 256; lavapipe's from 4 rows up (1–3 rows: another kernel, blocks of 32). */
   quantizedMinRows: number;
+  /** On int8 activations, a format of more than 4 bits (Q8_0, Q5_K, Q6_K) is one 8-bit
+   * MatMulNBits rather than two 4-bit ones (checkpoint/ggml-blocks.ts). Measured on the CPU
+   * (M = 512, K = 4096, N = 14336): 298 ms against 656; M = 1: 5 against 8 ms. Not tried
+   * on the GPU providers. */
+  wideQuantizedProducts: boolean;
 
   // ---- a pass at run time ----------------------------------------------------------------
   /** A pass's new keys and values stay in device buffers and later passes read them there
@@ -216,6 +221,7 @@ export const PROVIDERS = {
   cpu: {
     ...FULL_KERNELS,
     quantizedMinRows: 2,
+    wideQuantizedProducts: true,
     kvOnDevice: false,
     separateProbeSession: false,
     deviceWeights: false,
@@ -272,6 +278,7 @@ export const PROVIDERS = {
     packedIndexFeeds: true,
     topOneByReduction: true,
     quantizedMinRows: 4,
+    wideQuantizedProducts: false,
     kvOnDevice: true,
     separateProbeSession: true,
     deviceWeights: true,
@@ -307,6 +314,7 @@ export const PROVIDERS = {
     ...FULL_KERNELS,
     // Not measured (no CUDA provider here): as WebGPU's.
     quantizedMinRows: 4,
+    wideQuantizedProducts: false,
     kvOnDevice: false,
     separateProbeSession: false,
     deviceWeights: false,

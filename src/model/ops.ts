@@ -145,11 +145,13 @@ export class ModelOps {
     if (!stored.quantized && !target) return undefined;
     if (this.dt !== 'float32')
       throw new CheckpointError(`${name}: quantized weights compute in float32 (the model was asked for ${this.dt}): use --dtype float32`);
-    if (!target) return quantizedParts(this.g, this.storedName(name), stored, layout);
+    // On int8 activations a format of more than 4 bits is one 8-bit product where the provider has it.
+    const laid = layout === 'product' && this.quantizedActivations === 'int8' && this.g.provider.wideQuantizedProducts ? 'wideProduct' : layout;
+    if (!target) return quantizedParts(this.g, this.storedName(name), stored, laid);
     // Quantized at load: the float rows are the source, the format's blocks made from them.
     const { values, bytes } = BLOCKS[target];
     const asBlocks = { ggmlType: QUANT_TYPE_IDS[target], typeName: target, dims: [shape[1], shape[0]], blockValues: values, blockBytes: bytes };
-    return quantizedParts(this.g, this.storedName(name), { ...stored, quantized: asBlocks }, layout, stored.dtype as 'float32' | 'float16' | 'bfloat16');
+    return quantizedParts(this.g, this.storedName(name), { ...stored, quantized: asBlocks }, laid, stored.dtype as 'float32' | 'float16' | 'bfloat16');
   }
 
   // `linear` of a weight made by `weight` for the checkpoint's layout ([out, in], or [in,

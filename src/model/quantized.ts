@@ -32,8 +32,10 @@ export function quantizeTarget(to: QuantizeAtLoad, cols: number): QuantTypeName 
 }
 
 /** How a part is laid out: for MatMulNBits (`product`: blocks [N, K/block, block/2], scales
- * and zero points flat) or GatherBlockQuantized (`rows`: [N, K/2], [N, K/block]). */
-type PartsLayout = 'product' | 'rows';
+ * and zero points flat; `wideProduct`: alike, a format of more than 4 bits as one 8-bit part,
+ * for int8 activations where ProviderProfile.wideQuantizedProducts) or GatherBlockQuantized
+ * (`rows`: [N, K/2], [N, K/block]). */
+type PartsLayout = 'product' | 'wideProduct' | 'rows';
 
 /** A quantized [rows, cols] weight as initializers, one per part of its exact form. */
 export interface QuantizedParts {
@@ -66,24 +68,29 @@ export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeig
   const form = hf ? hfForm(hf) : EXACT_FORMS[type as QuantTypeName];
   const [rows, cols] = stored.shape as [number, number];
   const blocks = cols / form.block;
+  const product = layout !== 'rows';
   const shapeOf = (part: RepackPart): { dtype: 'uint8' | 'float32'; shape: number[] } => {
     switch (part) {
       case 'lo':
       case 'hi':
-        return { dtype: 'uint8', shape: layout === 'product' ? [rows, blocks, form.block / 2] : [rows, cols / 2] };
+        return { dtype: 'uint8', shape: product ? [rows, blocks, form.block / 2] : [rows, cols / 2] };
+      case 'wide':
+        return { dtype: 'uint8', shape: [rows, blocks, form.block] };
       case 'scales':
-        return { dtype: 'float32', shape: layout === 'product' ? [rows * blocks] : [rows, blocks] };
+        return { dtype: 'float32', shape: product ? [rows * blocks] : [rows, blocks] };
       case 'loZeros':
       case 'hiZeros':
-        return { dtype: 'uint8', shape: layout === 'product' ? [rows * Math.ceil(blocks / 2)] : [rows, Math.ceil(blocks / 2)] };
+        return { dtype: 'uint8', shape: product ? [rows * Math.ceil(blocks / 2)] : [rows, Math.ceil(blocks / 2)] };
+      case 'wideZeros':
+        return { dtype: 'uint8', shape: [rows * blocks] };
       case 'mins':
         return { dtype: 'float32', shape: [rows, cols / 32] };
     }
   };
   const parts: QuantizedParts['parts'] = {};
-  for (const part of formParts(form)) {
+  for (const part of formParts(form, layout === 'wideProduct')) {
     // mins are laid out alike for both: one initializer serves a tied head and embedding.
-    const initName = part === 'mins' || layout === 'product' ? `${name}.${part}` : `${name}.rows.${part}`;
+    const initName = part === 'mins' || product ? `${name}.${part}` : `${name}.rows.${part}`;
     const derived: DerivedWeight = {
       tensor: stored.label ?? name,
       ggmlType: stored.quantized!.ggmlType,
@@ -104,8 +111,8 @@ export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeig
 
 // x · Wᵀ for a quantized W [N, K], in float32, as many rows as the provider needs for a row's
 // bits not to depend on their number (ProviderProfile.quantizedMinRows), then the rows asked:
-//   x [.., K] ─Reshape [M, K]─Concat(zeros [p, K])─► xp ─MatMulNBits(lo)────────────┐
-//                                                   xp ─MatMulNBits(hi)─Mul(16)──Add─┤ (Q8_0, Q5_K, Q6_K)
+//   x [.., K] ─Reshape [M, K]─Concat(zeros [p, K])─► xp ─MatMulNBits(lo, or wide: 8 bits)─┐
+//                                                   xp ─MatMulNBits(hi)─Mul(16)──────Add─┤ (Q8_0, Q5_K, Q6_K)
 //   xp ─Reshape [M+p, K/32, 32]─MatMul(ones [32, 1])─► sums [M+p, K/32] ─·minsᵀ──Add─┤ (Q4_1, K-quants)
 //                                                   ─Slice(first M rows)─Reshape [.., N]─► y
 export function quantizedProduct(g: GraphBuilder, x: string, w: QuantizedParts, activations: QuantizedActivations = 'float32'): string {
@@ -115,14 +122,14 @@ export function quantizedProduct(g: GraphBuilder, x: string, w: QuantizedParts, 
   const ordered = w.columnOrder ? g.node('Gather', [x, w.columnOrder], { name: 'columns_in_order', attrs: { axis: -1 } }) : x;
   const flat = g.node('Reshape', [ordered, g.ints([-1, K])], { name: 'rows' });
   const padded = pad > 0 ? g.node('Concat', [flat, g.namedConstant(`/model/constants/FLOAT/zero_rows/${pad}x${K}`, 'float32', [pad, K], new Float32Array(pad * K))], { name: 'padded', attrs: { axis: 0 } }) : flat;
-  const nbits = (part: 'lo' | 'hi') =>
-    g.node('MatMulNBits', [padded, parts[part]!, parts.scales!, parts[part === 'lo' ? 'loZeros' : 'hiZeros']!], {
+  const nbits = (part: 'lo' | 'hi' | 'wide') =>
+    g.node('MatMulNBits', [padded, parts[part]!, parts.scales!, parts[`${part}Zeros`]!], {
       name: `${part}_bits`,
       domain: 'com.microsoft',
-      attrs: { K, N, bits: 4, block_size: form.block, accuracy_level: activations === 'int8' ? 4 : 1 },
+      attrs: { K, N, bits: part === 'wide' ? 8 : 4, block_size: form.block, accuracy_level: activations === 'int8' ? 4 : 1 },
     });
-  let y = nbits('lo');
-  if (form.hi) y = g.node('Add', [y, g.node('Mul', [nbits('hi'), g.scalar(16)], { name: 'hi_times_16' })], { name: 'lo_hi' });
+  let y = nbits(parts.wide ? 'wide' : 'lo');
+  if (form.hi && !parts.wide) y = g.node('Add', [y, g.node('Mul', [nbits('hi'), g.scalar(16)], { name: 'hi_times_16' })], { name: 'lo_hi' });
   if (form.mins) {
     const grouped = g.node('Reshape', [padded, g.ints([-1, K / 32, 32])], { name: 'groups_of_32' });
     const sums = g.node('Reshape', [g.node('MatMul', [grouped, g.constant('float32', [32, 1], new Array<number>(32).fill(1))], { name: 'group_sums' }), g.ints([-1, K / 32])], {
