@@ -3,7 +3,7 @@
 // in each storage, in GiB: weights at rest + the rest = total. Arithmetic only: no model is
 // built. Tied embeddings for 1B and 3B, as the real models have.
 //   npx tsx bench/memory-table.ts
-import { planMemory, type StoredShape } from '../src/engine/memory.js';
+import { planMemory, prepackedForInt8, type StoredShape } from '../src/engine/memory.js';
 import { parseModelConfig } from '../src/model/config.js';
 import { LLAMA3_8B, llamaGgufTensors, q4KMType, type LlamaShape } from '../src/model/synthetic-gguf.js';
 import { repackedBytes, quantTypeOf } from '../src/checkpoint/ggml-blocks.js';
@@ -20,8 +20,8 @@ const limits = { maxBatchTokens: 512, maxAttentionBytes: 192 * 2 ** 20, prefixCa
 const cell = (p: { weights: number; working: number; need: number }) =>
   `${(p.weights / GiB).toFixed(1)} + ${(p.working / GiB).toFixed(1)} = ${(p.need / GiB).toFixed(1)}`;
 
-console.log('| shape | F32 | BF16 widened at load | BF16 kept as stored | Q8_0 GGUF | Q4_K_M GGUF | BF16 `--quantize q4_k` |');
-console.log('|---|---|---|---|---|---|---|');
+console.log('| shape | F32 | BF16 widened at load | BF16 kept as stored | Q8_0 GGUF | Q4_K_M GGUF | Q4_K_M, int8 activations | BF16 `--quantize q4_k` |');
+console.log('|---|---|---|---|---|---|---|---|');
 for (const [label, shape] of SHAPES) {
   const config = parseModelConfig({ model_type: 'llama', architectures: ['LlamaForCausalLM'], ...shape, tie_word_embeddings: shape.tied });
   const infos = llamaGgufTensors(shape).filter((t) => !(shape.tied && t.name === 'output.weight'));
@@ -44,5 +44,5 @@ for (const [label, shape] of SHAPES) {
   const widened = plan(bf16);
   // Kept as stored: the plan a machine too small for the widened copy gets.
   const kept = plan(bf16, widened.need - 1);
-  console.log(`| ${label} | ${cell(plan(floats('float32')))} | ${cell(widened)} | ${cell(kept)} | ${cell(plan(q8))} | ${cell(plan(q4km))} | ${cell(plan(atLoad))} |`);
+  console.log(`| ${label} | ${cell(plan(floats('float32')))} | ${cell(widened)} | ${cell(kept)} | ${cell(plan(q8))} | ${cell(plan(q4km))} | ${cell(plan(prepackedForInt8(q4km)))} | ${cell(plan(atLoad))} |`);
 }

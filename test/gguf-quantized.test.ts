@@ -114,18 +114,24 @@ describe('refusals', () => {
   });
 });
 
+/** The mean distance per token of a file's log-probs on int8 activations to the float64
+ * reference over its dequantized values. */
+async function int8Distance(file: string, reference: Parameters<typeof referenceForward>[0], seed: number) {
+  const e = await Engine.load(file, { threads: 1, quantizedActivations: 'int8' });
+  engines.push(e);
+  const tokens = randomTokens(seed, 20, e.config.vocabSize);
+  const ref = referenceForward(reference, tokens);
+  const [got] = await rowLogprobs(e, [tokens]);
+  const distance = got!.map((lp, i) => Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!));
+  return { e, mean: distance.reduce((a, b) => a + b, 0) / distance.length };
+}
+
 describe('int8 activations, on request', () => {
   it('moves each log-prob a little from the exact values, says so in the load log, and is refused for a float model', async () => {
     const fx = makeFixture(WIDE);
     const { file, reference } = convertToGguf(fx, path.join(fx.dir, 'model-int8-act.gguf'), { dtype: 'Q4_K', typeOf: q4km });
-    const e = await Engine.load(file, { threads: 1, quantizedActivations: 'int8' });
-    engines.push(e);
+    const { e, mean } = await int8Distance(file, reference, 5);
     expect(e.info.weights).toMatch(/int8 activations \(approximate\)/);
-    const tokens = randomTokens(5, 20, e.config.vocabSize);
-    const ref = referenceForward(reference, tokens);
-    const [got] = await rowLogprobs(e, [tokens]);
-    const distance = got!.map((lp, i) => Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!));
-    const mean = distance.reduce((a, b) => a + b, 0) / distance.length;
     // Approximate: off the exact values, but by far less than a nat.
     expect(mean).toBeGreaterThan(1e-5);
     expect(mean).toBeLessThan(0.05);
@@ -184,13 +190,7 @@ describe('int8 activations, on request', () => {
     // Seven products a layer and the head.
     expect(bits('int8')).toEqual(new Array(2 * 7 + 1).fill(8));
     expect(bits('float32')).toEqual(new Array(2 * 2 * 7 + 2).fill(4));
-    const e = await Engine.load(file, { threads: 1, quantizedActivations: 'int8' });
-    engines.push(e);
-    const tokens = randomTokens(6, 20, e.config.vocabSize);
-    const ref = referenceForward(reference, tokens);
-    const [got] = await rowLogprobs(e, [tokens]);
-    const distance = got!.map((lp, i) => Math.abs(lp - ref.logprobs[i]![tokens[i + 1]!]!));
-    const mean = distance.reduce((a, b) => a + b, 0) / distance.length;
+    const { mean } = await int8Distance(file, reference, 6);
     expect(mean).toBeGreaterThan(1e-6);
     expect(mean).toBeLessThan(0.05);
   });

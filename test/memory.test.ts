@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { directScoring } from '../src/requests/scoring.js';
-import { planMemory } from '../src/engine/memory.js';
+import { planMemory, prepackedForInt8 } from '../src/engine/memory.js';
 import { PROVIDERS } from '../src/common/providers.js';
 import { readModelConfig } from '../src/model/config.js';
 import { writeZeroCheckpoint } from '../src/model/synthetic.js';
@@ -80,6 +80,18 @@ describe('the memory plan', () => {
     expect(planMemory(config, bf16, 'float32', limits, 12 * GiB)).toMatchObject({ atRest: 'stored', fits: false });
     // Float32 weights are as stored already: nothing to keep narrower.
     expect(planMemory(config, tensors('float32', 8e9), 'float32', limits, 22 * GiB)).toMatchObject({ atRest: 'compute', fits: false });
+  });
+
+  it("counts int8 activations' prepacked copy of each quantized matrix: what fits exact can be refused so", () => {
+    // 4.5 GiB of quantized parts and a float32 norm.
+    const parts = [...Array.from({ length: 9 }, () => ({ dtype: 'quantized' as const, shape: [4096, 4096 * 16], bytes: GiB / 2 })), { dtype: 'float32' as const, shape: [4096] }];
+    const exact = planMemory(config, parts, 'float32', limits, 8 * GiB);
+    const int8 = planMemory(config, prepackedForInt8(parts), 'float32', limits, 8 * GiB);
+    expect(exact.fits).toBe(true);
+    expect(int8.fits).toBe(false);
+    // The parts 1.6 times, the float32 norm as it is.
+    expect(int8.weights).toBe(Math.ceil(1.6 * (GiB / 2)) * 9 + 4096 * 4);
+    expect(int8.need - int8.weights).toBe(exact.need - exact.weights);
   });
 });
 

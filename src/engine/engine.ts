@@ -11,7 +11,7 @@ import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, withCpuArena, type DeviceOptions, type ResolvedDevice } from './device.js';
-import { memoryRefusal, passLimits, planMemory, quantizedAtLoad, type MemoryPlan, type PassLimits } from './memory.js';
+import { memoryRefusal, passLimits, planMemory, prepackedForInt8, quantizedAtLoad, type MemoryPlan, type PassLimits } from './memory.js';
 import { deviceKv, sessionOptions, sessionWeights, uploadOptions } from './session-options.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
@@ -78,7 +78,8 @@ function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: Reso
   if (!device.profile.weightsAsStored) {
     return { atRest: 'compute', weights: 0, working: 0, need: 0, reason: `as the ${device.profile.label} graph computes them` };
   }
-  const plan = planMemory(config, opened.stored, device.dtype, limits);
+  const int8 = options.quantizedActivations === 'int8' && device.profile.weightsInHostMemory;
+  const plan = planMemory(config, int8 ? prepackedForInt8(opened.stored) : opened.stored, device.dtype, limits);
   if (options.weightsAtRest) return { ...plan, atRest: options.weightsAtRest, reason: `${options.weightsAtRest === 'stored' ? 'kept as stored' : 'widened at load'}, as asked (weightsAtRest)` };
   if (!plan.fits && device.profile.weightsInHostMemory) throw new DeviceError(memoryRefusal(opened.name, plan, limits));
   return plan;
