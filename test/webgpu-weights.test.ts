@@ -75,6 +75,25 @@ maybe('bfloat16 weights kept as stored on WebGPU', () => {
     }
   });
 
+  it('matrices widened in row blocks (each its own product, as an 8B model\'s are) score as whole ones widened at load', async () => {
+    const fx = makeFixture(FAMILY_FIXTURES.llama!, { dtype: 'bfloat16' });
+    const whole = await rowLogprobs(await load(fx.dir, 'compute'), ROWS);
+    const unsplit = (await load(fx.dir, 'stored')).info.graphNodes;
+    const webgpu = PROVIDERS.webgpu as { maxWidenedBytes?: number };
+    const limit = webgpu.maxWidenedBytes;
+    // 24 rows of 32 float32 values a block: q, o, gate and up in blocks of 24 rows (o and q
+    // uneven: 24 + 8), down in blocks of 16 rows of 48, k and v whole.
+    webgpu.maxWidenedBytes = 24 * 32 * 4;
+    try {
+      const e = await load(fx.dir, 'stored');
+      // More nodes: each block its own widening and product.
+      expect(e.info.graphNodes).toBeGreaterThan(unsplit);
+      expect(await rowLogprobs(e, ROWS)).toEqual(whole);
+    } finally {
+      webgpu.maxWidenedBytes = limit;
+    }
+  });
+
   it('a float32 checkpoint has nothing to keep as stored: refused naming the key', async () => {
     const fx = makeFixture(FAMILY_FIXTURES.llama!);
     await expect(load(fx.dir, 'stored')).rejects.toThrow(/weightsAtRest: stored: .* has no weights narrower than its compute dtype \(float32\)/);

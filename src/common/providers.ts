@@ -121,6 +121,12 @@ export interface ProviderProfile {
    * 17 and failed on every request. 1 GiB blocks bind as 8 segments there; a GPU's own
    * limits are larger. */
   maxTensorBytes?: number;
+  /** A matrix kept as stored is widened for its product in row blocks of at most this many
+   * bytes widened, each block its own product (ops.ts linear). WebGPU: onnxruntime keeps
+   * freed buffers of up to 160 MiB in its cache for reuse, and a larger one is freed only
+   * when the device has caught up, after the pass: an 8B model's widened matrices (235 MB)
+   * piled up until the kernel killed the process (lavapipe, 24 GiB). */
+  maxWidenedBytes?: number;
   /** The checkpoint weights a session would go on reading from onnxruntime's memory map of
    * the weights file after it is made (a file truncated under the server then faults the
    * process with SIGBUS at the next pass): every weight some node reads other than as one
@@ -289,6 +295,7 @@ export const PROVIDERS = {
     castsBfloat16: false,
     weightsInHostMemory: false,
     maxTensorBytes: 2 ** 30,
+    maxWidenedBytes: 128 * 2 ** 20,
     // Measured on lavapipe: no mapping of the weights file is left once the session is made.
     mappedWeights: false,
     label: 'WebGPU',

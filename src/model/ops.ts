@@ -133,7 +133,27 @@ export class ModelOps {
         const y = quantizedProduct(this.g, x, quantized, this.quantizedActivations);
         return bias ? this.g.node('Add', [y, bias()], { name: 'bias' }) : y;
       });
+    const blocks = this.spec.linearLayout === 'out_in' ? this.widenedBlocks(`${name}.weight`, [outFeatures, inFeatures]) : undefined;
+    if (blocks)
+      return this.g.scope(label, () => {
+        const before = this.widenAfter;
+        this.widenAfter = x;
+        const parts = this.weightRows(`${name}.weight`, [outFeatures, inFeatures], this.dt, blocks).map((b, k) => this.g.matMulT(x, b.value, { rank: 2, name: `block_${k}` }));
+        this.widenAfter = before;
+        const y = this.g.node('Concat', parts, { name: 'blocks', attrs: { axis: -1 } });
+        return bias ? this.g.node('Add', [y, bias()], { name: 'bias' }) : y;
+      });
     return this.project(x, (shape) => this.weight(`${name}.weight`, shape), bias, inFeatures, outFeatures, label);
+  }
+
+  /** The bytes of the row blocks a [rows, cols] matrix kept as stored is widened in, where
+   * it is larger widened than the provider's maxWidenedBytes (its product then in blocks). */
+  protected widenedBlocks(name: string, shape: [number, number]): number | undefined {
+    const limit = this.g.provider.maxWidenedBytes;
+    if (limit === undefined || this.atRest !== 'stored') return undefined;
+    const stored = this.source.get(this.storedName(name), shape);
+    if (stored.quantized || stored.dtype === this.dt || shape[0] * shape[1] * (BYTES_OF[this.dt] ?? 4) <= limit) return undefined;
+    return limit;
   }
 
   /** A weight stored quantized ([out, in], blocks along in) as its exact form's parts
@@ -167,6 +187,8 @@ export class ModelOps {
     const { g } = this;
     return g.scope(label, () => {
       let y: string;
+      const before = this.widenAfter;
+      this.widenAfter = x;
       switch (this.spec.linearLayout) {
         case 'out_in':
           y = g.matMulT(x, weight([outFeatures, inFeatures]));
@@ -177,12 +199,20 @@ export class ModelOps {
         default:
           return unreachable(this.spec.linearLayout);
       }
+      this.widenAfter = before;
       if (bias) y = g.node('Add', [y, bias()], { name: 'bias' });
       return y;
     });
   }
 
   protected readonly weights = new Map<string, string>();
+
+  /** The input of the product whose weights are being made (project, the head): where the
+   * provider orders by shapes, a weight kept as stored is widened only once that input is
+   * made (unfolded). Without it onnxruntime may widen every weight at the start of a pass,
+   * and on WebGPU a pass then holds the whole model widened (lavapipe, a 0.4 GiB BF16
+   * model: 1.9 GiB more during a pass; an 8B one was killed by the kernel). */
+  protected widenAfter: string | undefined;
 
   /** A checkpoint tensor as `as` (default: the compute dtype; a Cast ORT folds at load
    * when the stored dtype differs, or that runs each pass for a matrix kept as stored:
@@ -271,8 +301,7 @@ export class ModelOps {
   /** A [rows, width] checkpoint matrix as `as`, whole, or in blocks of rows where it is
    * larger than the provider's kernels take (providers.ts maxTensorBytes): each block its
    * own initializer, the stored bytes of its rows read in place. */
-  protected weightRows(name: string, shape: [number, number], as: DTypeName = this.dt): { value: string; start: number; end: number }[] {
-    const limit = this.g.provider.maxTensorBytes;
+  protected weightRows(name: string, shape: [number, number], as: DTypeName = this.dt, limit = this.g.provider.maxTensorBytes): { value: string; start: number; end: number }[] {
     const [rows, width] = shape;
     const size = BYTES_OF[as] ?? 4;
     const bytes = rows * width * size;
@@ -312,9 +341,19 @@ export class ModelOps {
   }
 
   //   W ─Reshape(weights_keep_shape = [0, 0])─► W: the same tensor, not a constant to fold
+  // and, where the provider orders by shapes and a product's input is known (widenAfter),
+  // made only once that input is (its Shape: the host's arithmetic, no dispatch):
+  //   x ─Shape[0:1]─Mul(0)─► [0] ─Concat ×2─► [0, 0] ─┐
+  //   W ─Reshape──────────────────────────────────────┴─► W
   private unfolded(w: string): string {
-    const keep = this.g.hasInput(KEEP_SHAPE) ? KEEP_SHAPE : this.g.input(KEEP_SHAPE, 'int64', [2]);
-    return this.g.node('Reshape', [w, keep], { name: 'weight_as_stored' });
+    const { g } = this;
+    const after = g.provider.orderByShapes ? this.widenAfter : undefined;
+    if (after) {
+      const zero = g.node('Mul', [g.node('Shape', [after], { name: 'widen_after', attrs: { start: 0, end: 1 } }), g.ints([0])], { name: 'widen_after_zero' });
+      return g.node('Reshape', [w, g.node('Concat', [zero, zero], { name: 'widen_after_shape', attrs: { axis: 0 } })], { name: 'weight_as_stored' });
+    }
+    const keep = g.hasInput(KEEP_SHAPE) ? KEEP_SHAPE : g.input(KEEP_SHAPE, 'int64', [2]);
+    return g.node('Reshape', [w, keep], { name: 'weight_as_stored' });
   }
 
   // A stored weight as the Hugging Face tensor: referenced in place, its rows put back in
