@@ -283,7 +283,7 @@ if (want('bf16') || wantsGguf) console.log(
 const show = (name: string, fileBytes: number, r: SideResult) =>
   console.log(
     `${name.padEnd(26)} load ${r.loadSeconds.toFixed(1)} s, peak RSS ${r.end.peak.toFixed(2)} GiB (${(r.end.peak / (fileBytes / GiB)).toFixed(2)}x the file's ${(fileBytes / GiB).toFixed(2)} GiB; ` +
-      `${r.afterLoad.peak.toFixed(2)} by the end of the load), ${r.passTokens ?? TOKENS} tokens in ${r.passSeconds.toFixed(1)} s (${((r.passTokens ?? TOKENS) / r.passSeconds).toFixed(1)} tokens/s)` +
+      `${r.afterLoad.peak.toFixed(2)} by the end of the load), ${r.passTokens ?? TOKENS} tokens in ${r.passSeconds.toFixed(1)} s (${((r.passTokens ?? TOKENS) / r.passSeconds).toFixed(r.passTokens ? 3 : 1)} tokens/s)` +
       `${Number.isFinite(r.decodeTokensPerSecond) ? `, decode ${r.decodeTokensPerSecond.toFixed(2)} tokens/s` : ''}${r.weights ? ` — ${r.weights}` : ''}`,
   );
 const results = new Map<string, SideResult>();
