@@ -12,6 +12,7 @@ import { Scorer } from '../src/core/scorer.js';
 import { directScoring } from '../src/requests/scoring.js';
 import { planMemory, prepackedForInt8 } from '../src/engine/memory.js';
 import { PROVIDERS } from '../src/common/providers.js';
+import { onlySoftwareVulkan } from '../src/engine/adapter.js';
 import { readModelConfig } from '../src/model/config.js';
 import { writeZeroCheckpoint } from '../src/model/synthetic.js';
 import { LLAMA3_8B, writeZeroLlamaGguf } from '../src/model/synthetic-gguf.js';
@@ -199,5 +200,15 @@ describe('weights kept as stored', () => {
       new RegExp(`${path.basename(dir)}: needs about 1[3-4]\\d\\.\\d GiB of memory — weights 1[3-4]\\d\\.\\d GiB \\(as stored\\)`),
     );
     expect(err.message).toMatch(/Options: a quantized checkpoint \(a GGUF file in Q4_K_M or Q8_0\)/);
+  }, 120_000);
+
+  it('on WebGPU with only lavapipe (the device memory is the host\'s), the 70B shape is refused alike, not killed', async () => {
+    if (!VULKAN || !onlySoftwareVulkan()) return console.warn('skipped: needs lavapipe as the only Vulkan driver');
+    const dir = llama3('70b');
+    const err = await serveCli(dir, ['--device', 'webgpu', '--metrics-port', '-1']).then(
+      (s) => (s.stop(), new Error('it served')),
+      (e) => e,
+    );
+    expect(err.message).toMatch(new RegExp(`${path.basename(dir)}: needs about 1[3-4]\\d\\.\\d GiB of memory — weights 1[3-4]\\d\\.\\d GiB \\(as stored\\)`));
   }, 120_000);
 });

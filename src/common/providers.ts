@@ -107,7 +107,8 @@ export interface ProviderProfile {
   /** The weights live in the host's memory, which the memory plan measures: a model that
    * cannot fit is refused at load. Else (WebGPU) the device's memory is its own, which
    * onnxruntime-node cannot tell; the host's is the measure only for how weights lie at rest
-   * (right where the device's memory is the host's: lavapipe, integrated GPUs). */
+   * (right where the device's memory is the host's: lavapipe, integrated GPUs) — and for a
+   * refusal too where only lavapipe can answer (engine/adapter.ts onlySoftwareVulkan). */
   weightsInHostMemory: boolean;
   /** The provider has a bfloat16 Cast: weights kept as stored widen by it. Else (WebGPU: no
    * bfloat16 type) a bfloat16 matrix is read as uint32 pairs of its values and widened by a

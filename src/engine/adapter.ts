@@ -14,11 +14,7 @@ export function describeAdapter(adapter: ProviderProfile['adapter']): string {
   if (adapter === 'none') return '';
   const gpus = nvidiaGpus();
   if (adapter === 'nvidia') return gpus.join(', ') || 'CUDA device (name not readable from /proc/driver/nvidia)';
-  // A hardware driver needs its device node; without one only software drivers can answer.
-  const hardware = fs.existsSync('/dev/dri') && fs.readdirSync('/dev/dri').some((f) => f.startsWith('renderD'));
-  const nvidia = gpus.length > 0 || fs.existsSync('/dev/nvidiactl');
-  const drivers = vulkanDrivers().filter((d) => /lvp/.test(d) || (/nvidia/.test(d) ? nvidia : hardware));
-  const named = drivers.map((d) =>
+  const named = answeringDrivers(gpus).map((d) =>
     /lvp/.test(d)
       ? 'Mesa lavapipe (software Vulkan on the CPU)'
       : /nvidia/.test(d)
@@ -26,6 +22,21 @@ export function describeAdapter(adapter: ProviderProfile['adapter']): string {
         : d,
   );
   return named.length > 0 ? `Vulkan drivers: ${[...new Set(named)].join('; ')}` : 'no Vulkan driver manifest found';
+}
+
+/** Whether every Vulkan driver that can answer WebGPU here is Mesa's lavapipe: the device's
+ * memory is then this host's, and the memory plan holds on WebGPU as on the CPU. */
+export function onlySoftwareVulkan(): boolean {
+  const drivers = answeringDrivers(nvidiaGpus());
+  return drivers.length > 0 && drivers.every((d) => /lvp/.test(d));
+}
+
+/** The Vulkan drivers that can answer: a hardware driver needs its device node; without
+ * one only software drivers can. */
+function answeringDrivers(gpus: string[]): string[] {
+  const hardware = fs.existsSync('/dev/dri') && fs.readdirSync('/dev/dri').some((f) => f.startsWith('renderD'));
+  const nvidia = gpus.length > 0 || fs.existsSync('/dev/nvidiactl');
+  return vulkanDrivers().filter((d) => /lvp/.test(d) || (/nvidia/.test(d) ? nvidia : hardware));
 }
 
 function nvidiaGpus(): string[] {

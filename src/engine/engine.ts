@@ -14,7 +14,7 @@ import { resolveDevice, withCpuArena, type DeviceOptions, type ResolvedDevice } 
 import { memoryRefusal, passLimits, planMemory, prepackedForInt8, quantizedAtLoad, type MemoryPlan, type PassLimits } from './memory.js';
 import { deviceKv, sessionOptions, sessionWeights, uploadOptions } from './session-options.js';
 import { placements } from './placements.js';
-import { describeAdapter } from './adapter.js';
+import { describeAdapter, onlySoftwareVulkan } from './adapter.js';
 import { CheckpointError, DeviceError, InvalidArgumentError } from '../common/errors.js';
 import { WeightFiles, heldWeightsPath, withHeldPlaceholder } from '../checkpoint/weight-files.js';
 import type { QuantizeAtLoad, QuantizedActivations } from '../model/quantized.js';
@@ -81,7 +81,9 @@ function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: Reso
   const int8 = options.quantizedActivations === 'int8' && device.profile.weightsInHostMemory;
   const plan = planMemory(config, int8 ? prepackedForInt8(opened.stored) : opened.stored, device.dtype, limits);
   if (options.weightsAtRest) return { ...plan, atRest: options.weightsAtRest, reason: `${options.weightsAtRest === 'stored' ? 'kept as stored' : 'widened at load'}, as asked (weightsAtRest)` };
-  if (!plan.fits && device.profile.weightsInHostMemory) throw new DeviceError(memoryRefusal(opened.name, plan, limits));
+  // On WebGPU with only lavapipe to answer, the device's memory is the host's: refused alike.
+  const hostMemory = device.profile.weightsInHostMemory || (device.kind === 'webgpu' && onlySoftwareVulkan());
+  if (!plan.fits && hostMemory) throw new DeviceError(memoryRefusal(opened.name, plan, limits));
   return plan;
 }
 
