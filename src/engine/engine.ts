@@ -82,7 +82,7 @@ function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: Reso
   const plan = planMemory(config, int8 ? prepackedForInt8(opened.stored) : opened.stored, device.dtype, limits);
   if (options.weightsAtRest) return { ...plan, atRest: options.weightsAtRest, reason: `${options.weightsAtRest === 'stored' ? 'kept as stored' : 'widened at load'}, as asked (weightsAtRest)` };
   // On WebGPU with only lavapipe to answer, the device's memory is the host's: refused alike.
-  const hostMemory = device.profile.weightsInHostMemory || (device.kind === 'webgpu' && onlySoftwareVulkan());
+  const hostMemory = device.profile.weightsInHostMemory || (device.profile.adapter === 'vulkan' && onlySoftwareVulkan());
   if (!plan.fits && hostMemory) throw new DeviceError(memoryRefusal(opened.name, plan, limits));
   return plan;
 }
