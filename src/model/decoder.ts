@@ -436,10 +436,7 @@ class DecoderBuilder extends AttentionOps {
     const quantized = this.quantizedParts(headName, [c.vocabSize, c.hiddenSize], 'product');
     if (quantized) return this.softcap(g.scope('lm_head', () => quantizedProduct(g, normed, quantized, this.quantizedActivations)), c.finalSoftcap, 'logits_softcap');
     // Row blocks of the head (weightRows) give the logits of their tokens, side by side.
-    this.widenAfter = normed;
-    const limits = [g.provider.maxTensorBytes, this.widenedBlocks(headName, [c.vocabSize, c.hiddenSize])].filter((l) => l !== undefined);
-    const blocks = this.weightRows(headName, [c.vocabSize, c.hiddenSize], this.dt, limits.length > 0 ? Math.min(...limits) : undefined);
-    this.widenAfter = undefined;
+    const blocks = this.orderedAfter(normed, () => this.weightRows(headName, [c.vocabSize, c.hiddenSize]));
     const logits = this.toFloat32(
       g.scope('lm_head', () =>
         blocks.length === 1

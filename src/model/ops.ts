@@ -133,27 +133,23 @@ export class ModelOps {
         const y = quantizedProduct(this.g, x, quantized, this.quantizedActivations);
         return bias ? this.g.node('Add', [y, bias()], { name: 'bias' }) : y;
       });
-    const blocks = this.spec.linearLayout === 'out_in' ? this.widenedBlocks(`${name}.weight`, [outFeatures, inFeatures]) : undefined;
-    if (blocks)
+    // A matrix widened per pass in row blocks (weightRows): each block its own product.
+    if (this.spec.linearLayout === 'out_in' && this.widensInBlocks(`${name}.weight`, [outFeatures, inFeatures]))
       return this.g.scope(label, () => {
-        const before = this.widenAfter;
-        this.widenAfter = x;
-        const parts = this.weightRows(`${name}.weight`, [outFeatures, inFeatures], this.dt, blocks).map((b, k) => this.g.matMulT(x, b.value, { rank: 2, name: `block_${k}` }));
-        this.widenAfter = before;
-        const y = this.g.node('Concat', parts, { name: 'blocks', attrs: { axis: -1 } });
+        const blocks = this.orderedAfter(x, () => this.weightRows(`${name}.weight`, [outFeatures, inFeatures]));
+        const y = this.g.node('Concat', blocks.map((b, k) => this.g.matMulT(x, b.value, { rank: 2, name: `block_${k}` })), { name: 'blocks', attrs: { axis: -1 } });
         return bias ? this.g.node('Add', [y, bias()], { name: 'bias' }) : y;
       });
     return this.project(x, (shape) => this.weight(`${name}.weight`, shape), bias, inFeatures, outFeatures, label);
   }
 
-  /** The bytes of the row blocks a [rows, cols] matrix kept as stored is widened in, where
-   * it is larger widened than the provider's maxWidenedBytes (its product then in blocks). */
-  protected widenedBlocks(name: string, shape: [number, number]): number | undefined {
+  /** Whether a [rows, cols] matrix kept as stored is larger widened than the provider's
+   * maxWidenedBytes, and so widened in row blocks (weightRows). */
+  private widensInBlocks(name: string, shape: [number, number]): boolean {
     const limit = this.g.provider.maxWidenedBytes;
-    if (limit === undefined || this.atRest !== 'stored') return undefined;
+    if (limit === undefined || this.atRest !== 'stored') return false;
     const stored = this.source.get(this.storedName(name), shape);
-    if (stored.quantized || stored.dtype === this.dt || shape[0] * shape[1] * (BYTES_OF[this.dt] ?? 4) <= limit) return undefined;
-    return limit;
+    return !stored.quantized && stored.dtype !== this.dt && shape[0] * shape[1] * (BYTES_OF[this.dt] ?? 4) > limit;
   }
 
   /** A weight stored quantized ([out, in], blocks along in) as its exact form's parts
@@ -187,19 +183,16 @@ export class ModelOps {
     const { g } = this;
     return g.scope(label, () => {
       let y: string;
-      const before = this.widenAfter;
-      this.widenAfter = x;
       switch (this.spec.linearLayout) {
         case 'out_in':
-          y = g.matMulT(x, weight([outFeatures, inFeatures]));
+          y = g.matMulT(x, this.orderedAfter(x, () => weight([outFeatures, inFeatures])));
           break;
         case 'in_out':
-          y = g.node('MatMul', [x, weight([inFeatures, outFeatures])]);
+          y = g.node('MatMul', [x, this.orderedAfter(x, () => weight([inFeatures, outFeatures]))]);
           break;
         default:
           return unreachable(this.spec.linearLayout);
       }
-      this.widenAfter = before;
       if (bias) y = g.node('Add', [y, bias()], { name: 'bias' });
       return y;
     });
@@ -212,7 +205,18 @@ export class ModelOps {
    * made (unfolded). Without it onnxruntime may widen every weight at the start of a pass,
    * and on WebGPU a pass then holds the whole model widened (lavapipe, a 0.4 GiB BF16
    * model: 1.9 GiB more during a pass; an 8B one was killed by the kernel). */
-  protected widenAfter: string | undefined;
+  private widenAfter: string | undefined;
+
+  /** What `make` makes, its weights kept as stored widened only once `x` is made (widenAfter). */
+  protected orderedAfter<T>(x: string, make: () => T): T {
+    const before = this.widenAfter;
+    this.widenAfter = x;
+    try {
+      return make();
+    } finally {
+      this.widenAfter = before;
+    }
+  }
 
   /** A checkpoint tensor as `as` (default: the compute dtype; a Cast ORT folds at load
    * when the stored dtype differs, or that runs each pass for a matrix kept as stored:
@@ -299,14 +303,18 @@ export class ModelOps {
   }
 
   /** A [rows, width] checkpoint matrix as `as`, whole, or in blocks of rows where it is
-   * larger than the provider's kernels take (providers.ts maxTensorBytes): each block its
-   * own initializer, the stored bytes of its rows read in place. */
-  protected weightRows(name: string, shape: [number, number], as: DTypeName = this.dt, limit = this.g.provider.maxTensorBytes): { value: string; start: number; end: number }[] {
+   * larger than the provider's kernels take (providers.ts maxTensorBytes) or, kept as stored,
+   * than it widens per pass (maxWidenedBytes): each block its own initializer, the stored
+   * bytes of its rows read in place. */
+  protected weightRows(name: string, shape: [number, number], as: DTypeName = this.dt): { value: string; start: number; end: number }[] {
     const [rows, width] = shape;
     const size = BYTES_OF[as] ?? 4;
     const bytes = rows * width * size;
-    if (limit === undefined || bytes <= limit) return [{ value: this.weight(name, shape, as), start: 0, end: rows }];
     const stored = this.source.get(this.storedName(name), shape);
+    const { maxTensorBytes, maxWidenedBytes } = this.g.provider;
+    const widened = this.atRest === 'stored' && stored.dtype !== as && maxWidenedBytes !== undefined;
+    const limit = widened ? Math.min(maxTensorBytes ?? Infinity, maxWidenedBytes) : maxTensorBytes;
+    if (limit === undefined || bytes <= limit) return [{ value: this.weight(name, shape, as), start: 0, end: rows }];
     const per = Math.max(1, Math.floor(limit / (width * size)));
     const rowBytes = stored.length / rows;
     const blocks: { value: string; start: number; end: number }[] = [];
