@@ -8,6 +8,7 @@
 // for a file is what it means.
 import fs from 'node:fs';
 import { CheckpointError } from '../common/errors.js';
+import { DIM_CAPS } from '../common/dim-caps.js';
 import { GgufMeta } from './gguf-meta.js';
 import type { GgufFile } from './gguf.js';
 
@@ -244,10 +245,19 @@ class ConfigBuilder {
     if (w !== undefined) this.set('sliding_window', w > 0 ? w : null, key);
   }
 
+  /** The experts the file declares (`expert_count`; none when absent or 0): what the
+   * stacked expert tensors must hold. */
+  expertCount?: { n: number; key: string };
+
   experts(arch: string, countKey: string): void {
-    const n = this.m.int(`${arch}.expert_count`);
+    const key = `${arch}.expert_count`;
+    const n = this.m.int(key);
     if (n === undefined || n === 0) return;
-    this.set(countKey, n, `${arch}.expert_count`);
+    // Checked here, before the tensor names are made one per expert.
+    if (!Number.isSafeInteger(n) || n < 0 || n > DIM_CAPS.experts)
+      throw new CheckpointError(`${this.m.file}: ${key} (${countKey}) is ${n}, more than the ${DIM_CAPS.experts} experts any model has`);
+    this.expertCount = { n, key };
+    this.set(countKey, n, key);
     this.set('num_experts_per_tok', this.m.int(`${arch}.expert_used_count`), `${arch}.expert_used_count`);
   }
 
@@ -292,7 +302,7 @@ export function ggufModel(g: GgufFile): GgufModel {
   const c = new ConfigBuilder(m);
   commonConfig(m, g, arch, modelType, c);
   spec.config(m, arch, c);
-  const names = tensorNames(g, spec, c);
+  const names = tensorNames(g, arch, spec, c);
   return {
     arch,
     config: c.raw,
@@ -424,7 +434,7 @@ function storedDtype(m: GgufMeta, g: GgufFile): string | undefined {
 
 /** Every GGUF tensor mapped to the Hugging Face name(s) it holds; a tensor the
  * architecture does not have is refused by name (llama.cpp refuses it too). */
-function tensorNames(g: GgufFile, spec: Arch, c: ConfigBuilder): Map<string, TensorRef> {
+function tensorNames(g: GgufFile, arch: string, spec: Arch, c: ConfigBuilder): Map<string, TensorRef> {
   const names = new Map<string, TensorRef>();
   const heads = Number(c.raw.num_attention_heads);
   const kvHeads = Number(c.raw.num_key_value_heads ?? heads);
@@ -449,13 +459,23 @@ function tensorNames(g: GgufFile, spec: Arch, c: ConfigBuilder): Map<string, Ten
     if (hf) {
       const permuted = spec.permuteQK && (part === 'attn_q' || part === 'attn_k') ? (part === 'attn_q' ? heads : kvHeads) : undefined;
       names.set(`${prefix}${hf}.${what}`, { tensor, ...(permuted !== undefined && { permutedHeads: permuted }) });
-    } else if (spec.experts && part === 'ffn_gate_inp') {
+    } else if (spec.experts && c.expertCount && part === 'ffn_gate_inp') {
       names.set(`${prefix}${spec.experts.router}.${what}`, { tensor });
-    } else if (spec.experts && /^ffn_(gate|up|down)_exps$/.test(part) && info.dims.length === 3) {
+    } else if (spec.experts && c.expertCount && /^ffn_(gate|up|down)_exps$/.test(part)) {
+      // One name per expert, so the stack must hold the experts the file declares (capped):
+      // a stack that declares 2^40 of them named nothing until the heap ran out.
+      const { n: of, key } = c.expertCount;
+      if (info.dims.length !== 3 || info.dims[2] !== of)
+        throw new CheckpointError(
+          `${g.file}: tensor ${tensor} has dims [${info.dims}], not [in, out, ${of}] for the ${of} experts of ${key}`,
+        );
       const ex = spec.experts;
       const which = part === 'ffn_gate_exps' ? ex.gate : part === 'ffn_up_exps' ? ex.up : ex.down;
-      const of = info.dims[2]!;
       for (let e = 0; e < of; e++) names.set(`${prefix}${ex.prefix}.${e}.${which}.${what}`, { tensor, expert: { index: e, of } });
+    } else if (/^ffn_(gate|up|down)_exps$|^ffn_gate_inp$/.test(part)) {
+      // A dense model's file with an expert tensor (llama.cpp refuses a tensor it does not read).
+      const declares = spec.experts ? `${arch}.expert_count is absent or 0` : `a ${arch} model has no experts`;
+      throw new CheckpointError(`${g.file}: tensor ${tensor} is an expert tensor, but the file declares no experts (${declares})`);
     } else unknown.push(tensor);
   }
   if (unknown.length > 0)

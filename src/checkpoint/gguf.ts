@@ -140,6 +140,15 @@ const MAX_DIMS = 4;
 const MAX_KEY = 65536;
 const MAX_ARRAY = 1 << 24;
 const MAX_DEPTH = 8;
+/** Most values of the whole header that become objects of their own (strings, booleans,
+ * arrays inside arrays; numbers are read as typed arrays): a 262144-token vocabulary with
+ * its merges has under a million. 4M empty arrays in one unused key took 1.8 GB and 20 s. */
+export const MAX_HEADER_VALUES = 1 << 21;
+/** Most tensors a file may list: models have at most a few thousand (experts stacked;
+ * DeepSeek-V3's file about 1,100). 2M empty tensor entries took 58 s and 2.4 GB to refuse. */
+export const MAX_TENSORS = 1 << 16;
+/** Most metadata keys (files have about 40). */
+const MAX_KEYS = 1 << 16;
 
 /** Read the header of a GGUF file and check its tensors' byte ranges. */
 export function readGguf(file: string): GgufFile {
@@ -165,6 +174,8 @@ class HeaderReader {
   private windowStart = 0;
   private pos = 0;
   private readonly limit: number;
+  /** Values made objects so far (MAX_HEADER_VALUES). */
+  private values = 0;
 
   constructor(
     private readonly file: string,
@@ -238,7 +249,9 @@ class HeaderReader {
       );
     // Each tensor info takes at least 24 bytes, each key/value at least 13.
     const tensorCount = this.count('tensor count', Math.floor(this.left() / 24));
+    if (tensorCount > MAX_TENSORS) throw this.fail(`tensor count is ${tensorCount}, more than the ${MAX_TENSORS} any model has`);
     const kvCount = this.count('metadata key/value count', Math.floor(this.left() / 13));
+    if (kvCount > MAX_KEYS) throw this.fail(`metadata key/value count is ${kvCount}, more than the ${MAX_KEYS} any model has`);
     const metadata = new Map<string, GgufValue>();
     for (let i = 0; i < kvCount; i++) {
       const key = this.string(`metadata key ${i}`, MAX_KEY);
@@ -353,6 +366,11 @@ class HeaderReader {
       copy.set(bytes);
       return { type: GGUF_TYPE.ARRAY, of: of as GgufTypeCode, value: new typed(copy.buffer) };
     }
+    this.values += n;
+    if (this.values > MAX_HEADER_VALUES)
+      throw this.fail(
+        `metadata ${key}: ${n} more strings, booleans or arrays take the header past ${MAX_HEADER_VALUES}, more than any model's`,
+      );
     const values: (boolean | string | GgufValue)[] = [];
     for (let i = 0; i < n; i++) {
       const v = this.value(`${key}[${i}]`, of, depth + 1);

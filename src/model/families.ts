@@ -6,7 +6,8 @@
 // MLP, rotary or learned positions). Families are overrides of the Llama base. The
 // decoder in decoder.ts switches on the kinds; it has no per-family code paths.
 import { CheckpointError } from '../common/errors.js';
-import { DIM_CAPS, countOf, flag, positiveInt, positiveNumber, ropeFrequencies, windowOrNone } from './config-values.js';
+import { DIM_CAPS } from '../common/dim-caps.js';
+import { countOf, flag, positiveInt, positiveNumber, ropeFrequencies, windowOrNone } from './config-values.js';
 import type { Biases, FamilySpec, RawConfig } from './family-spec.js';
 
 export type * from './family-spec.js';

@@ -14,6 +14,7 @@
 import { CheckpointError } from '../common/errors.js';
 import { GgufMeta } from '../checkpoint/gguf-meta.js';
 import type { GgufFile } from '../checkpoint/gguf.js';
+import { checkTokenLengths } from './token-caps.js';
 
 const TOKEN_TYPE = { normal: 1, unknown: 2, control: 3, userDefined: 4, unused: 5, byte: 6 } as const;
 
@@ -78,6 +79,7 @@ export function ggufTokenizer(g: GgufFile): GgufTokenizer {
   const tokens = m.strings('tokenizer.ggml.tokens');
   if (!tokens || tokens.length === 0) throw new CheckpointError(`${g.file}: tokenizer.ggml.tokens is missing or empty`);
   const types = m.numbers('tokenizer.ggml.token_type') ?? tokens.map(() => TOKEN_TYPE.normal);
+  checkTokenLengths(g.file, 'tokenizer.ggml.tokens', tokens, (i) => isAdded(types[i]));
   const scores = m.numbers('tokenizer.ggml.scores') ?? tokens.map(() => 0);
   for (const [key, list] of [
     ['tokenizer.ggml.token_type', types],
@@ -149,6 +151,9 @@ export function ggufTokenizer(g: GgufFile): GgufTokenizer {
   return { json, config };
 }
 
+/** Tokens matched in the text before anything else (added tokens, special or not). */
+const isAdded = (type: number | undefined) => type === TOKEN_TYPE.control || type === TOKEN_TYPE.unknown || type === TOKEN_TYPE.userDefined;
+
 /** Control and unknown tokens as special tokens, user-defined ones as added tokens, each
  * matched as it is written (llama.cpp stores them normalized). Phi-3's strip the spaces
  * after them, as llama.cpp sets for a model named so. */
@@ -157,7 +162,7 @@ function addedTokens(tokens: string[], types: number[], modelName: string) {
   const added = [];
   for (let i = 0; i < tokens.length; i++) {
     const type = types[i];
-    if (type !== TOKEN_TYPE.control && type !== TOKEN_TYPE.unknown && type !== TOKEN_TYPE.userDefined) continue;
+    if (!isAdded(type)) continue;
     const content = tokens[i]!;
     const rstrip = phi3 && (content === '</s>' || !['<unk>', '<s>', '<|endoftext|>'].includes(content));
     added.push({ id: i, content, single_word: false, lstrip: false, rstrip, normalized: false, special: type !== TOKEN_TYPE.userDefined });
