@@ -38,6 +38,7 @@ const CODE_OF: Record<ErrorKind | 'internal', CodeName> = {
   checkpoint: 'FAILED_PRECONDITION',
   device: 'FAILED_PRECONDITION',
   config: 'FAILED_PRECONDITION',
+  model_output: 'INTERNAL',
   internal: 'INTERNAL',
 };
 

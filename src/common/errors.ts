@@ -13,7 +13,8 @@ export type ErrorKind =
   | 'unauthenticated'
   | 'checkpoint'
   | 'device'
-  | 'config';
+  | 'config'
+  | 'model_output';
 
 export abstract class CtxprobeError extends Error {
   abstract readonly kind: ErrorKind;
@@ -103,6 +104,13 @@ export class DeviceError extends CtxprobeError {
 export class ConfigError extends CtxprobeError {
   readonly kind = 'config';
   override readonly name = 'ConfigError';
+}
+
+/** The model computed a value that is not a number (NaN, infinity) for a request: its
+ * weights overflow float32 on that input. Answered as an error, never as a number. */
+export class NonFiniteOutputError extends CtxprobeError {
+  readonly kind = 'model_output';
+  override readonly name = 'NonFiniteOutputError';
 }
 
 /** The kind of any thrown value; anything not ours is an internal error. */

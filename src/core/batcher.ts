@@ -14,11 +14,11 @@
 // few passes. A unit longer than a pass runs in links, one a round (links.ts). Cancelled or
 // expired requests leave the queue at once; a round whose every request was cancelled stops
 // at the next pass.
-import { CancelledError, OverloadedError, TooLargeError } from '../common/errors.js';
+import { CancelledError, NonFiniteOutputError, OverloadedError, TooLargeError } from '../common/errors.js';
 import type { Scorer } from './scorer.js';
 import type { PrefixCache } from './prefix-cache.js';
 import { LinkChain, linkable, linksOf } from './links.js';
-import { queueTokens, type Unit, type UnitScore } from './units.js';
+import { nonFiniteIn, queueTokens, type Unit, type UnitScore } from './units.js';
 
 /** What the scheduler reports, by model: prom-client's counter, gauge and histogram
  * shapes, which the serving layer's Metrics has (the core names no layer above it). */
@@ -360,6 +360,16 @@ export class Batcher {
     if (job.cancelled) {
       score.kept?.release();
       return;
+    }
+    const bad = nonFiniteIn(score);
+    if (bad) {
+      score.kept?.release();
+      return this.fail(
+        job,
+        new NonFiniteOutputError(
+          `the model computed ${bad} that is not a finite number (NaN or infinity) for this request: its weights overflow float32 on this input`,
+        ),
+      );
     }
     if (item.chain) {
       item.chain.done(score);

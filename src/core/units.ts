@@ -120,6 +120,24 @@ export interface KeptKv {
   release(): void;
 }
 
+/** What of a unit's score is not a finite number (the first found, in words), or
+ * undefined: a model whose weights overflow float32 on an input gives NaN there, which is
+ * never answered as a number. */
+export function nonFiniteIn(s: UnitScore): string | undefined {
+  const finite = (xs: ArrayLike<number>) => {
+    for (let i = 0; i < xs.length; i++) if (!Number.isFinite(xs[i])) return false;
+    return true;
+  };
+  if (!finite(s.logprobs)) return 'a log-prob';
+  if (s.topK && !s.topK.every((t) => finite(t.logprobs))) return 'a top-k log-prob';
+  if (s.next && !finite(s.next)) return 'the next-token distribution';
+  if (s.nextTop && !finite(s.nextTop.logprobs)) return 'the next-token distribution';
+  const p = s.probe;
+  if (p && ![p.votes, p.mass, p.sinkVotes, p.sinkMass, p.keyCount, ...p.raw.values()].every(finite)) return 'the attention statistics';
+  if (p && ![p.heat.max.keyMax, p.heat.max.keySum, p.heat.mean.keyMax, p.heat.mean.keySum].every(finite)) return 'the attention statistics';
+  return undefined;
+}
+
 /** Tokens a unit costs to compute in full. */
 export const unitTokens = (u: Unit) => u.prefix.length + u.tail.length;
 

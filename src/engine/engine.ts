@@ -4,22 +4,25 @@
 // positions and KV; it knows nothing of text, requests or clients.
 import { SessionHost, type HostTensor, type KvPiece, type RunResult } from './session-host.js';
 import { findNonFinite } from '../checkpoint/validate.js';
-import { openCheckpoint, type OpenedCheckpoint } from './checkpoint.js';
+import { openCheckpoint } from './checkpoint.js';
 import type { ModelConfig } from '../model/families.js';
 import type { WeightsAtRest } from '../model/ops.js';
 import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, withCpuArena, type DeviceOptions, type ResolvedDevice } from './device.js';
-import { memoryRefusal, passLimits, planMemory, prepackedForInt8, quantizedAtLoad, type MemoryPlan, type PassLimits } from './memory.js';
+import type { PassLimits } from './memory.js';
+import { checkQuantizedOptions, weightsInfo, weightsPlan } from './weights-plan.js';
 import { deviceKv, sessionOptions, sessionWeights, uploadOptions } from './session-options.js';
 import { placements } from './placements.js';
-import { describeAdapter, onlySoftwareVulkan } from './adapter.js';
-import { CheckpointError, DeviceError, InvalidArgumentError } from '../common/errors.js';
+import { describeAdapter } from './adapter.js';
+import { CheckpointError, DeviceError } from '../common/errors.js';
 import { WeightFiles, heldWeightsPath, withHeldPlaceholder } from '../checkpoint/weight-files.js';
+import type { CheckpointLinks } from '../checkpoint/files.js';
 import type { QuantizeAtLoad, QuantizedActivations } from '../model/quantized.js';
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
+import { checkFinite } from './finite-check.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
 
 export type * from './pass-types.js';
@@ -62,29 +65,8 @@ export interface EngineOptions extends DeviceOptions {
   quantizedActivations?: QuantizedActivations;
   /** Float matrices quantized at load (`--quantize`: approximate), then computed exactly. */
   quantize?: QuantizeAtLoad;
-}
-
-/** The memory plan of a model on its device: how its weights lie at rest, and where the
- * host's memory holds them (the CPU) a refusal of a model that cannot fit; on WebGPU the
- * host's memory only picks how they lie (onnxruntime-node cannot tell a GPU's); on CUDA
- * widened at load. */
-function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: ResolvedDevice, options: EngineOptions): MemoryPlan {
-  const limits = passLimits(device.profile, device.bufferCache, options.passLimits);
-  if (options.weightsAtRest && !device.profile.weightsAsStored)
-    throw new DeviceError(`weightsAtRest (--weights-at-rest) is a setting of devices cpu and webgpu, not ${device.kind}`);
-  const narrow = opened.stored.some((t) => (t.dtype === 'bfloat16' || t.dtype === 'float16') && t.dtype !== device.dtype);
-  if (options.weightsAtRest === 'stored' && !narrow)
-    throw new InvalidArgumentError('weightsAtRest', `stored: ${opened.name} has no weights narrower than its compute dtype (${device.dtype}) to keep as stored`);
-  if (!device.profile.weightsAsStored) {
-    return { atRest: 'compute', weights: 0, working: 0, need: 0, reason: `as the ${device.profile.label} graph computes them` };
-  }
-  const int8 = options.quantizedActivations === 'int8' && device.profile.weightsInHostMemory;
-  const plan = planMemory(config, int8 ? prepackedForInt8(opened.stored) : opened.stored, device.dtype, limits);
-  if (options.weightsAtRest) return { ...plan, atRest: options.weightsAtRest, reason: `${options.weightsAtRest === 'stored' ? 'kept as stored' : 'widened at load'}, as asked (weightsAtRest)` };
-  // On WebGPU with only lavapipe to answer, the device's memory is the host's: refused alike.
-  const hostMemory = device.profile.weightsInHostMemory || (device.profile.adapter === 'vulkan' && onlySoftwareVulkan());
-  if (!plan.fits && hostMemory) throw new DeviceError(memoryRefusal(opened.name, plan, limits));
-  return plan;
+  /** Where a checkpoint folder's symlinks may lead (default: anywhere; `contain`: inside it). */
+  checkpointLinks?: CheckpointLinks;
 }
 
 /** The model's shape, as the load log and ListModels give it. */
@@ -100,15 +82,6 @@ function shapeInfo(config: ModelConfig) {
     vocab: config.vocabSize,
     maxLength: config.maxPositions,
   };
-}
-
-/** The load log's and ListModels' words for how the weights lie, and what was asked of them. */
-function weightsInfo(opened: OpenedCheckpoint, plan: MemoryPlan, options: EngineOptions): string {
-  return (
-    `${opened.storage}; ${plan.reason}` +
-    (options.quantize ? `; matrices quantized at load to ${options.quantize} (approximate)` : '') +
-    (options.quantizedActivations === 'int8' ? '; quantized products on int8 activations (approximate)' : '')
-  );
 }
 
 /** A loaded model's weights files: as they were at load (`files`); whether its sessions hold
@@ -153,10 +126,8 @@ export class Engine {
     // config values (types, ranges, caps), files and weight headers, the config against
     // the headers' shapes (checkpoint.ts), the device, the tokenizer's ids against the
     // vocabulary, then one read of every weight for NaN and infinity.
-    const opened = openCheckpoint(dir);
-    if (options.quantize) opened.stored = quantizedAtLoad(opened.stored, options.quantize);
-    if (options.quantizedActivations === 'int8' && !opened.stored.some((t) => t.dtype === 'quantized'))
-      throw new InvalidArgumentError('quantizedActivations', `int8: ${opened.name} has no quantized weights (it names how a GGUF file's quantized products run)`);
+    const opened = openCheckpoint(dir, options.checkpointLinks);
+    checkQuantizedOptions(opened, options);
     const { config, weights: ckpt } = opened;
     const resolved = resolveDevice({ ...options, checkpointDtype: options.checkpointDtype ?? opened.storedDtype });
     const profile = resolved.profile;
@@ -243,7 +214,12 @@ export class Engine {
       ...(mapped && { mapped }),
       heldBytes: graph.heldWeights?.bytes ?? 0,
     };
-    return new Engine(dir, config, tokenizer, host, device, info, weights, graph.keepsWeightsAsStored, probeGraph);
+    const engine = new Engine(dir, config, tokenizer, host, device, info, weights, graph.keepsWeightsAsStored, probeGraph);
+    await checkFinite(opened.name, config, (req) => engine.forward(req)).catch(async (e) => {
+      await engine.release();
+      throw e;
+    });
+    return engine;
   }
 
   /** Refuse to run a pass that would read weights from a file changed since the load (only

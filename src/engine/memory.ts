@@ -97,13 +97,15 @@ function passBytes(c: ModelConfig, limits: PassLimits, widestMatrix: number, atR
 const RUNTIME_BYTES = 0.5 * GiB;
 
 /** How to hold a model's weights, and whether it fits: as computed (widened at load) when
- * that fits, else as stored (widened per product), else refused (`fits` false). */
+ * that fits, else as stored (widened per product), else refused (`fits` false); `asked`
+ * (weightsAtRest) takes one way, and says whether that one fits. */
 export function planMemory(
   c: ModelConfig,
   tensors: Iterable<StoredShape>,
   dtype: ComputeDType,
   limits: PassLimits,
   available: number | undefined = availableMemory(),
+  asked?: WeightsAtRest,
 ): MemoryPlan & { fits: boolean } {
   let stored = 0;
   let widened = 0;
@@ -132,14 +134,18 @@ export function planMemory(
     widened,
     narrow ? `widened to ${dtype} at load (${gib(widened)}), which fits` : `as stored (${gib(stored)})`,
   );
-  if (available === undefined || compute.need <= available) return { ...compute, fits: true };
+  const fits = (p: MemoryPlan) => available === undefined || p.need <= available;
+  if (asked === 'compute') return { ...compute, reason: `widened at load, as asked (weightsAtRest)`, fits: fits(compute) };
+  if (asked === undefined && fits(compute)) return { ...compute, fits: true };
   if (!narrow) return { ...compute, fits: false };
   const kept = plan(
     'stored',
     stored,
-    `kept as stored (${gib(stored)}), each matrix widened to ${dtype} for its product: widened at load it would need ${gib(compute.need)}, ${gib(available)} available`,
+    asked === 'stored'
+      ? 'kept as stored, as asked (weightsAtRest)'
+      : `kept as stored (${gib(stored)}), each matrix widened to ${dtype} for its product: widened at load it would need ${gib(compute.need)}, ${gib(available!)} available`,
   );
-  return { ...kept, fits: kept.need <= available };
+  return { ...kept, fits: fits(kept) };
 }
 
 /** The refusal of a model that does not fit: what it needs, what there is, what to do. */

@@ -16,6 +16,7 @@ const HTTP_STATUS: Record<ErrorKind | 'internal', { status: number; type: string
   checkpoint: { status: 500, type: 'server_error' },
   device: { status: 500, type: 'server_error' },
   config: { status: 500, type: 'server_error' },
+  model_output: { status: 500, type: 'server_error' },
   internal: { status: 500, type: 'server_error' },
 };
 

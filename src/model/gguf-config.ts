@@ -42,13 +42,21 @@ function renamed(e: CheckpointError, model: GgufModel, file: string): Checkpoint
 function dividedRope(rope: RopeSpec, model: GgufModel, file: string): RopeSpec {
   const factors = model.ropeFreqFactors!;
   const half = rope.rotaryDim / 2;
-  if (factors.length !== half || !factors.every((f) => Number.isFinite(f) && f > 0))
-    throw new CheckpointError(
-      `${file}: rope_freqs.weight must hold ${half} finite positive factors (rotary dimensions / 2), not ${factors.length}`,
-    );
+  if (factors.length !== half)
+    throw new CheckpointError(`${file}: rope_freqs.weight must hold ${half} factors (rotary dimensions / 2), not ${factors.length}`);
   if (rope.long) throw new CheckpointError(`${file}: rope_freqs.weight with longrope scaling is not supported`);
   const scaling = model.config.rope_scaling as { factor?: number } | undefined;
   const linear = scaling?.factor ?? 1;
   const invFreq = Float32Array.from({ length: half }, (_, i) => 1 / rope.theta ** ((2 * i) / rope.rotaryDim) / linear / factors[i]!);
+  // A factor must be positive, and small ones must still give a float32 frequency whose
+  // angle at the last position is finite: 1e-45 passed as "finite positive" and scored NaN.
+  const maxPositions = Number(model.config.max_position_embeddings ?? 1);
+  const bad = invFreq.findIndex(
+    (f, i) => !(Number.isFinite(factors[i]) && factors[i]! > 0) || !Number.isFinite(Math.fround(f * maxPositions)),
+  );
+  if (bad >= 0)
+    throw new CheckpointError(
+      `${file}: rope_freqs.weight[${bad}] is ${factors[bad]}: each factor must be finite, positive and give a finite rotary angle (frequency ${invFreq[bad]} × ${maxPositions} positions)`,
+    );
   return { ...rope, invFreq };
 }
