@@ -332,6 +332,7 @@ describe('a generation step by step (stop strings, EOS, streamed text)', () => {
     maxLength: 100,
     stopIds: [0],
     decode: (ids) => ids.map((i) => (i === 0 ? '' : vocabText[i]!)).join(''),
+    decodeWithSpecial: (ids) => ids.map((i) => vocabText[i]!).join(''),
     cached: true,
     prefillChunk: 4,
     layers: 1,
@@ -371,6 +372,22 @@ describe('a generation step by step (stop strings, EOS, streamed text)', () => {
     expect([eos.result.text, eos.result.finish, eos.result.tokens]).toEqual(['Hello', 'stop', [1, 2, 0]]);
     const length = play([1, 2, 3, 4, 5, 6], { maxTokens: 4 });
     expect([length.result.text, length.result.finish, length.deltas.join('')]).toEqual(['Hello world', 'length', 'Hello world']);
+  });
+
+  it("each token's text is what it adds where it stands: SentencePiece's ▁ a space after the prompt, not dropped as alone", () => {
+    // As SentencePiece decodes: ▁ is a space, except the one that starts the text.
+    const pieces = ['</s>', '▁Hel', 'lo', '▁wor', 'ld', '!'];
+    const spm = (ids: number[]) => ids.map((i) => pieces[i]!).join('').replaceAll('▁', ' ').replace(/^ /, '');
+    const g = new Generation({ ...model, vocabSize: pieces.length, decode: spm, decodeWithSpecial: spm }, [1, 2], { ...GREEDY, maxTokens: 3 });
+    const texts: string[] = [];
+    for (const token of [3, 4, 5]) {
+      const next = new Float32Array(pieces.length).fill(-30);
+      next[token] = 0;
+      for (const e of g.accept(g.units().map(() => ({ logprobs: [], greedy: [], next })))) texts.push(e.tokenText);
+    }
+    // Alone, ▁wor decodes as "wor": the text would read "Helloworld!".
+    expect(texts).toEqual([' wor', 'ld', '!']);
+    expect(g.results()[0]!.tokenTexts.join('')).toBe(g.results()[0]!.text);
   });
 });
 

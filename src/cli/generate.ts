@@ -67,7 +67,6 @@ export function registerGenerate(program: Command): void {
         );
         if (flags.stream) process.stdout.write('\n');
         else {
-          const tok = m.engine.tokenizer;
           const labels = [...prompt.segments.map((s) => s.label), 'response'];
           console.log(
             JSON.stringify(
@@ -75,7 +74,7 @@ export function registerGenerate(program: Command): void {
                 model: entry!.name,
                 prompt: { ids: prompt.ids, spans: prompt.segments },
                 ...(flags.attention ? { attentionLabels: labels } : {}),
-                choices: choices!.map((c) => ({ ...c, tokenTexts: c.tokens.map((id) => tok.tokenString(id)) })),
+                choices,
               },
               null,
               2,

@@ -46,12 +46,18 @@ export function registerScore(program: Command): void {
           [{ context: flags.context, continuations: flags.continuation, addBos: flags.addBos, topK: flags.topK }],
           {},
         );
-        const pretty = results!.map((r, i) => ({
-          continuation: flags.continuation[i],
-          ...r,
-          tokens: r.tokenIds.map((id) => tok.tokenString(id)),
-          topK: r.topK?.map((t) => t.ids.map((id, k) => ({ id, token: tok.tokenString(id), logprob: t.logprobs[k] }))),
-        }));
+        const pretty = results!.map((r, i) => {
+          // Each token's text as it reads after the context (and its alternatives' in its place).
+          const whole = tok.encode(`${flags.context}${flags.continuation[i]}`, flags.addBos);
+          const reader = tok.pieceReader(whole.slice(0, Math.max(0, whole.length - r.tokenIds.length)));
+          const topK: { id: number; token: string; logprob: number | undefined }[][] = [];
+          const tokens = r.tokenIds.map((id, j) => {
+            const t = r.topK?.[j];
+            if (t) topK.push(t.ids.map((alt, k) => ({ id: alt, token: reader.peek(alt), logprob: t.logprobs[k] })));
+            return reader.push(id);
+          });
+          return { continuation: flags.continuation[i], ...r, tokens, topK: r.topK ? topK : undefined };
+        });
         console.log(JSON.stringify({ model: entry!.name, context: flags.context, results: pretty }, null, 2));
       }
       await close();

@@ -16,7 +16,7 @@ import { chatText } from '../requests/segments.js';
 import type { ServedModel, Service } from '../serving/service.js';
 import { toHttpError } from './status.js';
 import { toJson } from './json.js';
-import { clientGone, positionTop, tokenKeys, topTexts, withSpare } from './logprobs.js';
+import { clientGone, positionTop, sequenceTexts, tokenKeys, topTexts, withSpare } from './logprobs.js';
 
 /** The sampling fields both routes share (OpenAI's, and vLLM's top_k / min_p). */
 export const SAMPLING_PROPERTIES = {
@@ -229,18 +229,16 @@ export async function chatCompletions(service: Service, m: ServedModel, body: Ch
     const completion = results.reduce((n, r) => n + r.tokens.length, 0);
     return { prompt_tokens: prompt.length, completion_tokens: completion, total_tokens: prompt.length + completion };
   };
-  const chatLogprobs = (tokens: number[], lps: number[], tops: { ids: number[]; logprobs: number[] }[]) => ({
-    content: tokens.map((t, k) => {
-      const token = service.tokenTexts(m, [t])[0]!;
-      return {
-        token,
-        logprob: lps[k]!,
-        bytes: [...Buffer.from(token, 'utf8')],
-        top_logprobs: tops[k]
-          ? topTexts(service, m, tops[k]!, logprobs).map(([tt, lp]) => ({ token: tt, logprob: lp, bytes: [...Buffer.from(tt, 'utf8')] }))
-          : [],
-      };
-    }),
+  // Each token's text where it stands (generate.ts reads them in place), its alternatives' too.
+  const chatLogprobs = (texts: string[], lps: number[], tops: { ids: number[]; logprobs: number[] }[], altTexts: string[][]) => ({
+    content: texts.map((token, k) => ({
+      token,
+      logprob: lps[k]!,
+      bytes: [...Buffer.from(token, 'utf8')],
+      top_logprobs: tops[k]
+        ? topTexts(tops[k]!, altTexts[k]!, logprobs).map(([tt, lp]) => ({ token: tt, logprob: lp, bytes: [...Buffer.from(tt, 'utf8')] }))
+        : [],
+    })),
   });
   return respond(reply, body.stream === true, async (send) => {
     if (send) {
@@ -250,7 +248,7 @@ export async function chatCompletions(service: Service, m: ServedModel, body: Ch
     const [results] = await service.generate(m, [prompt], params, call, (_, events: TokenEvent[]) => {
       if (!send) return;
       for (const e of events) {
-        const lp = body.logprobs ? chatLogprobs([e.token], [e.logprob], e.top ? [e.top] : []) : null;
+        const lp = body.logprobs ? chatLogprobs([e.tokenText], [e.logprob], e.top ? [e.top] : [], e.topTexts ? [e.topTexts] : []) : null;
         if (e.text || lp)
           send({ ...head, choices: [{ index: e.choice, delta: e.text ? { content: e.text } : {}, logprobs: lp, finish_reason: null }] });
         if (e.finish) send({ ...head, choices: [{ index: e.choice, delta: {}, logprobs: null, finish_reason: e.finish }] });
@@ -265,7 +263,7 @@ export async function chatCompletions(service: Service, m: ServedModel, body: Ch
       choices: results!.map((r) => ({
         index: r.choice,
         message: { role: 'assistant', content: r.text },
-        logprobs: body.logprobs ? chatLogprobs(r.tokens, r.logprobs, r.top) : null,
+        logprobs: body.logprobs ? chatLogprobs(r.tokenTexts, r.logprobs, r.top, r.topTexts) : null,
         finish_reason: r.finish,
         token_ids: r.tokens,
       })),
@@ -323,7 +321,7 @@ export async function generateCompletions(
   const offsets = prompts.map((_, i) => Array.from({ length: n }, () => (echo ? promptText(i).length : 0)));
   // As vLLM's return_tokens_as_token_ids: tokens and top_logprobs keys as `token_id:N`.
   const asIds = body.return_tokens_as_token_ids === true;
-  const { tokenLogprobs, echoLogprobs } = completionLogprobs(service, m, { prompts, offsets, want, asIds, echoed });
+  const { tokenLogprobs, echoLogprobs } = completionLogprobs(m, { prompts, offsets, want, asIds, echoed });
   return respond(reply, body.stream === true, async (send) => {
     if (send && echo) {
       prompts.forEach((_, i) => {
@@ -337,7 +335,16 @@ export async function generateCompletions(
     const results = await service.generate(m, ids, params, call, (i, events) => {
       if (!send) return;
       for (const e of events) {
-        const lp = want !== null ? tokenLogprobs(i, e.choice, [e.token], [e.logprob], e.top ? [e.top] : []) : null;
+        const lp =
+          want !== null
+            ? tokenLogprobs(i, e.choice, {
+                tokens: [e.token],
+                texts: [e.tokenText],
+                lps: [e.logprob],
+                top: e.top ? [e.top] : [],
+                topTexts: e.topTexts ? [e.topTexts] : [],
+              })
+            : null;
         send({
           ...head,
           choices: [
@@ -360,7 +367,13 @@ export async function generateCompletions(
         choices.map((r) => {
           let logprobs: unknown = null;
           if (want !== null) {
-            const gen = tokenLogprobs(i, r.choice, r.tokens, r.logprobs, r.top);
+            const gen = tokenLogprobs(i, r.choice, {
+              tokens: r.tokens,
+              texts: r.tokenTexts,
+              lps: r.logprobs,
+              top: r.top,
+              topTexts: r.topTexts,
+            });
             logprobs = echoed
               ? Object.fromEntries(Object.entries(echoLogprobs(i)).map(([k, v]) => [k, [...(v as unknown[]), ...(gen as any)[k]]]))
               : gen;
@@ -383,7 +396,6 @@ export async function generateCompletions(
  * `asIds` says), their log-probs, the `want` most likely alternatives, and text offsets; a
  * choice's offsets (`offsets[prompt][choice]`) run on from where its text so far ends. */
 function completionLogprobs(
-  service: Service,
   m: ServedModel,
   o: {
     prompts: { ids: number[]; added?: boolean[] }[];
@@ -396,33 +408,40 @@ function completionLogprobs(
 ) {
   const { prompts, offsets, want, asIds, echoed } = o;
   const ids = prompts.map((p) => p.ids);
-  const keyed = (ids: number[]) => tokenKeys(service, m, ids, asIds);
+  type Alternatives = { ids: number[]; logprobs: number[] };
   // One entry a token: its N most likely alternatives, or with logprobs 0 the token itself.
-  const tops = (tokens: number[], lps: number[], alternatives: ({ ids: number[]; logprobs: number[] } | undefined)[]) =>
-    tokens.map((id, k) => positionTop(service, m, { id, logprob: lps[k]! }, alternatives[k], want ?? 0, asIds));
-  const tokenLogprobs = (i: number, c: number, tokens: number[], lps: number[], alternatives: { ids: number[]; logprobs: number[] }[]) => {
-    const texts = service.tokenTexts(m, tokens);
-    return {
-      tokens: keyed(tokens),
-      token_logprobs: lps,
-      top_logprobs: tops(tokens, lps, alternatives),
-      text_offset: texts.map((t) => {
-        const at = offsets[i]![c]!;
-        offsets[i]![c] = at + t.length;
-        return at;
-      }),
-    };
-  };
+  const tops = (
+    tokens: number[],
+    texts: string[],
+    lps: number[],
+    alternatives: (Alternatives | undefined)[],
+    altTexts: (string[] | undefined)[],
+  ) => tokens.map((id, k) => positionTop({ id, logprob: lps[k]!, text: texts[k]! }, alternatives[k], altTexts[k], want ?? 0, asIds));
+  /** Generated tokens, with their texts and alternatives' as read where they stand (generate.ts). */
+  const tokenLogprobs = (
+    i: number,
+    c: number,
+    g: { tokens: number[]; texts: string[]; lps: number[]; top: Alternatives[]; topTexts: string[][] },
+  ) => ({
+    tokens: tokenKeys(g.tokens, g.texts, asIds),
+    token_logprobs: g.lps,
+    top_logprobs: tops(g.tokens, g.texts, g.lps, g.top, g.topTexts),
+    text_offset: g.texts.map((t) => {
+      const at = offsets[i]![c]!;
+      offsets[i]![c] = at + t.length;
+      return at;
+    }),
+  });
   const echoLogprobs = (i: number) => {
     const e = echoed![i]!;
-    const texts = service.tokenTexts(m, ids[i]!);
     // Text prompts echo as given: the special tokens their encoding added take no text.
     const added = prompts[i]!.added ?? [];
+    const { texts, alternativeTexts } = sequenceTexts(m, ids[i]!, [null, ...e.top.slice(0, -1)], [], added);
     let at = 0;
     return {
-      tokens: keyed(ids[i]!),
+      tokens: tokenKeys(ids[i]!, texts, asIds),
       token_logprobs: [null, ...e.promptLogprobs],
-      top_logprobs: [null, ...tops(ids[i]!.slice(1), e.promptLogprobs, e.top.slice(0, -1))],
+      top_logprobs: [null, ...tops(ids[i]!.slice(1), texts.slice(1), e.promptLogprobs, e.top.slice(0, -1), alternativeTexts.slice(1))],
       text_offset: texts.map((t, k) => ((at += added[k] ? 0 : t.length), at - (added[k] ? 0 : t.length))),
     };
   };

@@ -1,7 +1,7 @@
 // What the OpenAI routes share in their answers: how tokens and their alternatives are
 // keyed (by text, or as vLLM's `token_id:N`), and a call's cancellation by its client.
 import type { FastifyReply } from 'fastify';
-import type { ServedModel, Service } from '../serving/service.js';
+import type { ServedModel } from '../serving/service.js';
 import { OrderedObject } from './json.js';
 
 // Extra candidates fetched per position so that `top_logprobs` still has N entries when
@@ -12,18 +12,40 @@ export const TOP_SPARE = 8;
 
 type Alternatives = { ids: number[]; logprobs: number[] };
 
-/** Tokens as clients see them: their texts, or (`byId`, as vLLM) `token_id:N`, so tokens
- * that decode to the same text stay apart. */
-export function tokenKeys(service: Service, m: ServedModel, ids: number[], byId: boolean): string[] {
-  return byId ? ids.map((id) => `token_id:${id}`) : service.tokenTexts(m, ids);
+/** A sequence's token texts as they read in it after `context`, and in the same places the
+ * texts of each position's alternatives (`alternatives[k]`: the distribution token k was
+ * drawn from): text/token-pieces.ts, so that the tokens join into the text. Tokens an
+ * encoding `added` (a text prompt's BOS) are not in the text: each reads as itself. */
+export function sequenceTexts(
+  m: ServedModel,
+  ids: readonly number[],
+  alternatives: readonly (Alternatives | null | undefined)[] = [],
+  context: readonly number[] = [],
+  added: readonly boolean[] = [],
+): { texts: string[]; alternativeTexts: (string[] | undefined)[] } {
+  const tok = m.engine.tokenizer;
+  const reader = tok.pieceReader(context);
+  const alternativeTexts: (string[] | undefined)[] = [];
+  const texts = ids.map((id, k) => {
+    alternativeTexts.push(alternatives[k]?.ids.map((a) => reader.peek(a)));
+    return added[k] ? tok.decode([id]) : reader.push(id);
+  });
+  if (texts.length > 0) texts[texts.length - 1] += reader.rest();
+  return { texts, alternativeTexts };
 }
 
-/** The N most likely distinct texts of a distribution, most likely first (tokens that
- * decode alike count once). */
-export function topTexts(service: Service, m: ServedModel, top: Alternatives, n: number): [string, number][] {
+/** Tokens as clients see them: their texts, or (`byId`, as vLLM) `token_id:N`, so tokens
+ * that decode to the same text stay apart. */
+export function tokenKeys(ids: readonly number[], texts: readonly string[], byId: boolean): string[] {
+  return byId ? ids.map((id) => `token_id:${id}`) : [...texts];
+}
+
+/** The N most likely distinct texts of a distribution (`texts`: its alternatives' texts in
+ * place), most likely first (tokens that read alike count once). */
+export function topTexts(top: Alternatives, texts: readonly string[], n: number): [string, number][] {
   const entries: [string, number][] = [];
   const seen = new Set<string>();
-  service.tokenTexts(m, top.ids).forEach((key, k) => {
+  texts.forEach((key, k) => {
     if (entries.length < n && !seen.has(key)) entries.push([key, top.logprobs[k]!]);
     seen.add(key);
   });
@@ -31,8 +53,8 @@ export function topTexts(service: Service, m: ServedModel, top: Alternatives, n:
 }
 
 /** A completions `top_logprobs` entry: N alternatives keyed by text or by id, in order. */
-export function topLogprobs(service: Service, m: ServedModel, top: Alternatives, n: number, byId: boolean): OrderedObject {
-  return new OrderedObject(byId ? top.ids.slice(0, n).map((id, k) => [`token_id:${id}`, top.logprobs[k]!]) : topTexts(service, m, top, n));
+export function topLogprobs(top: Alternatives, texts: readonly string[], n: number, byId: boolean): OrderedObject {
+  return new OrderedObject(byId ? top.ids.slice(0, n).map((id, k) => [`token_id:${id}`, top.logprobs[k]!]) : topTexts(top, texts, n));
 }
 
 /** The completions `top_logprobs` entry of one position, on every path (scoring, echo,
@@ -40,15 +62,14 @@ export function topLogprobs(service: Service, m: ServedModel, top: Alternatives,
  * OpenAI's "the log-prob of the sampled token, always"), the position's own token alone
  * with its log-prob. */
 export function positionTop(
-  service: Service,
-  m: ServedModel,
-  own: { id: number; logprob: number },
+  own: { id: number; logprob: number; text: string },
   top: Alternatives | undefined,
+  texts: readonly string[] | undefined,
   n: number,
   byId: boolean,
 ): OrderedObject {
-  if (n > 0) return topLogprobs(service, m, top!, n, byId);
-  return new OrderedObject([[tokenKeys(service, m, [own.id], byId)[0]!, own.logprob]]);
+  if (n > 0) return topLogprobs(top!, texts!, n, byId);
+  return new OrderedObject([[byId ? `token_id:${own.id}` : own.text, own.logprob]]);
 }
 
 /** Alternatives to draw for N keyed by text: N and the spare, within the server's limit. */

@@ -11,7 +11,7 @@ import crypto from 'node:crypto';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ServedModel, Service } from '../serving/service.js';
 import { toJson } from './json.js';
-import { clientGone, positionTop, TOP_SPARE, tokenKeys } from './logprobs.js';
+import { clientGone, positionTop, sequenceTexts, TOP_SPARE, tokenKeys } from './logprobs.js';
 import type { RouteConfig } from './route-config.js';
 import {
   CHAT_SCHEMA,
@@ -92,9 +92,9 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
     const lps: (number | null)[] = [...(echo ? [null, ...s.promptLogprobs] : []), ...(maxTokens === 1 ? [s.nextLogprob] : [])];
     // top_logprobs[t] is the distribution the token at t was drawn from: position t-1's.
     const tops = [...(echo ? [null, ...s.top.slice(0, -1)] : []), ...(maxTokens === 1 ? [s.top.at(-1)!] : [])];
-    const texts = service.tokenTexts(m, ids);
     // Text prompts echo as given: the special tokens their encoding added take no text.
     const added = [...(echo ? prompt.added : []), false];
+    const { texts, alternativeTexts } = sequenceTexts(m, ids, tops, echo ? [] : prompt.ids, added);
     const echoed = echo ? (prompt.text ?? texts.slice(0, prompt.ids.length).join('')) : '';
     let offset = 0;
     const textOffset = texts.map((t, k) => {
@@ -110,9 +110,11 @@ async function completions(service: Service, m: ServedModel, body: CompletionsBo
         logprobs === null
           ? null
           : {
-              tokens: asIds ? tokenKeys(service, m, ids, true) : texts,
+              tokens: tokenKeys(ids, texts, asIds),
               token_logprobs: lps,
-              top_logprobs: tops.map((t, k) => (t ? positionTop(service, m, { id: ids[k]!, logprob: lps[k]! }, t, want, asIds) : null)),
+              top_logprobs: tops.map((t, k) =>
+                t ? positionTop({ id: ids[k]!, logprob: lps[k]!, text: texts[k]! }, t, alternativeTexts[k], want, asIds) : null,
+              ),
               text_offset: textOffset,
             },
     };

@@ -23,6 +23,7 @@ import type { KeptKv, ProbeAsk, ProbeSums, TopK, Unit, UnitScore } from '../core
 import type { Engine } from '../engine/engine.js';
 import type { Scorer } from '../core/scorer.js';
 import { segmentSample, type SampleContent, type Segmented } from './segments.js';
+import { TokenPieces } from '../text/token-pieces.js';
 
 export type FinishReason = 'stop' | 'length';
 
@@ -36,6 +37,10 @@ export interface TokenEvent {
   /** Text this token makes final (held back while it could still be part of a stop
    * string or an incomplete character). */
   text: string;
+  /** The token's own text where it stands (special tokens as written; "" while it ends
+   * inside a character), and its alternatives' (`top`) in the same place: token-pieces.ts. */
+  tokenText: string;
+  topTexts?: string[];
   finish?: FinishReason;
   /** With attention: where this token looked while it was written. */
   attention?: TokenAttention;
@@ -64,6 +69,9 @@ export interface ChoiceResult {
   logprobs: number[];
   top: TopK[];
   text: string;
+  /** Each token's text where it stands, and its alternatives' (they join into the text). */
+  tokenTexts: string[];
+  topTexts: string[][];
   finish: FinishReason;
   attention?: TokenAttention[];
 }
@@ -76,6 +84,8 @@ export interface GenerationModel {
   stopIds: number[];
   /** Decode without special tokens. */
   decode(ids: number[]): string;
+  /** Decode with special tokens as written (each token's own text). */
+  decodeWithSpecial(ids: number[]): string;
   /** Whether steps can continue cached KV (a prefix cache that keeps rows). */
   cached: boolean;
   /** Prompt tokens per prefill unit when cached (one pass's worth). */
@@ -90,7 +100,10 @@ class Choice {
   readonly tokens: number[] = [];
   readonly logprobs: number[] = [];
   readonly top: TopK[] = [];
+  readonly tokenTexts: string[] = [];
+  readonly topTexts: string[][] = [];
   readonly attention: TokenAttention[] = [];
+  private readonly pieces: TokenPieces;
   /** Text made final so far (what events carried). */
   emitted = '';
   finish?: FinishReason;
@@ -110,6 +123,7 @@ class Choice {
     this.random = rng(streamSeed(seed, index));
     this.lead = prompt.slice(-6);
     this.leadText = model.decode(this.lead);
+    this.pieces = new TokenPieces((ids) => model.decodeWithSpecial(ids), prompt);
   }
 
   /** All of the text generated so far, final or not. */
@@ -137,6 +151,10 @@ class Choice {
     const k = this.params.logprobs;
     const top = k > 0 ? (whole ? topOf(next, k) : { ids: next.ids.slice(0, k), logprobs: next.logprobs.slice(0, k) }) : undefined;
     if (top) this.top.push(top);
+    const topTexts = top?.ids.map((id) => this.pieces.peek(id));
+    if (topTexts) this.topTexts.push(topTexts);
+    const tokenText = this.pieces.push(token);
+    this.tokenTexts.push(tokenText);
     if (this.isEos(token)) this.finish = 'stop';
     else if (this.tokens.length >= this.params.maxTokens) this.finish = 'length';
     let text = this.text();
@@ -155,6 +173,8 @@ class Choice {
       logprob,
       ...(top ? { top } : {}),
       text: delta,
+      tokenText,
+      ...(topTexts ? { topTexts } : {}),
       ...(this.finish ? { finish: this.finish } : {}),
       ...(attention ? { attention } : {}),
     };
@@ -167,6 +187,9 @@ class Choice {
       logprobs: this.logprobs,
       top: this.top,
       text: this.emitted,
+      // The last token takes the bytes of a character it left unfinished.
+      tokenTexts: this.tokenTexts.map((t, k) => (k === this.tokenTexts.length - 1 ? t + this.pieces.rest() : t)),
+      topTexts: this.topTexts,
       finish: this.finish ?? 'length',
       ...(this.attention.length > 0 ? { attention: this.attention } : {}),
     };
@@ -354,6 +377,7 @@ export function generationModel(engine: Engine, scorer: Scorer): GenerationModel
     maxLength: scorer.maxLength,
     stopIds: [...new Set([...engine.config.eosTokenIds, ...(tok.eosId === undefined ? [] : [tok.eosId])])],
     decode: (ids) => tok.decodeText(ids),
+    decodeWithSpecial: (ids) => tok.decode(ids),
     // Running sequences keep their KV pinned in the cache whatever its budget (0 too).
     cached: scorer.cache !== undefined,
     prefillChunk: scorer.maxBatchTokens,

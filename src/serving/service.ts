@@ -308,10 +308,10 @@ export class Service {
     return { ids, added: addedTokens(ids, plain ?? ids) };
   }
 
-  /** Each token's text on its own (OpenAI `logprobs.tokens`). */
-  tokenTexts(model: ServedModel, ids: number[]): string[] {
-    const tok = model.engine.tokenizer;
-    return ids.map((id) => tok.decode([id]));
+  /** Each token's text as it reads in the text after `context` (OpenAI `logprobs.tokens`,
+   * Probe's tokens): they join into the decoded text (text/token-pieces.ts). */
+  tokenTexts(model: ServedModel, ids: number[], context: readonly number[] = []): string[] {
+    return model.engine.tokenizer.pieces(ids, context);
   }
 
   // ---- scoring -------------------------------------------------------------------------

@@ -3,11 +3,13 @@
 import fs from 'node:fs';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { CheckpointError, shownValue as shown } from '../common/errors.js';
-import { FILE_CAPS, checkpointFile, readBounded, readJsonObject } from '../checkpoint/files.js';
+import { FILE_CAPS, checkpointFile, readBounded, readJsonObject, type CheckpointLinks } from '../checkpoint/files.js';
 import { TokenizerPool } from './tokenizer-pool.js';
 import { ChatTemplateProcess } from './chat-template-host.js';
 import { describeTemplate, templateError, type TemplateOrigin } from './chat-template.js';
 import { ggufTokenizer } from './gguf-tokenizer.js';
+import { checkTokenLengths } from './token-caps.js';
+import { TokenPieces } from './token-pieces.js';
 import type { GgufFile } from '../checkpoint/gguf.js';
 
 export class TextTokenizer {
@@ -36,14 +38,14 @@ export class TextTokenizer {
 
   /** Load from a checkpoint directory; `ids` are the model config's BOS/EOS, which win;
    * with `vocabSize` (the model's embedding rows) every token id must lie below it. */
-  static load(dir: string, ids: { bos?: number; eos?: number } = {}, vocabSize?: number): TextTokenizer {
-    const file = checkpointFile(dir, 'tokenizer.json');
+  static load(dir: string, ids: { bos?: number; eos?: number } = {}, vocabSize?: number, links: CheckpointLinks = 'follow'): TextTokenizer {
+    const file = checkpointFile(dir, 'tokenizer.json', links);
     if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no tokenizer.json`);
     const json = readJsonObject(file, CheckpointError, FILE_CAPS.tokenizerJson);
-    const cfgFile = checkpointFile(dir, 'tokenizer_config.json');
+    const cfgFile = checkpointFile(dir, 'tokenizer_config.json', links);
     const cfg: Record<string, any> = fs.existsSync(cfgFile) ? readJsonObject(cfgFile) : {};
     // Newer checkpoints keep the template in its own file, which wins over the config's.
-    const jinja = checkpointFile(dir, 'chat_template.jinja');
+    const jinja = checkpointFile(dir, 'chat_template.jinja', links);
     const fromJinja = fs.existsSync(jinja);
     if (fromJinja) cfg.chat_template = readBounded(jinja, FILE_CAPS.chatTemplate).toString('utf8');
     return TextTokenizer.fromJson(json, cfg, { file, templateFile: fromJinja ? jinja : cfgFile }, ids, vocabSize);
@@ -135,8 +137,20 @@ export class TextTokenizer {
     return this.tok.decode(ids, { skip_special_tokens: true });
   }
 
+  /** The vocabulary's piece of `id` (`▁the`, `Ġthe`): what Tokenize answers, not text. */
   tokenString(id: number): string {
     return this.tok.id_to_token(id) ?? '';
+  }
+
+  /** Each token's text as it reads after `context` (token-pieces.ts): joined, the texts
+   * are what the tokens add to the decoded text (special tokens as written). */
+  pieces(ids: readonly number[], context: readonly number[] = []): string[] {
+    return TokenPieces.of((x) => this.decode(x), ids, context);
+  }
+
+  /** A reader of token texts after `context`, one token at a time (and its alternatives). */
+  pieceReader(context: readonly number[] = []): TokenPieces {
+    return new TokenPieces((x) => this.decode(x), context);
   }
 
   /** The token lm-evaluation-harness puts before an empty context: BOS, else EOS. */
@@ -192,4 +206,14 @@ export function validateTokenizerJson(json: Record<string, any>, file: string, v
   const added: unknown = json.added_tokens ?? [];
   if (!Array.isArray(added)) throw unreadable('added_tokens must be a list');
   added.forEach((t: any, i) => check(t?.id, `added_tokens[${i}] ${shown(t?.content)}`));
+  // Lengths before the library builds anything of them (token-caps.ts).
+  const pieces =
+    model.type === 'Unigram' ? model.vocab.map((v: unknown) => (Array.isArray(v) ? v[0] : undefined)) : Object.keys(model.vocab);
+  checkTokenLengths(file, 'model.vocab', pieces, () => false);
+  checkTokenLengths(
+    file,
+    'added_tokens',
+    added.map((t: any) => t?.content),
+    () => true,
+  );
 }

@@ -50,7 +50,9 @@ export interface SampleProbe {
   'queryLogprobs'?: (number | string)[];
   'queryLogprob'?: (number | string);
   /**
-   * With with_tokens: the sample's tokens, [num_tokens].
+   * With with_tokens: the sample's tokens, [num_tokens], and each one's text as it reads in
+   * the sample (" upon"; "" for a byte that ends inside a character, whose last byte carries
+   * it): joined, they are the sample's text.
    */
   'tokenIds'?: (number)[];
   'tokens'?: (string)[];
@@ -103,7 +105,9 @@ export interface SampleProbe__Output {
   'queryLogprobs': (number)[];
   'queryLogprob': (number);
   /**
-   * With with_tokens: the sample's tokens, [num_tokens].
+   * With with_tokens: the sample's tokens, [num_tokens], and each one's text as it reads in
+   * the sample (" upon"; "" for a byte that ends inside a character, whose last byte carries
+   * it): joined, they are the sample's text.
    */
   'tokenIds': (number)[];
   'tokens': (string)[];
