@@ -86,29 +86,70 @@ export function readBounded(file: string, maxBytes: number, Err: ErrorClass = Ch
   }
 }
 
-/** The JSON object in `file`; `Err` is the error to throw (checkpoint or setting). */
+/** The JSON object in `file`; `Err` is the error to throw (checkpoint or setting). A
+ * refusal names where the JSON breaks, never what the file holds there: a checkpoint's file
+ * may link anywhere on the host. */
 export function readJsonObject(file: string, Err: ErrorClass = CheckpointError, maxBytes: number = FILE_CAPS.json): Record<string, any> {
   const text = readBounded(file, maxBytes, Err).toString('utf8');
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (e) {
-    throw new Err(`${file}: not valid JSON (${(e as Error).message.slice(0, 200)})`);
+    throw new Err(`${file}: not valid JSON (${jsonFault(text, (e as Error).message)})`);
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new Err(`${file}: a JSON object is required`);
   return value as Record<string, any>;
 }
 
-/** `name` inside checkpoint folder `dir`, refused if it or what its symlinks lead to lies
- * outside the folder: a checkpoint's files must not name others on the host (their
- * contents would reach error messages). A Hugging Face cache snapshot
- * (`models--org--name/snapshots/<rev>/`) links every file into its repository's `blobs/`:
- * that folder counts as inside. Returns the path (for messages); absent files are left
- * to the reader to report. */
-export function checkpointFile(dir: string, name: string): string {
+/** Where a checkpoint's files may lead: anywhere their symlinks go (`follow`, as
+ * transformers and vLLM read a `--local-dir` download, a DVC folder or a variant that links
+ * most files to another folder), or only inside the folder (`contain`; a Hugging Face cache
+ * snapshot's `blobs/` counts as inside). Either way only regular files are read, and no
+ * byte of a file's content reaches a message. */
+export type CheckpointLinks = 'follow' | 'contain';
+export const CHECKPOINT_LINKS: readonly CheckpointLinks[] = ['follow', 'contain'];
+
+/** Where a JSON text breaks, in words: V8's message with any quoted snippet of the text left
+ * out, and the position (found by bisection where V8 does not give it). */
+function jsonFault(text: string, message: string): string {
+  const positioned = /^(.*?)(?: in JSON)? at position (\d+)/s.exec(message);
+  if (positioned) return `${positioned[1]} at position ${positioned[2]}`;
+  // "Unexpected token 'x', "…the text…" is not valid JSON": the token and snippet are the file's.
+  const kind = /^Unexpected token/.test(message) ? 'Unexpected character' : 'Unexpected input';
+  return `${kind} at position ${firstBadPosition(text)}`;
+}
+
+/** The first position where a prefix of `text` stops being a possible start of JSON: the
+ * shortest prefix whose parse fails other than at its end. Only on a refusal. */
+function firstBadPosition(text: string): number {
+  const failsBefore = (n: number) => {
+    try {
+      JSON.parse(text.slice(0, n));
+      return false;
+    } catch (e) {
+      const m = (e as Error).message;
+      if (m.startsWith('Unexpected end of JSON input')) return false;
+      const at = /at position (\d+)/.exec(m);
+      return !at || Number(at[1]) < n;
+    }
+  };
+  let [lo, hi] = [0, text.length];
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (failsBefore(mid + 1)) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/** `name` inside checkpoint folder `dir`: never a path that climbs out of it, and with
+ * `contain` refused if what its symlinks lead to lies outside it. Returns the path (for
+ * messages); absent files are left to the reader to report. */
+export function checkpointFile(dir: string, name: string, links: CheckpointLinks = 'follow'): string {
   const file = path.join(dir, name);
   const rel = path.relative(dir, file);
   if (rel.startsWith('..') || path.isAbsolute(rel)) throw new CheckpointError(`${dir}: ${name} lies outside the checkpoint folder`);
+  if (links === 'follow') return file;
   let real: string;
   try {
     real = fs.realpathSync(file);
@@ -117,7 +158,7 @@ export function checkpointFile(dir: string, name: string): string {
   }
   const roots = allowedRoots(dir);
   if (!roots.some((root) => real === root || real.startsWith(root + path.sep)))
-    throw new CheckpointError(`${file}: leads to ${real}, outside the checkpoint folder`);
+    throw new CheckpointError(`${file}: leads to ${real}, outside the checkpoint folder (checkpointLinks contain)`);
   return file;
 }
 

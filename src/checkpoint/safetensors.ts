@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { ExternalTensor } from '../graph/builder.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16, type DTypeName } from '../common/dtypes.js';
 import { CheckpointError } from '../common/errors.js';
-import { FILE_CAPS, checkpointFile, openRegularFile, readJsonObject } from './files.js';
+import { FILE_CAPS, checkpointFile, openRegularFile, readJsonObject, type CheckpointLinks } from './files.js';
 import { checkTensorRanges } from './validate.js';
 
 const DTYPES: Record<string, { name: DTypeName; bytes: number }> = {
@@ -17,7 +17,8 @@ const DTYPES: Record<string, { name: DTypeName; bytes: number }> = {
 };
 
 export interface StoredTensor extends ExternalTensor {
-  /** Real directory of the file (Hugging Face cache snapshots are symlinks into blobs/). */
+  /** The real folder `location` is relative to: the checkpoint's weights folder (Hugging
+   * Face cache snapshots are symlinks into blobs/). */
   dir: string;
   /** The path the checkpoint names, for error messages. */
   file: string;
@@ -29,14 +30,21 @@ export class SafetensorsCheckpoint {
   /** The one real folder all weight files live in: ORT resolves `location` against it. */
   readonly weightsDir: string;
 
-  constructor(readonly dir: string) {
-    const files = weightFiles(dir);
+  constructor(
+    readonly dir: string,
+    links: CheckpointLinks = 'follow',
+  ) {
+    const files = weightFiles(dir, links);
     for (const file of files) this.readHeader(file);
-    const dirs = new Set([...this.tensors.values()].map((t) => t.dir));
-    if (dirs.size > 1) {
-      throw new CheckpointError(`${dir}: weight files resolve to several folders (${[...dirs].join(', ')}); ORT needs them in one`);
+    // ORT resolves every location against one folder: where shards link into several (a
+    // DVC cache's content-addressed folders), the folder above them all, each location
+    // relative to it (one folder, as usual: the file's name, the graph unchanged).
+    const dirs = [...new Set([...this.tensors.values()].map((t) => t.dir))];
+    this.weightsDir = dirs.length > 0 ? dirs.reduce(commonFolder) : dir;
+    for (const t of this.tensors.values()) {
+      t.location = path.relative(this.weightsDir, path.join(t.dir, t.location));
+      t.dir = this.weightsDir;
     }
-    this.weightsDir = [...dirs][0] ?? dir;
   }
 
   private readHeader(file: string): void {
@@ -150,8 +158,16 @@ function headerEntry(file: string, name: string, info: any): { dtype: DTypeName;
   return { dtype: dtype.name, shape: info.shape, begin, end };
 }
 
-function weightFiles(dir: string): string[] {
-  const index = checkpointFile(dir, 'model.safetensors.index.json');
+/** The deepest folder holding both `a` and `b` (real, absolute paths). */
+function commonFolder(a: string, b: string): string {
+  const [x, y] = [a.split(path.sep), b.split(path.sep)];
+  let n = 0;
+  while (n < x.length && n < y.length && x[n] === y[n]) n++;
+  return x.slice(0, n).join(path.sep) || path.sep;
+}
+
+function weightFiles(dir: string, links: CheckpointLinks): string[] {
+  const index = checkpointFile(dir, 'model.safetensors.index.json', links);
   if (fs.existsSync(index)) {
     const map: unknown = readJsonObject(index, CheckpointError, FILE_CAPS.shardIndex).weight_map ?? {};
     if (
@@ -162,9 +178,9 @@ function weightFiles(dir: string): string[] {
       throw new CheckpointError(`${index}: weight_map must map tensor names to file names in the folder`);
     const files = [...new Set(Object.values(map as Record<string, string>))];
     if (files.length === 0) throw new CheckpointError(`${index}: empty weight_map`);
-    return files.map((f) => checkpointFile(dir, f));
+    return files.map((f) => checkpointFile(dir, f, links));
   }
-  const single = checkpointFile(dir, 'model.safetensors');
+  const single = checkpointFile(dir, 'model.safetensors', links);
   if (fs.existsSync(single)) return [single];
   throw new CheckpointError(`${dir}: no model.safetensors or model.safetensors.index.json`);
 }

@@ -7,6 +7,7 @@ import { DEFAULT_REPOSITORY, loadModel, readRepository, type ModelEntry } from '
 import { Service, type ServedModel } from '../serving/service.js';
 import { Metrics } from '../serving/metrics.js';
 import type { ComputeDType } from '../common/dtypes.js';
+import { CHECKPOINT_LINKS, type CheckpointLinks } from '../checkpoint/files.js';
 
 export const int = (name: string) => (value: string) => {
   const n = Number(value);
@@ -65,6 +66,7 @@ export interface ModelFlags {
   quantizedActivations?: 'float32' | 'int8';
   quantize?: 'q8_0' | 'q4_0' | 'q4_k';
   weightsAtRest?: 'stored' | 'compute';
+  checkpointLinks?: CheckpointLinks;
 }
 
 /** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
@@ -143,6 +145,14 @@ export function withModelFlags(cmd: Command): Command {
       )
         .choices(['stored', 'compute'])
         .env('CTXPROBE_WEIGHTS_AT_REST'),
+    )
+    .addOption(
+      new Option(
+        '--checkpoint-links <how>',
+        "where a checkpoint folder's symlinks may lead: follow (default: anywhere, as transformers) or contain (only inside the folder, or a Hugging Face cache's blobs/)",
+      )
+        .choices([...CHECKPOINT_LINKS])
+        .env('CTXPROBE_CHECKPOINT_LINKS'),
     );
 }
 
@@ -162,6 +172,7 @@ export function entriesFrom(flags: ModelFlags & { models?: string; name?: string
     ...(flags.quantizedActivations !== undefined && { quantizedActivations: flags.quantizedActivations }),
     ...(flags.quantize !== undefined && { quantize: flags.quantize }),
     ...(flags.weightsAtRest !== undefined && { weightsAtRest: flags.weightsAtRest }),
+    ...(flags.checkpointLinks !== undefined && { checkpointLinks: flags.checkpointLinks }),
   };
   if (flags.model) {
     const dir = path.resolve(flags.model);

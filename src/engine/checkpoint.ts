@@ -14,6 +14,7 @@ import { ggufModel } from '../checkpoint/gguf-arch.js';
 import { GgufCheckpoint } from '../checkpoint/gguf-weights.js';
 import type { TensorBytes } from '../checkpoint/validate.js';
 import { CheckpointError } from '../common/errors.js';
+import type { CheckpointLinks } from '../checkpoint/files.js';
 import { readModelConfig } from '../model/config.js';
 import { ggufModelConfig } from '../model/gguf-config.js';
 import { checkTensorsAgainstConfig } from '../model/config-checks.js';
@@ -72,14 +73,16 @@ function magicOf(file: string): string {
   }
 }
 
-export function openCheckpoint(p: string): OpenedCheckpoint {
-  return checkpointKind(p) === 'gguf' ? openGguf(p) : openFolder(p);
+/** `links`: where a folder's symlinks may lead (files.ts CheckpointLinks). */
+export function openCheckpoint(p: string, links: CheckpointLinks = 'follow'): OpenedCheckpoint {
+  return checkpointKind(p) === 'gguf' ? openGguf(p) : openFolder(p, links);
 }
 
-function openFolder(dir: string): OpenedCheckpoint {
-  const config = readModelConfig(dir);
-  const ckpt = new SafetensorsCheckpoint(dir);
-  if (config.quantization) return openQuantizedFolder(dir, config, new HfQuantizedCheckpoint(ckpt, config.quantization));
+function openFolder(dir: string, links: CheckpointLinks): OpenedCheckpoint {
+  const config = readModelConfig(dir, links);
+  const ckpt = new SafetensorsCheckpoint(dir, links);
+  const tokenizer = () => TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize, links);
+  if (config.quantization) return openQuantizedFolder(dir, config, new HfQuantizedCheckpoint(ckpt, config.quantization), tokenizer);
   checkTensorsAgainstConfig(config, ckpt.tensors, dir);
   return {
     config,
@@ -90,12 +93,12 @@ function openFolder(dir: string): OpenedCheckpoint {
     storage: `${[...new Set([...ckpt.tensors.values()].map((t) => t.dtype))].join('/')} checkpoint`,
     files: ckpt.files,
     name: path.basename(dir),
-    tokenizer: () => TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize),
+    tokenizer,
   };
 }
 
 /** A GPTQ / AWQ checkpoint: its quantized linears computed in float32 (as a GGUF's are). */
-function openQuantizedFolder(dir: string, config: ModelConfig, ckpt: HfQuantizedCheckpoint): OpenedCheckpoint {
+function openQuantizedFolder(dir: string, config: ModelConfig, ckpt: HfQuantizedCheckpoint, tokenizer: () => TextTokenizer): OpenedCheckpoint {
   checkTensorsAgainstConfig(config, ckpt.tensors, dir);
   return {
     config,
@@ -106,7 +109,7 @@ function openQuantizedFolder(dir: string, config: ModelConfig, ckpt: HfQuantized
     storage: ckpt.storage,
     files: ckpt.ckpt.files,
     name: path.basename(dir),
-    tokenizer: () => TextTokenizer.load(dir, { bos: config.bosTokenId, eos: config.eosTokenId }, config.vocabSize),
+    tokenizer,
   };
 }
 

@@ -2,10 +2,10 @@
 // frequencies and per-family settings the graph builder uses.
 import fs from 'node:fs';
 import { CheckpointError, shownValue } from '../common/errors.js';
-import { checkpointFile, readJsonObject } from '../checkpoint/files.js';
+import { checkpointFile, readJsonObject, type CheckpointLinks } from '../checkpoint/files.js';
 import { FAMILIES } from './families.js';
+import { DIM_CAPS } from '../common/dim-caps.js';
 import {
-  DIM_CAPS,
   MAX_ROTARY_POSITIONS,
   activation,
   flag,
@@ -118,8 +118,8 @@ export function parseModelConfig(raw: RawConfig, file = 'config.json'): ModelCon
 
 /** Read `config.json` of a checkpoint directory. The value checks name the key as
  * `config.json: key`; here the file is named by its path. */
-export function readModelConfig(dir: string): ModelConfig {
-  const file = checkpointFile(dir, 'config.json');
+export function readModelConfig(dir: string, links: CheckpointLinks = 'follow'): ModelConfig {
+  const file = checkpointFile(dir, 'config.json', links);
   if (!fs.existsSync(file)) throw new CheckpointError(`${dir}: no config.json`);
   const raw = readJsonObject(file);
   try {

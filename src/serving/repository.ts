@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { PACKAGE_ROOT } from '../common/paths.js';
 import { Ajv } from 'ajv';
-import { readJsonObject } from '../checkpoint/files.js';
+import { CHECKPOINT_LINKS, readJsonObject, type CheckpointLinks } from '../checkpoint/files.js';
 import { writeSyntheticCheckpoint, type SyntheticSpec } from '../model/synthetic.js';
 import { Engine } from '../engine/engine.js';
 import { MODEL_PATH_HELP, checkpointKind } from '../engine/checkpoint.js';
@@ -50,6 +50,8 @@ export interface ModelEntry {
   /** How BF16 / F16 weights computed in float32 lie at rest: kept as stored (widened per
    * product) or widened at load; default: the memory plan's choice. CPU and WebGPU. */
   weightsAtRest?: 'stored' | 'compute';
+  /** Where a checkpoint folder's symlinks may lead: `follow` (default) or `contain` (files.ts). */
+  checkpointLinks?: CheckpointLinks;
   synthetic?: SyntheticSpec;
   /** The repository file it was read from (not a setting). */
   configFile?: string;
@@ -118,6 +120,7 @@ const ENTRY_SCHEMA = {
     quantizedActivations: { enum: ['float32', 'int8'] },
     quantize: { enum: ['q8_0', 'q4_0', 'q4_k'] },
     weightsAtRest: { enum: ['stored', 'compute'] },
+    checkpointLinks: { enum: CHECKPOINT_LINKS },
     synthetic: SYNTHETIC_SCHEMA,
   },
 };
@@ -255,6 +258,7 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     ...(entry.quantizedActivations !== undefined && { quantizedActivations: entry.quantizedActivations }),
     ...(entry.quantize !== undefined && { quantize: entry.quantize }),
     ...(entry.weightsAtRest !== undefined && { weightsAtRest: entry.weightsAtRest }),
+    ...(entry.checkpointLinks !== undefined && { checkpointLinks: entry.checkpointLinks }),
     // The scorer's passes, for the engine's memory plan (it refuses what cannot fit).
     passLimits: { maxBatchTokens: entry.maxBatchTokens, maxAttentionBytes: entry.maxAttentionBytes, prefixCacheBytes: entry.prefixCacheBytes },
   });
