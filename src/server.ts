@@ -123,35 +123,58 @@ export class CtxprobeServer {
     new ReflectionService({ ...def, ...healthPackageDefinition() }).addToServer(grpcServer);
     const host = options.host ?? '127.0.0.1';
     const address = `${host.includes(':') ? `[${host}]` : host}:${options.port ?? 50051}`;
-    server.port = await new Promise<number>((resolve, reject) =>
-      grpcServer.bindAsync(address, credentials, (err, bound) => (err ? reject(err) : resolve(bound))),
+    server.port = await bound(
+      '--port',
+      address,
+      () =>
+        new Promise<number>((resolve, reject) =>
+          grpcServer.bindAsync(address, credentials, (err, port) => (err ? reject(err) : resolve(port))),
+        ),
     );
     dropUnkeepableDeadlines(grpcServer);
     if ((options.httpPort ?? -1) >= 0) {
       const app = buildHttpApp(server.service, { checkToken, tls: tlsMaterial, maxBodyBytes: options.maxMessageBytes });
-      await app.listen({ port: options.httpPort, host });
+      await bound(
+        '--http-port',
+        `${host}:${options.httpPort}`,
+        () => app.listen({ port: options.httpPort, host }),
+        () => server.close(),
+      );
       server.httpApp = app;
     }
     if ((options.healthPort ?? -1) >= 0) {
-      server.healthPortServer = await HealthPort.start({
-        host,
-        port: options.healthPort!,
-        statuses: {
-          '': 'NOT_SERVING',
-          [SCORING_SERVICE]: 'NOT_SERVING',
-          [PROBING_SERVICE]: 'NOT_SERVING',
-          [GENERATION_SERVICE]: 'NOT_SERVING',
-        },
-      });
+      server.healthPortServer = await bound(
+        '--health-port',
+        `${host}:${options.healthPort}`,
+        () =>
+          HealthPort.start({
+            host,
+            port: options.healthPort!,
+            statuses: {
+              '': 'NOT_SERVING',
+              [SCORING_SERVICE]: 'NOT_SERVING',
+              [PROBING_SERVICE]: 'NOT_SERVING',
+              [GENERATION_SERVICE]: 'NOT_SERVING',
+            },
+          }),
+        () => server.close(),
+      );
     }
     if ((options.metricsPort ?? 9464) >= 0) {
       if (options.metricsTls && !tlsMaterial) throw new ConfigError('--metrics-tls needs --tls-cert and --tls-key');
       if (options.metricsAuth && !checkToken)
         throw new ConfigError('--metrics-auth needs bearer tokens (--auth-token-file or CTXPROBE_AUTH_TOKEN)');
-      server.metricsServer = await server.metrics.serve(options.metricsHost ?? '127.0.0.1', options.metricsPort ?? 9464, {
-        tls: options.metricsTls ? tlsMaterial : undefined,
-        checkToken: options.metricsAuth ? checkToken : undefined,
-      });
+      const metricsHost = options.metricsHost ?? '127.0.0.1';
+      server.metricsServer = await bound(
+        '--metrics-port',
+        `${metricsHost}:${options.metricsPort ?? 9464}`,
+        () =>
+          server.metrics.serve(metricsHost, options.metricsPort ?? 9464, {
+            tls: options.metricsTls ? tlsMaterial : undefined,
+            checkToken: options.metricsAuth ? checkToken : undefined,
+          }),
+        () => server.close(),
+      );
     }
     return server;
   }
@@ -277,5 +300,23 @@ function dropUnkeepableDeadlines(grpcServer: grpc.Server): void {
       const ms = m ? Number(m[1]) * { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 }[m[2] as 'H'] : 0;
       if (ms > 2 ** 31 - 1) delete headers['grpc-timeout'];
     });
+  }
+}
+
+/** `listen()` on the address `flag` sets; a failure (the port in use, an address this host
+ * does not have) is a ConfigError naming the flag, after `undo()` closes what was bound
+ * before it. grpc-js said only "No address added out of total 1 resolved errors". */
+async function bound<T>(flag: string, address: string, listen: () => Promise<T>, undo?: () => Promise<unknown>): Promise<T> {
+  try {
+    return await listen();
+  } catch (e) {
+    await undo?.().catch(() => undefined);
+    const code = (e as NodeJS.ErrnoException).code;
+    const inUse = code === 'EADDRINUSE' || /address already in use|No address added/i.test((e as Error).message);
+    throw new ConfigError(
+      inUse
+        ? `${flag}: ${address} is in use (another process listens there): stop it, or give ${flag} another port (0: any free one)`
+        : `${flag}: cannot listen on ${address} (${code ?? (e as Error).message})`,
+    );
   }
 }

@@ -57,6 +57,7 @@ export class GgufCheckpoint {
       offset: t.offset + (ref.expert ? ref.expert.index * slice : 0),
       length: slice,
       label: this.tensors.get(name)!.name,
+      file: this.g.file,
       ...(ref.permutedHeads !== undefined && { rowOrder: this.rowOrder(name, shape[0]!, ref.permutedHeads) }),
       ...(!GGML_FLOAT_TYPES.has(t.type) && {
         quantized: {

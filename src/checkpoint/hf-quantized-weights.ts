@@ -69,6 +69,9 @@ export class HfQuantizedCheckpoint {
       qzeros: { offset: qz.offset, length: qz.length },
       scales: { offset: scales.offset, length: scales.length },
     };
+    // Act-order groups a weight's columns as its g_idx says: without one, no order can be taken for it.
+    if (this.q.actOrder && !this.ckpt.has(`${prefix}.g_idx`))
+      throw bad('quantization_config.desc_act is true (act-order) but there is no g_idx saying which group each input column is in');
     if (this.q.method === 'gptq' && this.ckpt.has(`${prefix}.g_idx`)) {
       const g = get('g_idx');
       if (g.dtype !== 'int32' || g.shape.length !== 1 || g.shape[0] !== K) throw bad(`g_idx is [${g.shape}] ${g.dtype}, where int32 [${K}] was expected`);

@@ -46,6 +46,8 @@ export interface HfQuantConfig {
   /** Input columns per scale; undefined: one group per row (GPTQ's group_size −1). */
   group?: number;
   v1Zeros: boolean;
+  /** GPTQ's desc_act: act-order, each linear's g_idx says its groups' columns. */
+  actOrder: boolean;
   /** In words, for the load log and ListModels. */
   label: string;
 }
@@ -75,7 +77,7 @@ export function readQuantConfig(raw: Record<string, unknown>, file: string): HfQ
     if (typeof version !== 'string' || version.toLowerCase() !== 'gemm')
       throw refuse('version', 'AWQ "gemm" checkpoints are computed; gemv, exllama, marlin and ipex pack their integers otherwise');
     if ((c.zero_point ?? true) !== true) throw refuse('zero_point', 'AWQ checkpoints with zero points are');
-    return { method, group, v1Zeros: false, label: `AWQ 4-bit (group ${group}, gemm)` };
+    return { method, group, v1Zeros: false, actOrder: false, label: `AWQ 4-bit (group ${group}, gemm)` };
   }
   const format = c.checkpoint_format ?? 'gptq';
   if (format !== 'gptq' && format !== 'gptq_v2') throw refuse('checkpoint_format', 'GPTQ "gptq" and "gptq_v2" checkpoints are');
@@ -84,7 +86,7 @@ export function readQuantConfig(raw: Record<string, unknown>, file: string): HfQ
     throw refuse('dynamic', 'settings that differ by module are not read');
   if ((c.pack_dtype ?? 'int32') !== 'int32') throw refuse('pack_dtype', 'GPTQ packs 4-bit integers in int32 words here');
   const act = c.desc_act === true ? ', act-order' : '';
-  return { method, group, v1Zeros: format === 'gptq', label: `GPTQ 4-bit (${group ? `group ${group}` : 'one group a row'}${act}, checkpoint_format ${format})` };
+  return { method, group, v1Zeros: format === 'gptq', actOrder: c.desc_act === true, label: `GPTQ 4-bit (${group ? `group ${group}` : 'one group a row'}${act}, checkpoint_format ${format})` };
 }
 
 /** The MatMulNBits block of a group: the largest power of two up to 128 that divides it (each

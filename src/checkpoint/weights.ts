@@ -37,4 +37,10 @@ export interface StoredWeight extends ExternalTensor {
   quantized?: QuantizedTensor;
   /** How messages name it where the file's name differs (`blk.0.ffn_up.weight (model.layers.0.mlp.up_proj.weight)`). */
   label?: string;
+  /** The checkpoint file it lies in, as messages name it. */
+  file?: string;
 }
+
+/** A weight as a refusal names it: its file and its name there (`x.gguf: tensor blk.0.attn_norm.weight`). */
+export const storedName = (name: string, s: Pick<StoredWeight, 'file' | 'label'>): string =>
+  s.file ? `${s.file}: tensor ${s.label ?? name}` : (s.label ?? name);

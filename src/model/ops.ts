@@ -3,7 +3,7 @@
 // casts between the compute dtype and float32, and the checkpoint's weights (each made
 // once). The decoder (decoder.ts) extends this and reads as the model alone.
 import { GraphBuilder, type NormRows } from '../graph/builder.js';
-import type { StoredWeight } from '../checkpoint/weights.js';
+import { storedName, type StoredWeight } from '../checkpoint/weights.js';
 import { CheckpointError } from '../common/errors.js';
 import { kvDType, type ComputeDType, type DTypeName } from '../common/dtypes.js';
 import type { ModelConfig } from './families.js';
@@ -371,7 +371,7 @@ export class ModelOps {
   private stored(name: string, stored: StoredWeight): string {
     const { g } = this;
     if (stored.quantized)
-      throw new CheckpointError(`${name}: a ${stored.quantized.typeName} tensor where the graph needs float values (quantized tensors are read as matrices of products and embeddings)`);
+      throw new CheckpointError(`${storedName(name, stored)}: a ${stored.quantized.typeName} tensor where the graph needs float values (quantized tensors are read as matrices of products and embeddings)`);
     const init = g.external(name, stored);
     const rows = stored.rowOrder;
     if (!rows) return init;

@@ -10,7 +10,7 @@ import type { GraphBuilder } from '../graph/builder.js';
 import type { DerivedWeight } from '../graph/held-weights.js';
 import { CheckpointError } from '../common/errors.js';
 import { BLOCKS, EXACT_FORMS, formParts, quantTypeOf, type ExactForm, type QuantTypeName, type RepackPart } from '../checkpoint/ggml-blocks.js';
-import type { StoredWeight } from '../checkpoint/weights.js';
+import { storedName, type StoredWeight } from '../checkpoint/weights.js';
 import { hfForm } from '../checkpoint/hf-quantized.js';
 
 /** What quantized products take: float32 activations (exact), or, on request, activations
@@ -53,9 +53,9 @@ export interface QuantizedParts {
 export function quantizedType(name: string, stored: StoredWeight): QuantTypeName {
   const q = stored.quantized!;
   const type = quantTypeOf(q.ggmlType);
-  if (!type) throw new CheckpointError(`${name}: ${q.typeName} weights have no exact form here (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K do)`);
+  if (!type) throw new CheckpointError(`${storedName(name, stored)}: ${q.typeName} weights have no exact form here (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K do)`);
   if (stored.shape.length !== 2)
-    throw new CheckpointError(`${name}: a quantized tensor of shape [${stored.shape}] where a matrix was expected`);
+    throw new CheckpointError(`${storedName(name, stored)}: a quantized tensor of shape [${stored.shape}] where a matrix was expected`);
   return type;
 }
 
@@ -63,7 +63,8 @@ export function quantizedType(name: string, stored: StoredWeight): QuantTypeName
  * each derived at load from the weight's bytes. */
 export function quantizedParts(g: GraphBuilder, name: string, stored: StoredWeight, layout: PartsLayout, from?: DerivedWeight['from']): QuantizedParts {
   const hf = stored.quantized?.hf;
-  if (hf && layout !== 'product') throw new CheckpointError(`${name}: a ${stored.quantized!.typeName} weight where a table of rows (an embedding) was expected`);
+  // GPTQ / AWQ quantize linear layers only (4 bits: one part, for either activations).
+  if (hf && layout === 'rows') throw new CheckpointError(`${name}: a ${stored.quantized!.typeName} weight where a table of rows (an embedding) was expected`);
   const type = hf ? (stored.quantized!.typeName as 'GPTQ' | 'AWQ') : quantizedType(name, stored);
   const form = hf ? hfForm(hf) : EXACT_FORMS[type as QuantTypeName];
   const [rows, cols] = stored.shape as [number, number];
