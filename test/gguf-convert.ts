@@ -12,7 +12,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { writeGguf, meta as v, type GgufTensorData } from '../src/checkpoint/gguf-write.js';
-import type { GgufValue } from '../src/checkpoint/gguf.js';
+import { readGguf, type GgufValue } from '../src/checkpoint/gguf.js';
+import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
 import { f16ToF32, f32ToBf16, f32ToF16, bf16ToF32 } from '../src/common/dtypes.js';
 import type { TensorData } from '../src/checkpoint/safetensors.js';
 import type { ReferenceModel } from './reference.js';
@@ -365,3 +366,27 @@ function tokenizerMetadata(dir: string, config: Record<string, any>, pre: string
   if (typeof cfg.chat_template === 'string') out.push(['tokenizer.chat_template', v.str(cfg.chat_template)]);
   return out;
 }
+
+/** A valid GGUF file of a fixture family. */
+export function ggufFixture(family = 'llama'): string {
+  const fx = makeFixture(FAMILY_FIXTURES[family]!);
+  return convertToGguf(fx, path.join(fx.dir, 'model.gguf')).file;
+}
+
+/** `file` written again with its metadata and tensors edited (tensor data as read). */
+export function rewrite(file: string, edit: (meta: Map<string, GgufValue>, tensors: GgufTensorData[]) => void): string {
+  const g = readGguf(file);
+  const bytes = fs.readFileSync(file);
+  const tensors = [...g.tensors.values()].map((t) => ({
+    name: t.name,
+    dims: t.dims,
+    type: t.type,
+    data: bytes.subarray(t.offset, t.offset + t.bytes),
+  }));
+  const meta = new Map(g.metadata);
+  edit(meta, tensors);
+  const out = path.join(path.dirname(file), `edited-${path.basename(file)}`);
+  writeGguf(out, meta, tensors);
+  return out;
+}
+

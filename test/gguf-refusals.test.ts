@@ -10,37 +10,14 @@ import { Engine } from '../src/engine/engine.js';
 import { CheckpointError } from '../src/common/errors.js';
 import { ggufModel } from '../src/checkpoint/gguf-arch.js';
 import { GgufCheckpoint } from '../src/checkpoint/gguf-weights.js';
-import { readGguf, type GgufValue } from '../src/checkpoint/gguf.js';
-import { writeGguf, meta as v, type GgufTensorData } from '../src/checkpoint/gguf-write.js';
-import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
-import { convertToGguf } from './gguf-convert.js';
+import { readGguf } from '../src/checkpoint/gguf.js';
+import { meta as v } from '../src/checkpoint/gguf-write.js';
+import { tempDir } from './fixtures.js';
+import { ggufFixture, rewrite } from './gguf-convert.js';
 import { ROOT } from './cli-serve.js';
 
 const loaded: Engine[] = [];
 afterAll(async () => Promise.all(loaded.map((e) => e.release())));
-
-/** A valid GGUF file of a fixture family. */
-function ggufFixture(family = 'llama'): string {
-  const fx = makeFixture(FAMILY_FIXTURES[family]!);
-  return convertToGguf(fx, path.join(fx.dir, 'model.gguf')).file;
-}
-
-/** `file` written again with its metadata and tensors edited (tensor data as read). */
-function rewrite(file: string, edit: (meta: Map<string, GgufValue>, tensors: GgufTensorData[]) => void): string {
-  const g = readGguf(file);
-  const bytes = fs.readFileSync(file);
-  const tensors = [...g.tensors.values()].map((t) => ({
-    name: t.name,
-    dims: t.dims,
-    type: t.type,
-    data: bytes.subarray(t.offset, t.offset + t.bytes),
-  }));
-  const meta = new Map(g.metadata);
-  edit(meta, tensors);
-  const out = path.join(path.dirname(file), `edited-${path.basename(file)}`);
-  writeGguf(out, meta, tensors);
-  return out;
-}
 
 /** Engine.load must reject with a CheckpointError containing `message`, within `ms`. */
 async function refused(file: string, message: string | RegExp, ms = 20_000): Promise<void> {

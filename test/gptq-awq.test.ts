@@ -36,6 +36,8 @@ interface Packing {
   actOrder?: boolean;
   /** Extra or replaced quantization_config keys. */
   config?: Record<string, unknown>;
+  /** Leave out every g_idx (what a broken export writes). */
+  noGIdx?: boolean;
 }
 
 /** A safetensors entry as raw bytes. */
@@ -115,7 +117,7 @@ function quantizeLinear(w: TensorData, p: Packing, seed: number): { tensors: [st
     ['qzeros', i32([G, N / 8], qzeros)],
     ['scales', { dtype: 'F16', shape: [G, N], bytes: new Uint8Array(scale.buffer) }],
   ];
-  if (p.method === 'gptq') tensors.push(['g_idx', i32([K], Uint32Array.from({ length: K }, (_, k) => groupOf(k)))]);
+  if (p.method === 'gptq' && !p.noGIdx) tensors.push(['g_idx', i32([K], Uint32Array.from({ length: K }, (_, k) => groupOf(k)))]);
   return { tensors, values };
 }
 
@@ -216,6 +218,38 @@ describe('refusals name the setting', () => {
     Buffer.from(g.buffer).copy(buf, 8 + headerLen + begin);
     fs.writeFileSync(file, buf);
     await expect(load(dir)).rejects.toThrow(/down_proj: g_idx does not give each group 128 input columns \(quantization_config\.desc_act/);
+  });
+
+  it('desc_act true without g_idx is refused naming both (it was computed as plain groups without a word)', async () => {
+    const { dir } = quantizedCheckpoint(fx, { method: 'gptq', group: 64, actOrder: true, noGIdx: true });
+    await expect(load(dir)).rejects.toThrow(/q_proj: quantization_config\.desc_act is true \(act-order\) but there is no g_idx/);
+  });
+});
+
+describe('int8 activations (--quantized-activations int8)', () => {
+  // Refused before with a false reason ("a GPTQ weight where a table of rows (an embedding)
+  // was expected"): GPTQ / AWQ are one 4-bit part, which onnxruntime's int8 path takes as it is.
+  it.each([
+    ['GPTQ act-order', { method: 'gptq', group: 64, actOrder: true }],
+    ['AWQ', { method: 'awq', group: 128 }],
+  ] as [string, Packing][])('%s through ctxprobe serve: said in the load log, within 0.05 nats a token of the exact values', async (_, p) => {
+    const { dir, reference } = quantizedCheckpoint(makeFixture(WIDE), p);
+    const s = await serveCli(dir, ['--quantized-activations', 'int8']);
+    try {
+      expect(s.lines.find((l) => l.event === 'model_loaded')!.weights).toContain('quantized products on int8 activations (approximate)');
+      const tokens = randomTokens(9, 16, 300);
+      const { status, body } = await postJson(`http://127.0.0.1:${s.httpPort}`, '/v1/score', {
+        items: [{ contextIds: { ids: tokens.slice(0, 1) }, continuationsIds: [{ ids: tokens.slice(1) }] }],
+      });
+      expect(status).toBe(200);
+      const ref = referenceForward(reference, tokens);
+      const lps: number[] = body.items[0].continuations[0].tokenLogprobs;
+      const distance = lps.reduce((d, lp, k) => d + Math.abs(lp - ref.logprobs[k]![tokens[k + 1]!]!), 0) / lps.length;
+      expect(distance).toBeLessThan(0.05);
+      expect(distance).toBeGreaterThan(0); // int8, not the exact path
+    } finally {
+      await s.stop();
+    }
   });
 });
 
