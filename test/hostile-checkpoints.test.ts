@@ -6,7 +6,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine/engine.js';
+import { Engine, type EngineOptions } from '../src/engine/engine.js';
 import { CheckpointError } from '../src/common/errors.js';
 import { readBounded } from '../src/checkpoint/files.js';
 import { findNonFinite } from '../src/checkpoint/validate.js';
@@ -33,13 +33,13 @@ function editConfig(dir: string, edit: (c: Record<string, any>) => void): void {
 }
 
 /** Engine.load must reject with a CheckpointError matching `message`, within `ms`. */
-async function refused(dir: string, message: RegExp | string, ms = 20_000): Promise<CheckpointError> {
+async function refused(dir: string, message: RegExp | string, ms = 20_000, options: EngineOptions = {}): Promise<CheckpointError> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`Engine.load(${dir}) still running after ${ms} ms`)), ms);
   });
   try {
-    const engine = await Promise.race([Engine.load(dir, { threads: 1 }), deadline]);
+    const engine = await Promise.race([Engine.load(dir, { threads: 1, ...options }), deadline]);
     loaded.push(engine);
   } catch (e) {
     expect(e).toBeInstanceOf(CheckpointError);
@@ -394,7 +394,8 @@ describe('5. hostile files', () => {
     const run = await scoreCli(dir);
     expect(run.timedOut).toBe(false);
     expect(run.code).not.toBe(0);
-    expect(run.stderr).toContain(`${path.join(dir, 'tokenizer.json')}: leads to /dev/zero, outside the checkpoint folder`);
+    // Links are followed, but only to a regular file.
+    expect(run.stderr).toContain(`${path.join(dir, 'tokenizer.json')}: is a character device, not a regular file`);
     // And a device is refused by type wherever it is.
     expect(() => readBounded('/dev/zero', 1024)).toThrow('/dev/zero: is a character device, not a regular file');
   });
@@ -459,14 +460,19 @@ describe('5. hostile files', () => {
 });
 
 describe('6. what held still holds', () => {
-  it('a file that links out of the checkpoint folder is refused, naming where it leads', async () => {
+  it('a file that links out of the checkpoint folder is followed; with checkpointLinks contain it is refused, naming where it leads', async () => {
     const other = fixture();
     const dir = fixture();
     fs.rmSync(path.join(dir, 'config.json'));
     fs.symlinkSync(path.join(other, 'config.json'), path.join(dir, 'config.json'));
+    const engine = await Engine.load(dir, { threads: 1 });
+    loaded.push(engine);
+    expect(engine.config.numLayers).toBeGreaterThan(0);
     await refused(
       dir,
-      `${path.join(dir, 'config.json')}: leads to ${fs.realpathSync(path.join(other, 'config.json'))}, outside the checkpoint folder`,
+      `${path.join(dir, 'config.json')}: leads to ${fs.realpathSync(path.join(other, 'config.json'))}, outside the checkpoint folder (checkpointLinks contain)`,
+      20_000,
+      { checkpointLinks: 'contain' },
     );
   });
 

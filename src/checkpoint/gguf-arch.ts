@@ -6,11 +6,10 @@
 // transposed, experts stacked into one tensor per projection. Defaults are llama.cpp's
 // (src/llama-model.cpp load_hparams), not the config classes': what llama.cpp computes
 // for a file is what it means.
-import fs from 'node:fs';
 import { CheckpointError } from '../common/errors.js';
 import { DIM_CAPS } from '../common/dim-caps.js';
 import { GgufMeta } from './gguf-meta.js';
-import type { GgufFile } from './gguf.js';
+import { readF32Tensor, type GgufFile } from './gguf.js';
 
 /** Where a Hugging Face tensor's bytes lie in the file. */
 export interface TensorRef {
@@ -310,7 +309,7 @@ export function ggufModel(g: GgufFile): GgufModel {
     normWeightsPlusOne: spec.normWeightsPlusOne ?? false,
     linearOutIn: spec.linearOutIn ?? false,
     names,
-    ropeFreqFactors: g.tensors.has('rope_freqs.weight') ? readF32(g, 'rope_freqs.weight') : undefined,
+    ropeFreqFactors: g.tensors.has('rope_freqs.weight') ? readF32Tensor(g, 'rope_freqs.weight') : undefined,
   };
 }
 
@@ -370,8 +369,8 @@ function rotaryConfig(m: GgufMeta, g: GgufFile, a: string, modelType: string, he
     c.set('original_max_position_embeddings', original, `${a}.rope.scaling.original_context_length`);
     const scaling: Record<string, unknown> = {
       type: 'longrope',
-      long_factor: Array.from(readF32(g, 'rope_factors_long.weight')),
-      short_factor: Array.from(readF32(g, 'rope_factors_short.weight')),
+      long_factor: Array.from(readF32Tensor(g, 'rope_factors_long.weight')),
+      short_factor: Array.from(readF32Tensor(g, 'rope_factors_short.weight')),
     };
     // The converter stores longrope's default attention factor as float32: the default is
     // left to the config reader (as transformers computes it), another value is kept.
@@ -483,21 +482,4 @@ function tensorNames(g: GgufFile, arch: string, spec: Arch, c: ConfigBuilder): M
       `${g.file}: tensor${unknown.length > 1 ? 's' : ''} ${unknown.slice(0, 3).join(', ')}${unknown.length > 3 ? ` and ${unknown.length - 3} more` : ''} ${unknown.length > 1 ? 'are' : 'is'} not part of a ${c.raw.model_type} model as llama.cpp writes it`,
     );
   return names;
-}
-
-/** A small F32 tensor's values (rotary factors), read by its byte range. */
-function readF32(g: GgufFile, name: string): Float32Array {
-  const t = g.tensors.get(name);
-  if (!t) throw new CheckpointError(`${g.file}: tensor ${name} is missing`);
-  if (t.type !== 0 || t.dims.length !== 1 || t.dims[0]! > 1 << 16)
-    throw new CheckpointError(`${g.file}: tensor ${name} must be a 1-D F32 tensor of rotary factors`);
-  const buf = Buffer.alloc(t.bytes);
-  const fd = fs.openSync(`${g.dir}/${g.location}`, 'r');
-  try {
-    if (fs.readSync(fd, buf, 0, t.bytes, t.offset) !== t.bytes)
-      throw new CheckpointError(`${g.file}: tensor ${name}: the file ended while it was read`);
-  } finally {
-    fs.closeSync(fd);
-  }
-  return new Float32Array(buf.buffer.slice(buf.byteOffset, buf.byteOffset + t.bytes));
 }

@@ -411,3 +411,20 @@ export function describeValue(v: GgufValue): string {
   if (v.type === GGUF_TYPE.STRING) return `the string ${JSON.stringify(v.value.slice(0, 80))}`;
   return `${TYPE_NAMES[v.type]} ${String(v.value)}`;
 }
+
+/** A small F32 tensor's values (rotary factors), read by its byte range. */
+export function readF32Tensor(g: GgufFile, name: string): Float32Array {
+  const t = g.tensors.get(name);
+  if (!t) throw new CheckpointError(`${g.file}: tensor ${name} is missing`);
+  if (t.type !== 0 || t.dims.length !== 1 || t.dims[0]! > 1 << 16)
+    throw new CheckpointError(`${g.file}: tensor ${name} must be a 1-D F32 tensor of rotary factors`);
+  const buf = Buffer.alloc(t.bytes);
+  const fd = fs.openSync(`${g.dir}/${g.location}`, 'r');
+  try {
+    if (fs.readSync(fd, buf, 0, t.bytes, t.offset) !== t.bytes)
+      throw new CheckpointError(`${g.file}: tensor ${name}: the file ended while it was read`);
+  } finally {
+    fs.closeSync(fd);
+  }
+  return new Float32Array(buf.buffer.slice(buf.byteOffset, buf.byteOffset + t.bytes));
+}

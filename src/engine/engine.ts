@@ -6,20 +6,17 @@ import { SessionHost, type HostTensor, type KvPiece, type RunResult } from './se
 import { findNonFinite } from '../checkpoint/validate.js';
 import { openCheckpoint } from './checkpoint.js';
 import type { ModelConfig } from '../model/families.js';
-import type { WeightsAtRest } from '../model/ops.js';
 import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, withCpuArena, type DeviceOptions, type ResolvedDevice } from './device.js';
-import type { PassLimits } from './memory.js';
-import { checkQuantizedOptions, weightsInfo, weightsPlan } from './weights-plan.js';
+import { checkQuantizedOptions, weightsInfo, weightsPlan, type WeightOptions } from './weights-plan.js';
 import { deviceKv, sessionOptions, sessionWeights, uploadOptions } from './session-options.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
 import { CheckpointError, DeviceError } from '../common/errors.js';
 import { WeightFiles, heldWeightsPath, withHeldPlaceholder } from '../checkpoint/weight-files.js';
 import type { CheckpointLinks } from '../checkpoint/files.js';
-import type { QuantizeAtLoad, QuantizedActivations } from '../model/quantized.js';
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import { checkFinite } from './finite-check.js';
@@ -56,15 +53,9 @@ export interface EngineInfo {
   deviceWeightBytes?: number;
 }
 
-/** How a model is loaded: its device, and what its scorer's passes will be (for the memory
- * plan: the scorer's own settings); `weightsAtRest` forces how narrow weights lie at rest. */
-export interface EngineOptions extends DeviceOptions {
-  passLimits?: Partial<PassLimits>;
-  weightsAtRest?: WeightsAtRest;
-  /** Quantized products on float32 activations (default: exact) or int8 ones (quantized.ts). */
-  quantizedActivations?: QuantizedActivations;
-  /** Float matrices quantized at load (`--quantize`: approximate), then computed exactly. */
-  quantize?: QuantizeAtLoad;
+/** How a model is loaded: its device, what is asked of its weights and what its scorer's
+ * passes will be (weights-plan.ts: for the memory plan, the scorer's own settings). */
+export interface EngineOptions extends DeviceOptions, WeightOptions {
   /** Where a checkpoint folder's symlinks may lead (default: anywhere; `contain`: inside it). */
   checkpointLinks?: CheckpointLinks;
 }

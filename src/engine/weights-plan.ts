@@ -5,16 +5,28 @@
 import type { ModelConfig } from '../model/families.js';
 import type { OpenedCheckpoint } from './checkpoint.js';
 import type { ResolvedDevice } from './device.js';
-import type { EngineOptions } from './engine.js';
-import { memoryRefusal, passLimits, planMemory, prepackedForInt8, quantizedAtLoad, type MemoryPlan } from './memory.js';
+import { memoryRefusal, passLimits, planMemory, prepackedForInt8, quantizedAtLoad, type MemoryPlan, type PassLimits } from './memory.js';
+import type { WeightsAtRest } from '../model/ops.js';
+import type { QuantizeAtLoad, QuantizedActivations } from '../model/quantized.js';
 import { onlySoftwareVulkan } from './adapter.js';
 import { DeviceError, InvalidArgumentError } from '../common/errors.js';
+
+/** What a load asks of the weights (EngineOptions has them): the scorer's passes, for the
+ * plan; how narrow weights lie; quantized products' activations; quantize-at-load. */
+export interface WeightOptions {
+  passLimits?: Partial<PassLimits>;
+  weightsAtRest?: WeightsAtRest;
+  /** Quantized products on float32 activations (default: exact) or int8 ones (quantized.ts). */
+  quantizedActivations?: QuantizedActivations;
+  /** Float matrices quantized at load (`--quantize`: approximate), then computed exactly. */
+  quantize?: QuantizeAtLoad;
+}
 
 /** The memory plan of a model on its device: how its weights lie at rest, and where the
  * host's memory holds them (the CPU) a refusal of a model that cannot fit; on WebGPU the
  * host's memory only picks how they lie (onnxruntime-node cannot tell a GPU's); on CUDA
  * widened at load. */
-export function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: ResolvedDevice, options: EngineOptions): MemoryPlan {
+export function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, device: ResolvedDevice, options: WeightOptions): MemoryPlan {
   const limits = passLimits(device.profile, device.bufferCache, options.passLimits);
   if (options.weightsAtRest && !device.profile.weightsAsStored)
     throw new DeviceError(`weightsAtRest (--weights-at-rest) is a setting of devices cpu and webgpu, not ${device.kind}`);
@@ -46,7 +58,7 @@ export function weightsPlan(config: ModelConfig, opened: OpenedCheckpoint, devic
 /** What was asked of quantized weights, against what the checkpoint holds: `--quantize`
  * needs float matrices (the memory plan then counts them quantized), int8 activations
  * quantized ones. */
-export function checkQuantizedOptions(opened: OpenedCheckpoint, options: EngineOptions): void {
+export function checkQuantizedOptions(opened: OpenedCheckpoint, options: WeightOptions): void {
   if (options.quantize) {
     if (!opened.stored.some((t) => t.dtype !== 'quantized' && t.shape.length === 2))
       throw new InvalidArgumentError(
@@ -63,7 +75,7 @@ export function checkQuantizedOptions(opened: OpenedCheckpoint, options: EngineO
 }
 
 /** The load log's and ListModels' words for how the weights lie, and what was asked of them. */
-export function weightsInfo(opened: OpenedCheckpoint, plan: MemoryPlan, options: EngineOptions): string {
+export function weightsInfo(opened: OpenedCheckpoint, plan: MemoryPlan, options: WeightOptions): string {
   return (
     `${opened.storage}; ${plan.reason}` +
     (options.quantize ? `; its float matrices quantized at load to ${options.quantize} (approximate)` : '') +
