@@ -481,3 +481,45 @@ describe('long texts on the command line', () => {
     for (const dir of new Set(['/tmp', os.tmpdir()])) expect(fs.existsSync(path.join(dir, `mat-debug-${a.pid}.log`))).toBe(false);
   }, 120_000);
 });
+
+describe('npx ctxprobe in a checkout', () => {
+  /** A checkout as `npm ci` leaves it: the sources, then dist/ built after them. */
+  function checkout(): string {
+    const dir = tempDir('checkout');
+    const parts = ['src', 'kernels', 'bench', 'scripts', 'bin', 'proto', 'test/row-bits.ts', 'package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json'];
+    for (const p of parts) fs.cpSync(path.join(root, p), path.join(dir, p), { recursive: true });
+    fs.cpSync(path.join(root, 'dist'), path.join(dir, 'dist'), { recursive: true });
+    fs.symlinkSync(path.join(root, 'node_modules'), path.join(dir, 'node_modules'));
+    return dir;
+  }
+  const stampOf = (dir: string) => fs.statSync(path.join(dir, 'dist/openapi.json')).mtimeMs;
+
+  it('runs the bin without rebuilding dist/ (npm exec installs the checkout into its cache and runs its prepare step)', () => {
+    const dir = checkout();
+    const built = stampOf(dir);
+    // A cache of its own: npm's first install of this checkout, as in a fresh clone.
+    const env = { ...process.env, npm_config_cache: tempDir('npm-cache'), npm_config_update_notifier: 'false' };
+    const run = spawnSync('npx', ['ctxprobe', '--help'], { cwd: dir, env, encoding: 'utf8', timeout: 150_000 });
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/^Usage: ctxprobe/m);
+    // It ran the whole tsc build there, unseen: ~47 s before a word on a fresh clone.
+    expect(stampOf(dir)).toBe(built);
+  }, 180_000);
+
+  it('prepare builds when a source is newer than dist/, saying so first, and not again after', () => {
+    const dir = checkout();
+    // The build itself is npm run build's business (tested everywhere dist/ is used): here a stand-in.
+    const pkg = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8'));
+    pkg.scripts.build = `node -e "require('fs').writeFileSync('dist/openapi.json', '{}'); console.error('built')"`;
+    fs.writeFileSync(path.join(dir, 'package.json'), JSON.stringify(pkg));
+    const past = new Date(Date.now() - 60_000);
+    fs.utimesSync(path.join(dir, 'dist/openapi.json'), past, past);
+    const prepare = () => spawnSync(process.execPath, ['scripts/prepare.mjs'], { cwd: dir, encoding: 'utf8' });
+    const first = prepare();
+    expect(first.status, first.stderr).toBe(0);
+    // The line comes before the build's own output (npm may warn in between).
+    expect(first.stderr).toMatch(/^ctxprobe: building dist\/ \(npm run build: tsc, about half a minute\): sources changed since the last build\n[^]*^built$/m);
+    const second = prepare();
+    expect(second.stderr).toBe('ctxprobe: dist/ is newer than its sources, not rebuilt (npm run build rebuilds it)\n');
+  });
+});

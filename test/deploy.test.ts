@@ -280,3 +280,85 @@ describe('containers and compose', () => {
     expect(read('.gitignore')).toMatch(/^secrets\/$/m);
   });
 });
+
+describe("bookworm-backports from apt's own mirror (scripts/add-backports.sh, run by .ci/run)", () => {
+  /** apt's folder with these files; the script run on it: what it said and what it wrote. */
+  function addBackports(files: Record<string, string>) {
+    const etc = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-apt-'));
+    fs.mkdirSync(path.join(etc, 'sources.list.d'));
+    for (const [name, text] of Object.entries(files)) fs.writeFileSync(path.join(etc, name), text);
+    const run = () =>
+      execFileSync('bash', [path.join(root, 'scripts/add-backports.sh')], { env: { ...process.env, APT_ETC_DIR: etc }, encoding: 'utf8' });
+    const said = run();
+    const written = () =>
+      Object.fromEntries(
+        fs
+          .readdirSync(path.join(etc, 'sources.list.d'))
+          .filter((f) => f.startsWith('bookworm-backports'))
+          .map((f) => [f, fs.readFileSync(path.join(etc, 'sources.list.d', f), 'utf8')]),
+      );
+    const first = written();
+    // Idempotent: a second run finds the source and writes nothing.
+    expect(run()).toMatch(/^bookworm-backports is already in apt's sources/);
+    expect(written()).toEqual(first);
+    return { said, written: first };
+  }
+
+  it("one-line format: the bookworm line's mirror and options (a snapshot, its key), not deb.debian.org", () => {
+    const snapshot =
+      '[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg check-valid-until=no] http://snapshot.debian.org/archive/debian/20250520T000000Z';
+    const { written } = addBackports({
+      'sources.list': [
+        '# deb http://deb.debian.org/debian bookworm main',
+        `deb-src ${snapshot} bookworm main`,
+        `deb ${snapshot} bookworm main contrib # the mirror`,
+        'deb http://security.debian.org/debian-security bookworm-security main',
+        '',
+      ].join('\n'),
+    });
+    expect(written).toEqual({ 'bookworm-backports.list': `deb ${snapshot} bookworm-backports main\n` });
+  });
+
+  it('deb822 format: the enabled bookworm stanza copied, its suite and components replaced', () => {
+    const { written } = addBackports({
+      'sources.list.d/old.sources': 'Types: deb\nURIs: http://old.example.org/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n',
+      'sources.list.d/debian.sources': [
+        'Types: deb deb-src',
+        '# a mirror of our own',
+        'URIs: http://mirror.example.org/debian',
+        'Suites: bookworm bookworm-updates',
+        'Components: main non-free-firmware',
+        'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg',
+        '',
+        'Types: deb',
+        'URIs: http://mirror.example.org/debian-security',
+        'Suites: bookworm-security',
+        'Components: main',
+        '',
+      ].join('\n'),
+    });
+    expect(written).toEqual({
+      'bookworm-backports.sources': [
+        'Types: deb',
+        'URIs: http://mirror.example.org/debian',
+        'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg',
+        'Suites: bookworm-backports',
+        'Components: main',
+        '',
+      ].join('\n'),
+    });
+  });
+
+  it('deb.debian.org only when no bookworm source is found; nothing when backports is already there', () => {
+    const none = addBackports({ 'sources.list': '# nothing enabled\n' });
+    expect(none.written).toEqual({ 'bookworm-backports.list': 'deb http://deb.debian.org/debian bookworm-backports main\n' });
+    expect(none.said).toMatch(/no bookworm source/);
+    const there = addBackports({
+      'sources.list.d/debian.sources':
+        'Types: deb\nURIs: http://m.example.org/debian\nSuites: bookworm bookworm-backports\nComponents: main\n',
+    });
+    expect(there.written).toEqual({});
+    expect(fs.readFileSync(path.join(root, '.ci/run'), 'utf8')).toMatch(/^\s+scripts\/add-backports\.sh &&$/m);
+    expect(fs.readFileSync(path.join(root, '.ci/run'), 'utf8')).not.toMatch(/deb\.debian\.org/);
+  });
+});

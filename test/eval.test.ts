@@ -12,7 +12,7 @@ import { EvalClient, readJsonl } from '../src/eval/client.js';
 import { RESPONSE_TYPES, buildPrompt, demonstrationsFor, promptParts, runCharpeval, type CharpSample } from '../src/eval/charpeval.js';
 import { roundOf, runRefute, type Dialogue } from '../src/eval/refute.js';
 import { rocAuc, runContamination } from '../src/eval/contamination.js';
-import { runAttribute, toAttributionSample } from '../src/eval/attribute.js';
+import { attributeMarkdown, runAttribute, toAttributionSample } from '../src/eval/attribute.js';
 import { prepareAttribution } from '../src/requests/attribution.js';
 import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
@@ -186,7 +186,14 @@ describe('attribution runner', () => {
       [0, 2],
       [2 ** 31 - 1, 2],
     ]);
-    expect(fs.readFileSync(path.join(out, 'report.md'), 'utf8')).toMatch(/## Mean Δ per chunk label/);
+    const report = fs.readFileSync(path.join(out, 'report.md'), 'utf8');
+    expect(report).toMatch(/## Mean Δ per chunk label/);
+    // Read as a sentence (it said "with the chunk remove / maskd").
+    expect(report).toContain(
+      "2 samples. Δ = the target's log-likelihood (nats, summed over its tokens) with the chunk removed / masked, minus the unchanged sample's: negative means the chunk supported the target.",
+    );
+    const masked = attributeMarkdown({ ...results, interventions: ['mask'] });
+    expect(masked).toContain('with the chunk masked, minus');
     expect(fs.readFileSync(path.join(out, 'attribution-mean.svg'), 'utf8')).toMatch(/<svg[^>]*class="figure effect-bars"[\s\S]*, mask: /);
     expect(fs.readFileSync(path.join(out, 'report.html'), 'utf8')).toMatch(/class="figure effect-bars"/);
   });

@@ -2,7 +2,7 @@
 // drawn by the viewer's charts (Observable Plot) into linkedom's document, no browser —
 // rendered in headless Chromium (Debian's chromium, driven by playwright-core), checking
 // what is drawn against the answers.
-import { CHROMIUM, haveChromium, launchChromium } from './chromium.js';
+import { CHROMIUM, haveChromium, launchChromium, marksOutside } from './chromium.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -115,6 +115,10 @@ describe.skipIf(!haveChromium)('probe report in Chromium', () => {
     const shot = await page.screenshot({ fullPage: true });
     expect(shot.length).toBeGreaterThan(10_000);
   });
+
+  it('keeps every bar, cell and label of every figure inside it', async () => {
+    expect(await marksOutside(page)).toEqual([]);
+  });
 });
 
 describe.skipIf(!haveChromium)('attribution figure in Chromium', () => {
@@ -178,5 +182,26 @@ describe.skipIf(!haveChromium)('attribution figure in Chromium', () => {
         else expect(Math.abs(bar.x - zero)).toBeLessThan(0.6);
       }
     });
+  });
+
+  it('keeps every bar and the axis label inside the figure when masking moves the target most, either way', async () => {
+    for (const sign of [1, -1]) {
+      const rows = [
+        { label: 'instruction', values: { remove: -0.42, mask: -0.31 } },
+        { label: 'history', values: { remove: 0.85, mask: 1.2 } },
+        { label: 'knowledge', values: { remove: sign * 3.9, mask: sign * 5.7 } },
+        { label: 'user#1', values: { remove: 0.1, mask: -0.05 } },
+      ];
+      const svg = attributionSvg(
+        rows,
+        'Removing or masking each chunk: Δ log p(response) (unchanged: -12.34 nats)',
+        'Δ log-likelihood (nats)',
+      );
+      const shown = await browser.newPage();
+      await shown.setContent(figuresHtml('attribution', 'test', [svg]));
+      expect(await shown.$$eval('svg.effect-bars g[aria-label="bar"] rect', (r: Element[]) => r.length)).toBe(8);
+      expect(await marksOutside(shown)).toEqual([]);
+      await shown.close();
+    }
   });
 });

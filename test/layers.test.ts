@@ -204,6 +204,38 @@ describe('seams', () => {
     expect(cycles).toEqual([]);
   });
 
+  it('no file but src/common/errors.ts declares an error class (of Error, a built-in error or one of ours)', () => {
+    // One error model: what is thrown is one of errors.ts's kinds, which each transport maps.
+    const errorClasses = new Set([
+      'Error',
+      'AggregateError',
+      'EvalError',
+      'RangeError',
+      'ReferenceError',
+      'SyntaxError',
+      'TypeError',
+      'URIError',
+    ]);
+    const classes = parsed.flatMap(({ file, ast }) => {
+      const found: { file: string; line: number; name: string; base: string }[] = [];
+      walk(ast, (n) => {
+        if (!ts.isClassLike(n)) return;
+        const base = n.heritageClauses?.find((h) => h.token === ts.SyntaxKind.ExtendsKeyword)?.types[0]?.expression;
+        // `errors.CtxprobeError` is CtxprobeError; an anonymous class is named by its line.
+        if (base)
+          found.push({ file, line: lineOf(ast, n.getStart(ast)), name: n.name?.text ?? '', base: base.getText(ast).split('.').at(-1)! });
+      });
+      return found;
+    });
+    // Subclasses of subclasses, to a fixed point.
+    for (let known = 0; known !== errorClasses.size;) {
+      known = errorClasses.size;
+      for (const c of classes) if (c.name && errorClasses.has(c.base)) errorClasses.add(c.name);
+    }
+    const declared = classes.filter((c) => errorClasses.has(c.base) && c.file !== 'src/common/errors.ts');
+    expect(declared.map((c) => `${c.file}:${c.line} class ${c.name || '(anonymous)'} extends ${c.base}`)).toEqual([]);
+  });
+
   it('each interface and type alias name is declared in one file', () => {
     const where = new Map<string, Set<string>>();
     for (const { file, ast } of parsed) {

@@ -22,6 +22,32 @@ try {
   console.warn(`skipping the Python client test: ${python} lacks grpcio / grpc_tools (apt-get install python3-grpcio python3-grpc-tools)`);
 }
 
+// Any python3 will do: with -S it has no site-packages, so no grpc, as a Python without
+// grpcio installed.
+const anyPython = ['/usr/bin/python3', 'python3'].find((p) => {
+  try {
+    execFileSync(p, ['-S', '-c', 'import sys'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+});
+
+describe.skipIf(!anyPython)('Python client, without grpcio', () => {
+  it('says how to install it and exits with status 1, where it ended in a ModuleNotFoundError traceback', async () => {
+    const client = path.join(root, 'examples/python/ctxprobe_client.py');
+    const run = promisify(execFile)(anyPython!, ['-S', client, '--context', 'User: Hi Bot:', '--continuation', ' hello'], { encoding: 'utf8' });
+    const failed = await run.then(
+      () => undefined,
+      (e: { code: number; stdout: string; stderr: string }) => e,
+    );
+    expect(failed?.code).toBe(1);
+    expect(failed!.stdout).toBe('');
+    expect(failed!.stderr).toMatch(/^ctxprobe_client\.py: \S+ cannot import grpc: apt-get install python3-grpcio python3-grpc-tools .*pip install grpcio grpcio-tools/);
+    expect(failed!.stderr).not.toMatch(/Traceback|ModuleNotFoundError/);
+  });
+});
+
 describe.skipIf(!available)('Python client', () => {
   let model: LoadedModel;
   let server: CtxprobeServer;
@@ -136,6 +162,17 @@ describe.skipIf(!available)('Python client', () => {
     } finally {
       await secured.drain();
     }
+  });
+
+  it('without stubs, says to run generate.sh and exits with status 1', async () => {
+    const args = [path.join(root, 'examples/python/ctxprobe_client.py'), '--context', 'User: Hi Bot:', '--continuation', ' hello'];
+    const empty = tempDir('no-stubs');
+    const failed = await promisify(execFile)(python, args, { encoding: 'utf8', env: { ...process.env, CTXPROBE_STUBS: empty } }).then(
+      () => undefined,
+      (e: { code: number; stderr: string }) => e,
+    );
+    expect(failed?.code).toBe(1);
+    expect(failed!.stderr).toBe(`ctxprobe_client.py: no stubs in ${empty}: run examples/python/generate.sh (or set CTXPROBE_STUBS to where it wrote them)\n`);
   });
 
   it('generate.sh finds the Python that has grpc_tools without being told', () => {

@@ -4,7 +4,7 @@
 // SVG — with no console error at any point, and again behind a bearer token. What is
 // drawn is checked against the same calls made directly over HTTP/JSON. Screenshots go
 // to test/artifacts/ (CI keeps them).
-import { CHROMIUM, haveChromium, launchChromium } from './chromium.js';
+import { CHROMIUM, haveChromium, launchChromium, marksOutside } from './chromium.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -181,6 +181,12 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     expect(svg).toContain('Query segment → key segment');
     expect((svg.match(/<title>/g) ?? []).length).toBe(10); // the lower triangle of 4 × 4
     await page.screenshot({ path: path.join(ARTIFACTS, 'viewer-four-chunks.png'), fullPage: true });
+    // Every bar, label and legend is in sight, in two cards a row and in the narrowest card
+    // (a 600 px window): the attribution figure was 648 px wide, its card cut the mask bar
+    // and the axis label to "Δ log-likelihood (na".
+    expect(await marksOutside(page)).toEqual([]);
+    await page.setViewportSize({ width: 600, height: 900 });
+    expect(await marksOutside(page)).toEqual([]);
     expect(problems).toEqual([]);
     await page.close();
   });
@@ -222,6 +228,7 @@ describe.skipIf(!haveChromium)('the viewer page in Chromium', () => {
     const coloured = await page.$$eval('.tokens .tok', (ts: HTMLElement[]) => ts.filter((t) => t.dataset.value !== '').length);
     expect(coloured).toBeGreaterThan(0);
     await page.screenshot({ path: path.join(ARTIFACTS, 'viewer-dialogue.png'), fullPage: true });
+    expect(await marksOutside(page)).toEqual([]); // the sweep's lines and the token cells too
     expect(problems).toEqual([]);
     await page.close();
   });

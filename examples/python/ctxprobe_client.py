@@ -24,11 +24,34 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.environ.get("CTXPROBE_STUBS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "generated")))
+STUBS = os.environ.get("CTXPROBE_STUBS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "generated"))
+sys.path.insert(0, STUBS)
+# What to do, said once, where a missing module would end in a traceback: the same
+# packages generate.sh asks for (they install into /usr/bin/python3 on Debian).
+INSTALL = (
+    "apt-get install python3-grpcio python3-grpc-tools (for /usr/bin/python3), "
+    "or pip install grpcio grpcio-tools in this Python's environment"
+)
 
-import grpc  # noqa: E402
-from ctxprobe.v1 import ctxprobe_pb2 as pb  # noqa: E402
-from ctxprobe.v1 import ctxprobe_pb2_grpc as rpc  # noqa: E402
+
+def _missing(message):
+    """Exit with status 1 and `message` when run as a script; raise it when imported."""
+    if __name__ == "__main__":
+        sys.exit(f"ctxprobe_client.py: {message}")
+    raise ImportError(message)
+
+
+try:
+    import grpc
+except ImportError:
+    _missing(f"{sys.executable} cannot import grpc: {INSTALL}")
+try:
+    from ctxprobe.v1 import ctxprobe_pb2 as pb
+    from ctxprobe.v1 import ctxprobe_pb2_grpc as rpc
+except ImportError as e:
+    if (e.name or "").startswith("ctxprobe"):
+        _missing(f"no stubs in {STUBS}: run examples/python/generate.sh (or set CTXPROBE_STUBS to where it wrote them)")
+    _missing(f"{sys.executable} cannot import what the stubs need ({e}): {INSTALL}")
 
 
 def _continuation(c):

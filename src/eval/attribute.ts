@@ -86,13 +86,14 @@ export async function runAttribute(
 }
 
 const fmt = (x: number | undefined) => (x === undefined ? '' : x.toFixed(3));
+const DONE: Record<Intervention, string> = { remove: 'removed', mask: 'masked' };
 
 export function attributeMarkdown(r: AttributeReport): string {
   const cols = r.interventions;
   const lines = [
     `# Chunk attribution — ${r.model}`,
     '',
-    `${r.samples.length} samples. Δ = the target's log-likelihood (nats, summed over its tokens) with the chunk ${cols.join(' / ')}d, minus the unchanged sample's: negative means the chunk supported the target.`,
+    `${r.samples.length} samples. Δ = the target's log-likelihood (nats, summed over its tokens) with the chunk ${cols.map((c) => DONE[c]).join(' / ')}, minus the unchanged sample's: negative means the chunk supported the target.`,
     '',
     '## Mean Δ per chunk label',
     '',

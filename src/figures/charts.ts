@@ -25,6 +25,9 @@ const SVG_NS = 'http://www.w3.org/2000/svg';
 const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
 const FONT = 'system-ui, sans-serif';
 const INTERVENTION_COLOURS = ['#e15759', '#4e79a7'];
+// The attribution chart's width: its figure (8 px more) fits the viewer's narrowest card,
+// 532 px inside (the grid's 560 less padding and border); at 620 the card cut its right end.
+const EFFECT_WIDTH = 520;
 
 /** Labels made unique by position ("2 history") when a label repeats. */
 export function uniqueLabels(labels: string[]): string[] {
@@ -66,22 +69,27 @@ function compose(draw: Draw, title: string, parts: Element[], kind: string): SVG
   return out;
 }
 
-/** A categorical legend as SVG swatches (Plot's own is HTML, which an SVG file cannot hold). */
-function swatches(draw: Draw, labels: string[], colours: string[]): SVGSVGElement {
-  const svg = svgElement(draw, 'svg', { class: 'legend', width: 640 }) as SVGSVGElement;
+/** A categorical legend as SVG swatches (Plot's own is HTML, which an SVG file cannot hold),
+ * wrapped at `wrapAt` (its chart's width) and as wide as its swatches: a fixed 640 px made
+ * every figure with one at least 648 px wide, wider than a viewer card, which cut it. */
+function swatches(draw: Draw, labels: string[], colours: string[], wrapAt: number): SVGSVGElement {
+  const svg = svgElement(draw, 'svg', { class: 'legend' }) as SVGSVGElement;
   let x = 4;
   let row = 0;
+  let width = 0;
   labels.forEach((label, i) => {
     const w = 18 + label.length * 6.6 + 12;
-    if (x + w > 640) {
+    if (x > 4 && x + w > wrapAt) {
       x = 4;
       row++;
     }
     const y = 4 + row * 18;
     svg.append(svgElement(draw, 'rect', { class: 'swatch', x, y, width: 12, height: 12, fill: colours[i % colours.length]! }));
     svg.append(svgElement(draw, 'text', { class: 'legend-label', x: x + 16, y: y + 10, 'font-size': 11 }, label));
+    width = Math.max(width, x + 16 + label.length * 6.6 + 4);
     x += w;
   });
+  svg.setAttribute('width', String(Math.ceil(width)));
   svg.setAttribute('height', String(22 + row * 18));
   return svg;
 }
@@ -155,9 +163,10 @@ export function layerBars(draw: Draw, values: number[][], labels: string[], titl
   const names = uniqueLabels(labels);
   const data = cellsOf(values, names);
   const colours = names.map((_, i) => PALETTE[i % PALETTE.length]!);
+  const layerWidth = Math.max(360, 60 + values.length * 22);
   const chart = Plot.plot({
     document: draw.document,
-    width: Math.max(360, 60 + values.length * 22),
+    width: layerWidth,
     height: 240,
     marginLeft: 48,
     x: { label: 'layer', tickFormat: (d: number) => (values.length <= 40 || d % 5 === 0 ? String(d) : '') },
@@ -165,7 +174,7 @@ export function layerBars(draw: Draw, values: number[][], labels: string[], titl
     color: { domain: names, range: colours },
     marks: [Plot.barY(data, { x: 'layer', y: 'value', fill: 'chunk', order: names, title: (d: Cell) => `layer ${d.layer}, ${d.chunk}: ${share(d.value)}` }), Plot.ruleY([0])],
   });
-  return compose(draw, title, [swatches(draw, names, colours), chart], 'layer-bars');
+  return compose(draw, title, [swatches(draw, names, colours, layerWidth), chart], 'layer-bars');
 }
 
 /** Coloured cells with their values printed: rows × columns of one matrix. */
@@ -237,7 +246,7 @@ export function effectBars(draw: Draw, rows: EffectRow[], title: string, unit = 
   const data = rows.flatMap((r, i) => kinds.flatMap((k) => (r[k] === undefined ? [] : [{ chunk: names[i]!, intervention: k, delta: r[k]! }])));
   const chart = Plot.plot({
     document: draw.document,
-    width: 620,
+    width: EFFECT_WIDTH,
     height: 60 + names.length * (kinds.length * 16 + 8),
     marginLeft: 16 + 6.5 * Math.max(4, ...names.map((n) => n.length)),
     x: { label: unit, grid: true },
@@ -249,7 +258,7 @@ export function effectBars(draw: Draw, rows: EffectRow[], title: string, unit = 
       Plot.ruleX([0]),
     ],
   });
-  return compose(draw, title, [swatches(draw, [...kinds], INTERVENTION_COLOURS), chart], 'effect-bars');
+  return compose(draw, title, [swatches(draw, [...kinds], INTERVENTION_COLOURS, EFFECT_WIDTH), chart], 'effect-bars');
 }
 
 /** Δ against the number of most recent history turns kept. */
@@ -272,7 +281,7 @@ export function sweepLines(draw: Draw, points: { keep: number; remove?: number; 
       color: { domain: kinds, range: INTERVENTION_COLOURS },
       marks: [Plot.barX(data, { x: 'delta', y: 'intervention', fill: 'intervention', title: title4 }), Plot.ruleX([0])],
     });
-    return compose(draw, `${title} (one point: ${keep} kept)`, [swatches(draw, [...kinds], INTERVENTION_COLOURS), bars], 'sweep-bars');
+    return compose(draw, `${title} (one point: ${keep} kept)`, [swatches(draw, [...kinds], INTERVENTION_COLOURS, 480), bars], 'sweep-bars');
   }
   const chart = Plot.plot({
     document: draw.document,
@@ -288,7 +297,7 @@ export function sweepLines(draw: Draw, points: { keep: number; remove?: number; 
       Plot.dot(data, { x: 'keep', y: 'delta', fill: 'intervention', title: title4 }),
     ],
   });
-  return compose(draw, title, [swatches(draw, [...kinds], INTERVENTION_COLOURS), chart], 'sweep-lines');
+  return compose(draw, title, [swatches(draw, [...kinds], INTERVENTION_COLOURS, 480), chart], 'sweep-lines');
 }
 
 /** A figure as the text of an SVG file (or of an <svg> inside HTML): the browser's XML

@@ -108,13 +108,6 @@ export function templateArguments(
   };
 }
 
-/** A bound a render crossed; thrown from inside the interpreter. */
-class BoundCrossed extends Error {
-  constructor(readonly failure: TemplateFailure) {
-    super(failure.message);
-  }
-}
-
 // The interpreter's shapes, as far as the hook reads them (the package's own declarations
 // do not resolve under this project's module resolution).
 interface Statement {
@@ -143,6 +136,9 @@ interface Render {
   frames: { children: Set<Statement>; chars: number }[];
   /** The builtin raise_exception of this render's globals, once the first statement runs. */
   raise?: Value;
+  /** The bound this render crossed, once it has: the error thrown to stop the interpreter
+   * says no more than that the template failed. */
+  crossed?: TemplateFailure;
   /** The innermost statement each thrown error came out of. */
   origins: WeakMap<object, Statement>;
   rejections: WeakSet<object>;
@@ -162,15 +158,24 @@ function childrenOf(loop: Statement): Set<Statement> {
 }
 
 function checkOutput(r: Render, statement: Statement, value: Value): void {
-  if (value.type === 'StringValue' && (value.value as string).length > r.outputChars) throw outputCrossed(r);
+  if (value.type === 'StringValue' && (value.value as string).length > r.outputChars) throw crossed(r, outputCrossed(r));
   const frame = r.frames.at(-1);
   if (!frame?.children.has(statement) || value.type === 'NullValue' || value.type === 'UndefinedValue') return;
   frame.chars += value.type === 'StringValue' ? (value.value as string).length : value.toString().length;
-  if (frame.chars > r.outputChars) throw outputCrossed(r);
+  if (frame.chars > r.outputChars) throw crossed(r, outputCrossed(r));
 }
 
-const outputCrossed = (r: Render) =>
-  new BoundCrossed({ kind: 'output', message: `wrote more than ${r.outputChars} characters (the bound for these arguments)` });
+const outputCrossed = (r: Render): TemplateFailure => ({
+  kind: 'output',
+  message: `wrote more than ${r.outputChars} characters (the bound for these arguments)`,
+});
+
+/** Record that `r` crossed a bound, and the error that stops the interpreter: the
+ * template's fault, as templateError names it. */
+function crossed(r: Render, failure: TemplateFailure): CheckpointError {
+  r.crossed = failure;
+  return new CheckpointError(failure.message);
+}
 
 /** Whether an error thrown out of `statement` is the template's raise_exception itself (not
  * one of its arguments failing, not another function). */
@@ -191,7 +196,7 @@ function installHook(): void {
     r.raise ??= scope.lookupVariable('raise_exception');
     const loop = statement.type === 'For';
     if ((loop || (++r.evaluations & 255) === 0) && performance.now() > r.deadline)
-      throw new BoundCrossed({ kind: 'time', message: `did not finish within ${seconds(r.timeMs)}` });
+      throw crossed(r, { kind: 'time', message: `did not finish within ${seconds(r.timeMs)}` });
     if (loop) r.frames.push({ children: childrenOf(statement), chars: 0 });
     let value: Value;
     try {
@@ -231,7 +236,7 @@ export function renderTemplate(
   active = r;
   try {
     const text = template.render(args);
-    return text.length > r.outputChars ? { failure: outputCrossed(r).failure } : { text };
+    return text.length > r.outputChars ? { failure: outputCrossed(r) } : { text };
   } catch (e) {
     return { failure: classify(r, e) };
   } finally {
@@ -242,7 +247,7 @@ export function renderTemplate(
 export const seconds = (ms: number) => `${+(ms / 1000).toFixed(1)} s`;
 
 function classify(r: Render, e: unknown): TemplateFailure {
-  if (e instanceof BoundCrossed) return e.failure;
+  if (r.crossed) return r.crossed;
   const message = String((e as Error)?.message ?? e);
   if (typeof e === 'object' && e !== null && r.rejections.has(e)) return { kind: 'rejected', message };
   // Thrown before the first statement ran: the globals refused an argument's name.

@@ -149,7 +149,9 @@ function card(title: string, wide: boolean): { card: HTMLElement; heading: HTMLE
 
 /** A card with an SVG figure and its export button. */
 function figureCard(title: string, svg: SVGSVGElement, file: string, wide = false): HTMLElement {
-  const { card: el, heading } = card(title, wide);
+  // A figure is fitted to its card (style.css); one over 640 px (many layers or chunks)
+  // spans the grid, so that fitting it does not shrink its text past reading.
+  const { card: el, heading } = card(title, wide || Number(svg.getAttribute('width')) > 640);
   const button = document.createElement('button');
   button.type = 'button';
   button.textContent = 'Export SVG';
