@@ -9,6 +9,7 @@ import { ensureCheckpoint, loadModel, readRepository } from '../src/serving/repo
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { serveCli, type Served } from './cli-serve.js';
 import { directScoring } from '../src/requests/scoring.js';
+import { anchors, readDoc, section } from './markdown.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -372,6 +373,21 @@ describe('the README settings table', () => {
         expect(help.includes(`env: ${env})`) || cli.includes(`process.env.${env}`), `${env} in: ${row}`).toBe(true);
       }
     }
+  });
+});
+
+describe('serve --help', () => {
+  it('states the memory rule in one line and points to the page that has the table', () => {
+    const line = execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'serve', '--help'], { encoding: 'utf8' })
+      .split('\n')
+      .find((l) => l.startsWith('Memory: '));
+    expect(line, 'a line of serve --help starting "Memory: "').toBeDefined();
+    expect(line).toMatch(/weights at rest/);
+    expect(line).toMatch(/refused at load/);
+    const [, page, anchor] = /(docs\/[a-z-]+\.md)#([a-z0-9-]+)/.exec(line!)!;
+    expect(anchors(readDoc(page!)).has(anchor!), `${page}#${anchor}`).toBe(true);
+    // The figures it gives are the table's: 8B in F32 32.4 GiB, BF16 kept as stored 19.4.
+    expect(section(readDoc(page!), 'Memory')).toMatch(/\| 8B \(Llama-3-8B\) \| 29\.9 \+ 2\.5 = 32\.4 \| .* \| 15\.0 \+ 4\.5 = 19\.4 \|/);
   });
 });
 
