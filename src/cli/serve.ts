@@ -50,7 +50,7 @@ interface ServeFlags extends ModelFlags {
  * the load's own plan (src/engine/memory.ts, printed by bench/memory-table.ts). */
 export const MEMORY_HELP =
   'Memory: a model needs its weights at rest (4 bytes a parameter in F32 or BF16 widened, 2 in BF16 kept as stored, about 0.9 in a Q4_K_M GGUF) ' +
-  'plus about 2.5 GiB at the defaults; one that does not fit is refused at load. Needs of 1B/3B/8B and the flag to use: docs/models.md#memory';
+  'plus about 2.5 GiB at the defaults (up to 4.5 kept as stored); one that does not fit is refused at load. Needs of 1B/3B/8B and the flag to use: docs/models.md#memory';
 
 export function registerServe(program: Command): void {
   withLimitFlags(
