@@ -1,4 +1,4 @@
-// The README's memory table (Batching, "Memory"): what the load's own plan (src/engine/
+// The memory table of docs/models.md#memory (and the README's totals): what the load's own plan (src/engine/
 // memory.ts) says Llama-3 shapes need at the defaults (512-token passes, 1 GiB prefix cache)
 // in each storage, in GiB: weights at rest + the rest = total. Arithmetic only: no model is
 // built. Tied embeddings for 1B and 3B, as the real models have.

@@ -1,4 +1,4 @@
-// --quantize, --quantized-activations and --probe-session as the README gives them: flags,
+// --quantize, --quantized-activations and --probe-session as docs/models.md gives them: flags,
 // environment variables and model repository keys of `ctxprobe serve`, said in the load log,
 // and a Score over HTTP answering with the quantized model's numbers (the float64 reference
 // over the values the load made).

@@ -9,6 +9,7 @@ import { ensureCheckpoint, loadModel, readRepository } from '../src/serving/repo
 import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
 import { serveCli, type Served } from './cli-serve.js';
 import { directScoring } from '../src/requests/scoring.js';
+import { anchors, readDoc, section } from './markdown.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -321,7 +322,7 @@ describe('ctxprobe attribute', () => {
     const { prepareAttribution } = await import('../src/requests/attribution.js');
     const fx = makeFixture(FAMILY_FIXTURES.llama!);
     const out = tempDir('attribute-cli');
-    // The README's example.
+    // The example of docs/attribution.md.
     const chunks = [
       'instruction=Answer from the knowledge. ',
       'history=User: Who built it? ',
@@ -353,25 +354,45 @@ describe('ctxprobe attribute', () => {
   });
 });
 
-describe('the README settings table', () => {
-  it('lists only flags `ctxprobe serve` declares, each with the environment variable it names', () => {
-    const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
-    const table = readme.slice(readme.indexOf('## Settings'), readme.indexOf('\n## ', readme.indexOf('## Settings') + 1));
+describe('the settings table (docs/operations.md) and serve --help', () => {
+  const serveHelp = () => execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'serve', '--help'], { encoding: 'utf8' });
+
+  it('lists every flag `ctxprobe serve` declares and no other, each with the environment variable it names', () => {
+    const table = section(readDoc('docs/operations.md'), 'Settings');
     const rows = table.split('\n').filter((l) => l.startsWith('| `--'));
     expect(rows.length).toBeGreaterThan(20);
-    const help = execFileSync(process.execPath, [path.join(root, 'bin/ctxprobe.js'), 'serve', '--help'], { encoding: 'utf8' }).replace(
-      /\s+/g,
-      ' ',
-    );
+    const raw = serveHelp();
+    const help = raw.replace(/\s+/g, ' ');
     const cli = fs.readFileSync(path.join(root, 'src/cli/serve.ts'), 'utf8');
+    const documented = new Set<string>();
     for (const row of rows) {
       const [flags, envs] = row.split('|').slice(1, 3) as [string, string];
-      for (const [, flag] of flags.matchAll(/`(--[a-z-]+)/g)) expect(help, row).toMatch(new RegExp(` ${flag}[ ,]`));
+      for (const [, flag] of flags.matchAll(/`(--[a-z-]+)/g)) {
+        expect(help, row).toMatch(new RegExp(` ${flag}[ ,]`));
+        documented.add(flag!);
+      }
       for (const [, env] of envs.matchAll(/`(CTXPROBE_[A-Z_]+)`/g)) {
         // Declared on a flag (help says `env: X`), or read directly (a secret value with no flag).
         expect(help.includes(`env: ${env})`) || cli.includes(`process.env.${env}`), `${env} in: ${row}`).toBe(true);
       }
     }
+    // The other way: a flag of serve that the table does not give is a setting users cannot find.
+    const declared = [...raw.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]!);
+    expect(declared.length).toBeGreaterThan(20);
+    expect(declared.filter((flag) => !documented.has(flag))).toEqual([]);
+  });
+
+  it('states the memory rule in one line and points to the page that has the table', () => {
+    const line = serveHelp()
+      .split('\n')
+      .find((l) => l.startsWith('Memory: '));
+    expect(line, 'a line of serve --help starting "Memory: "').toBeDefined();
+    expect(line).toMatch(/weights at rest/);
+    expect(line).toMatch(/refused at load/);
+    const [, page, anchor] = /(docs\/[a-z-]+\.md)#([a-z0-9-]+)/.exec(line!)!;
+    expect(anchors(readDoc(page!)).has(anchor!), `${page}#${anchor}`).toBe(true);
+    // The figures it gives are the table's: 8B in F32 32.4 GiB, BF16 kept as stored 19.4.
+    expect(section(readDoc(page!), 'Memory')).toMatch(/\| 8B \(Llama-3-8B\) \| 29\.9 \+ 2\.5 = 32\.4 \| .* \| 15\.0 \+ 4\.5 = 19\.4 \|/);
   });
 });
 

@@ -59,6 +59,13 @@ describe('Grafana dashboard against a running server', () => {
     for (const name of used) expect(exported, `${name} is not exported`).toContain(name);
   });
 
+  it('every ctxprobe metric the server exports is documented in docs/operations.md', () => {
+    const page = fs.readFileSync(path.join(root, 'docs/operations.md'), 'utf8');
+    const families = new Set([...exported].filter((n) => n.startsWith('ctxprobe_')).map((n) => n.replace(/_(bucket|sum|count)$/, '')));
+    expect(families.size).toBeGreaterThan(10);
+    expect([...families].filter((name) => !page.includes(name))).toEqual([]);
+  });
+
   it('alerts and autoscaling name exported metrics too', () => {
     const alertExprs = (parseYaml(read('prometheus/alerts.yml')).groups[0].rules as any[]).map((r) => r.expr as string);
     const adapter = parseYaml(read('k8s/prometheus-adapter-rules.yaml')).rules.custom[0].seriesQuery as string;

@@ -269,7 +269,7 @@ if (!VULKAN_DRIVERS) console.warn('webgpu GPTQ / AWQ tests skipped: no Vulkan dr
   });
 });
 
-describe('served as the README says', () => {
+describe('served as docs/models.md says', () => {
   it('ctxprobe serve --model a GPTQ folder: the load log says how the weights are stored; Score over HTTP is the reference', async () => {
     const { dir, reference } = quantizedCheckpoint(makeFixture(WIDE), { method: 'gptq', group: 128 });
     const s = await serveCli(dir);

@@ -1,5 +1,5 @@
-// lm-evaluation-harness's local-completions loglikelihood against a GGUF file served as the
-// README says (`ctxprobe serve --model FILE.gguf`): its remote tokenizer flow (GET
+// lm-evaluation-harness's local-completions loglikelihood against a GGUF file served as
+// docs/scoring.md says (`ctxprobe serve --model FILE.gguf`): its remote tokenizer flow (GET
 // /tokenizer_info, POST /tokenize, then echo scoring of each context + continuation) on a
 // Q4_K_M-like file gives each continuation's log-likelihood within 1e-4 a token of the float64
 // reference over the file's dequantized values, and its greedy flag as the reference's.

@@ -34,7 +34,7 @@ function allImports(file: string): { path: string; typeOnly: boolean }[] {
   }));
 }
 
-/** The README's layers, top to bottom (its Layout section): a file imports from its own
+/** The layers of docs/architecture.md, top to bottom (its Layers section): a file imports from its own
  * layer or those below, never from one above — type imports, re-exports and dynamic
  * imports included. */
 const LAYERS: [string, RegExp][] = [

@@ -1,5 +1,5 @@
 // A probe's answer has the same bits alone and in any batch, its prefix cached or not
-// (README, Prefix cache → Contract): mass and heatmaps are sums of floats, so this holds
+// (docs/scoring.md, the prefix cache's contract): mass and heatmaps are sums of floats, so this holds
 // only if every sum adds a sample's values in one order whatever shares its pass — other
 // samples of other lengths, other query chunks, more chunks (a pass's bins), one query
 // token, query blocks, a warm or a cold cache.

@@ -1,7 +1,7 @@
 // The Python client over HTTP/JSON (examples/python/ctxprobe_http.py: the standard
 // library only) against a running server: its numbers are the server's own (the probe
 // run in-process, the gRPC Generate stream), refusals raise CtxprobeError with the code
-// and the field, TLS and the bearer token work, and the README's notebook example runs
+// and the field, TLS and the bearer token work, and the notebook example of docs/probes.md runs
 // as printed (with Debian's python3-matplotlib; skipped, saying so, without it).
 import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -30,7 +30,7 @@ const hasMatplotlib = (() => {
     return false;
   }
 })();
-if (!hasMatplotlib) console.warn(`skipping the README notebook example: ${python} lacks matplotlib (apt-get install python3-matplotlib)`);
+if (!hasMatplotlib) console.warn(`skipping the notebook example of docs/probes.md: ${python} lacks matplotlib (apt-get install python3-matplotlib)`);
 
 /** Python run with the client importable, printing one JSON value. */
 async function library(code: string, env: Record<string, string> = {}): Promise<any> {
@@ -99,9 +99,9 @@ print(json.dumps(errors))`);
     expect(out[1][2]).toMatch(/no model named "nope"/);
   });
 
-  it.skipIf(!hasMatplotlib)("runs the README's notebook example as printed", async () => {
-    const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
-    const block = /^```python\n([\s\S]*?)^```/m.exec(readme)![1]!;
+  it.skipIf(!hasMatplotlib)("runs the notebook example of docs/probes.md as printed", async () => {
+    const page = fs.readFileSync(path.join(root, 'docs/probes.md'), 'utf8');
+    const block = /^```python\n([\s\S]*?)^```/m.exec(page)![1]!;
     expect(block).toContain('Client("http://127.0.0.1:8000")');
     const dir = tempDir('notebook');
     // What the figure shows, read back from matplotlib after the example ran (field

@@ -1,4 +1,4 @@
-// Every line `ctxprobe serve` writes on stderr is JSON, as the README says, also what native
+// Every line `ctxprobe serve` writes on stderr is JSON, as docs/operations.md (Logs) says, also what native
 // libraries print there (Dawn's adapter-limit warnings on a software GPU, onnxruntime's own
 // coloured log): bin/ctxprobe.js relays the server's stderr (src/cli/stderr-json.ts). The
 // real server, started as a user starts it, on the CPU and, where a Vulkan driver is
@@ -86,7 +86,7 @@ setInterval(() => {}, 1000);`,
   });
 });
 
-/** Serve with `args`, send the README's HTTP requests, stop; every stderr line, parsed. */
+/** Serve with `args`, send the documented HTTP requests, stop; every stderr line, parsed. */
 async function servedLines(args: string[]): Promise<Record<string, any>[]> {
   const s = await serveCli('', args);
   const closed = new Promise((resolve) => (s.child.stderr!.closed ? resolve(undefined) : s.child.stderr!.once('close', resolve)));

@@ -46,10 +46,18 @@ interface ServeFlags extends ModelFlags {
   logLevel: 'debug' | 'info';
 }
 
+/** The memory rule in one line, under the flags of `serve --help`; the table it points to is
+ * the load's own plan (src/engine/memory.ts, printed by bench/memory-table.ts). */
+export const MEMORY_HELP =
+  'Memory: a model needs its weights at rest (4 bytes a parameter in F32 or BF16 widened, 2 in BF16 kept as stored, about 0.9 in a Q4_K_M GGUF) ' +
+  'plus about 2.5 GiB at the defaults (up to 4.5 kept as stored); one that does not fit is refused at load. Needs of 1B/3B/8B and the flag to use: docs/models.md#memory';
+
 export function registerServe(program: Command): void {
   withLimitFlags(
     withListenFlags(withModelFlags(program.command('serve').description('serve the models of a repository (or one --model) over gRPC'))),
-  ).action(serve);
+  )
+    .addHelpText('after', `\n${MEMORY_HELP}`)
+    .action(serve);
 }
 
 /** Where and how `serve` listens: the repository, addresses and ports, TLS and tokens. */

@@ -173,8 +173,8 @@ const MiB = 2 ** 20;
 
 /** What float16 costs on WebGPU: onnxruntime's WebGPU MatMul accumulates float16 products in
  * float16 (an all-ones 1×4096 · 4096×1 product gives 2048), so log-probs move by far more than
- * float32's rounding (README, "GPU hosts": the error measured on the fixtures). */
-export const WEBGPU_FLOAT16 = 'products accumulate in float16 on WebGPU, log-probs are approximate (README: GPU hosts)';
+ * float32's rounding (docs/gpus.md, "Limits"; the error measured on the fixtures: bench/RESULTS.md). */
+export const WEBGPU_FLOAT16 = 'products accumulate in float16 on WebGPU, log-probs are approximate (docs/gpus.md#limits)';
 
 // The scheduler's defaults, measured:
 // - Passes of 512 tokens on the CPU (56M Llama, CHARPEval shapes): 512–1024 tokens per pass
@@ -313,7 +313,7 @@ export const PROVIDERS = {
       reason: 'WebGPU default: matrix products accumulate in float32 (its float16 MatMul accumulates in float16)',
     }),
     sessionFailureHelp:
-      'WebGPU on Linux runs on Vulkan: the Vulkan loader (libvulkan1) and a driver (NVIDIA\'s, or Mesa\'s lavapipe from bookworm-backports for a software GPU) must be installed; see README, "GPU hosts"',
+      'WebGPU on Linux runs on Vulkan: the Vulkan loader (libvulkan1) and a driver (NVIDIA\'s, or Mesa\'s lavapipe from bookworm-backports for a software GPU) must be installed; see docs/gpus.md#install',
     maxBatchTokens: { default: 512, simpleCache: 8192 },
     maxAttentionBytes: 128 * MiB,
     maxPastBytes: Infinity,

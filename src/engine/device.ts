@@ -69,7 +69,7 @@ const CPU_MEM_ARENA_DEFAULT = false;
 
 const CUDA_HELP =
   'the CUDA build of onnxruntime-node is not installed. On a GPU host with CUDA 12 and cuDNN 9, ' +
-  'install its CUDA binaries: `(cd node_modules/onnxruntime-node && ONNXRUNTIME_NODE_INSTALL=cuda12 node script/install.js)` (as the README, "GPU hosts", and deploy/docker/Dockerfile.cuda do)';
+  'install its CUDA binaries: `(cd node_modules/onnxruntime-node && ONNXRUNTIME_NODE_INSTALL=cuda12 node script/install.js)` (as docs/gpus.md, "CUDA, untested", and deploy/docker/Dockerfile.cuda do)';
 
 export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   const spec = (options.device ?? 'cpu').trim().toLowerCase();

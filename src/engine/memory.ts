@@ -155,7 +155,7 @@ export function memoryRefusal(model: string, p: MemoryPlan, limits: PassLimits):
     `${model}: needs about ${gib(p.need)} of memory — weights ${gib(p.weights)} (${p.atRest === 'stored' ? 'as stored' : 'as computed'}), ` +
     `a pass of ${limits.maxBatchTokens} tokens, the prefix cache (${gib(limits.prefixCacheBytes)}) and the runtime ${gib(p.working)} — ` +
     `and ${gib(p.available ?? 0)} is available. Options: a quantized checkpoint (a GGUF file in Q4_K_M or Q8_0), ` +
-    'a smaller --prefix-cache-bytes or --max-batch-tokens, or a machine with more memory'
+    'a smaller --prefix-cache-bytes or --max-batch-tokens, or a machine with more memory (docs/models.md#memory)'
   );
 }
 

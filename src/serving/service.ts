@@ -103,7 +103,7 @@ export class Service {
     // that near 100 ms. A 32k-token rolling score is ~25 ms.
     this.maxScoredTokens = options.maxScoredTokens ?? 2 ** 17;
     // An answer is built and serialised on the event loop in one piece: see
-    // requests/answer-size.ts for what is counted, and the README's Limits for the cost.
+    // requests/answer-size.ts for what is counted, and docs/operations.md#limits for the cost.
     this.maxAnswerValues = options.maxAnswerValues ?? 2 ** 18;
     this.log = options.log ?? (() => {});
     this.weightsWatch = new WeightsWatch(this.log, (model, err) => this.refuse(model, err));
