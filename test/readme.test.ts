@@ -22,7 +22,7 @@ const LEFT_OUT: [RegExp, string][] = [
   [/^npm ci && npm test$/, 'this is the run it starts'],
   [/^\(cd node_modules\/onnxruntime-node && ONNXRUNTIME_NODE_INSTALL=cuda12/, "downloads onnxruntime's CUDA binaries: GPU hosts only"],
   [
-    /^(echo 'deb http:\/\/deb\.debian\.org\/debian bookworm-backports main' >|scripts\/add-backports\.sh\b|apt-get )/,
+    /^(scripts\/add-backports\.sh\b|apt-get )/,
     'installs Debian packages as root: .ci/run does it before the tests',
   ],
   [
