@@ -53,8 +53,10 @@ describe('the relay', () => {
     const fake = path.join(dir, 'server.mjs');
     fs.writeFileSync(
       fake,
-      `process.stderr.write(${JSON.stringify(ORT_WARNING + '\n' + DAWN_WARNING + '\n{"event":"serving"}\n')});
-process.on('SIGTERM', () => { process.stderr.write('terminate called'); process.exit(70); });
+      // Its handler first: the test signals once it reads "serving" (the write to a pipe is
+      // synchronous, so a handler set after it raced the signal).
+      `process.on('SIGTERM', () => { process.stderr.write('terminate called'); process.exit(70); });
+process.stderr.write(${JSON.stringify(ORT_WARNING + '\n' + DAWN_WARNING + '\n{"event":"serving"}\n')});
 setInterval(() => {}, 1000);`,
     );
     // The relay as bin/ctxprobe.js runs it (from a file: it passes node's own flags on).

@@ -49,9 +49,15 @@ const CHUNK = 16 * 1024 * 1024;
  * at load ~10): about 2 GB per CPU second for F32, F16 and BF16 alike, the copy out of
  * the page cache included; 0.6–1.0 GB/s wall under that load. The loop alone: 4.5 GB/s
  * over memory. */
-export async function findNonFinite(tensors: Iterable<TensorBytes>): Promise<void> {
+export async function findNonFinite(
+  tensors: Iterable<TensorBytes>,
+  progress: (done: number, total: number) => void = () => {},
+): Promise<void> {
   const byFile = new Map<string, TensorBytes[]>();
+  let total = 0;
+  let scanned = 0;
   for (const t of tensors) {
+    total += t.length;
     const key = path.join(t.dir, t.location);
     const list = byFile.get(key);
     if (list) list.push(t);
@@ -82,6 +88,7 @@ export async function findNonFinite(tensors: Iterable<TensorBytes>): Promise<voi
           throw new CheckpointError(`${p.t.file}: tensor ${p.t.name}: the file ended while its data was read`);
         }
         const bad = firstNonFinite(buffers[i % 2]!, p.n, p.t.dtype);
+        progress((scanned += p.n), total);
         if (bad >= 0) {
           await next?.catch(() => undefined);
           const element = p.at / (p.t.dtype === 'float32' ? 4 : 2) + bad;

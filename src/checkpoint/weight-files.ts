@@ -32,7 +32,19 @@ export function heldWeightsPath(): string {
  * naming it now, never a fault at a later pass. */
 const ZEROS = Buffer.alloc(2 ** 20);
 
-export function writeHeldWeights(dir: string, held: HeldWeights): void {
+/** Bytes of the checkpoint a write of `held` reads: each plain piece, and each group of
+ * parts derived from the same bytes once (its progress measure). */
+export function heldSourceBytes(held: HeldWeights): number {
+  const derived = new Set(held.pieces.filter((p) => p.derived).map((p) => `${p.location}:${p.offset}:${p.length}`));
+  const plain = held.pieces.filter((p) => !p.derived).reduce((n, p) => n + p.length, 0);
+  return plain + [...derived].reduce((n, key) => n + Number(key.split(':').at(-1)), 0);
+}
+
+/** `progress(done, total)`: checkpoint bytes read and repacked so far, of heldSourceBytes. */
+export function writeHeldWeights(dir: string, held: HeldWeights, progress: (done: number, total: number) => void = () => {}): void {
+  const total = heldSourceBytes(held);
+  let read = 0;
+  const advance = (n: number) => progress((read += n), total);
   let out: number;
   try {
     out = fs.openSync(held.file, 'wx', 0o600);
@@ -49,10 +61,11 @@ export function writeHeldWeights(dir: string, held: HeldWeights): void {
       try {
         const pieces = held.pieces.filter((piece) => piece.location === location);
         for (const p of pieces.filter((piece) => !piece.derived)) {
-          for (let done = 0; done < p.length; ) {
+          for (let done = 0; done < p.length;) {
             const n = readAt(fd, file, chunk, Math.min(chunk.length, p.length - done), p.offset + done, p);
             writeNonZero(out, chunk.subarray(0, n), p.at + done);
             done += n;
+            advance(n);
           }
         }
         // Tensors derived from the same bytes (the parts of one quantized tensor) in one read.
@@ -61,7 +74,7 @@ export function writeHeldWeights(dir: string, held: HeldWeights): void {
           const key = `${p.offset}:${p.length}:${p.derived!.rowOrder ? 'ordered' : ''}`;
           groups.set(key, [...(groups.get(key) ?? []), p]);
         }
-        for (const group of groups.values()) writeDerived(fd, file, out, group);
+        for (const group of groups.values()) writeDerived(fd, file, out, group, advance);
       } finally {
         fs.closeSync(fd);
       }
@@ -113,16 +126,19 @@ function writeNonZero(out: number, bytes: Uint8Array, at: number): void {
   for (let start = 0; start < bytes.length; start += ZEROS.length) {
     const piece = bytes.subarray(start, Math.min(bytes.length, start + ZEROS.length));
     if (ZEROS.subarray(0, piece.length).equals(piece)) continue;
-    for (let w = 0; w < piece.length; ) w += fs.writeSync(out, piece, w, piece.length - w, at + start + w);
+    for (let w = 0; w < piece.length;) w += fs.writeSync(out, piece, w, piece.length - w, at + start + w);
   }
 }
 
 /** The parts of one quantized tensor (ggml-blocks.ts), from its block rows read in runs of
  * about 4 MiB (whole, when its rows are taken in another order). */
-function writeDerived(fd: number, file: string, out: number, group: HeldPiece[]): void {
+function writeDerived(fd: number, file: string, out: number, group: HeldPiece[], advance: (bytes: number) => void): void {
   const first = group[0]!;
   const d = first.derived!;
-  if (d.hf) return writeHfDerived(fd, file, out, group);
+  if (d.hf) {
+    writeHfDerived(fd, file, out, group);
+    return advance(first.length);
+  }
   const type = quantTypeOf(d.ggmlType)!;
   const rowBytes = first.length / d.rows;
   const run = d.rowOrder ? d.rows : Math.max(1, Math.floor(2 ** 22 / rowBytes));
@@ -137,13 +153,22 @@ function writeDerived(fd: number, file: string, out: number, group: HeldPiece[])
       rows = ordered;
     }
     if (d.from) rows = quantizeRows(type, floatsOf(rows, d.from), n, d.cols);
-    const { parts, nonFinite } = repackRows(type, rows, n, d.cols, group.some((p) => p.derived!.part === 'wide'));
+    const { parts, nonFinite } = repackRows(
+      type,
+      rows,
+      n,
+      d.cols,
+      group.some((p) => p.derived!.part === 'wide'),
+    );
     if (nonFinite !== undefined)
-      throw new CheckpointError(`${file}: tensor ${d.tensor} has a non-finite scale or min in block row ${r0 + nonFinite}: the model would compute NaN`);
+      throw new CheckpointError(
+        `${file}: tensor ${d.tensor} has a non-finite scale or min in block row ${r0 + nonFinite}: the model would compute NaN`,
+      );
     for (const p of group) {
       const part = parts[p.derived!.part]!;
       writeNonZero(out, part, p.at + (r0 * part.length) / n);
     }
+    advance(n * rowBytes);
   }
 }
 
@@ -164,7 +189,9 @@ function writeHfDerived(fd: number, file: string, out: number, group: HeldPiece[
     scales: read(h.scales.offset, h.scales.length),
   });
   if (nonFinite !== undefined)
-    throw new CheckpointError(`${file}: tensor ${d.tensor.replace(/qweight$/, 'scales')} has a non-finite scale for output row ${nonFinite}: the model would compute NaN`);
+    throw new CheckpointError(
+      `${file}: tensor ${d.tensor.replace(/qweight$/, 'scales')} has a non-finite scale for output row ${nonFinite}: the model would compute NaN`,
+    );
   for (const p of group) writeNonZero(out, parts[p.derived!.part]!, p.at);
 }
 

@@ -12,6 +12,7 @@ import { ConfigError } from '../common/errors.js';
 import { CtxprobeServer } from '../server.js';
 import { resolveSecurity, type TlsFiles } from '../serving/security.js';
 import { entriesFrom, int, log, mallocAdvice, portOrOff, withModelFlags, type ModelFlags } from './common.js';
+import { LoadLog } from '../serving/load-log.js';
 
 /** A signal repeated within this many ms is one delivery (see `drainOnSignals`). */
 const DUPLICATE_SIGNAL_MS = 100;
@@ -304,11 +305,15 @@ async function loadModels(server: CtxprobeServer, flags: ServeFlags, shutdown: S
   for (const f of failed) modelFailed(server, f, f.file);
   for (const entry of entries) {
     if (shutdown.stopping) return;
-    shutdown.loading = loadModel({ ...entry, maxContinuations: entry.maxContinuations ?? flags.maxContinuations });
+    // Each step of the load, logged as it goes and told by /health (serving/load-log.ts).
+    const progress = new LoadLog(entry.name, log);
+    server.service.loadState = () => progress.state();
+    shutdown.loading = loadModel({ ...entry, maxContinuations: entry.maxContinuations ?? flags.maxContinuations }, progress.listener);
     let m: LoadedModel;
     try {
       m = await shutdown.loading;
     } catch (e) {
+      progress.end();
       shutdown.loading = undefined;
       // One checkpoint served as --model fails the start as before.
       if (flags.model) throw e;
@@ -317,6 +322,7 @@ async function loadModels(server: CtxprobeServer, flags: ServeFlags, shutdown: S
       failed.push(f);
       continue;
     }
+    progress.end();
     if (shutdown.stopping) return; // the stop frees it
     shutdown.loading = undefined;
     logLoaded(entry, m);
@@ -351,13 +357,14 @@ function modelFailed(server: CtxprobeServer, f: FailedModel, config: string | un
 }
 
 function logLoaded(entry: ModelEntry, m: LoadedModel): void {
+  const { memory, ...info } = m.engine.info;
   log({
     level: 'info',
     event: 'model_loaded',
     model: entry.name,
     path: entry.path,
     seconds: +m.loadSeconds.toFixed(3),
-    ...m.engine.info,
+    ...info,
     ...(m.engine.device.bufferCache !== undefined && { gpuBufferCache: m.engine.device.bufferCache }),
     ...(m.engine.device.probeSession !== undefined && { probeSession: m.engine.device.probeSession }),
     maxBatchTokens: m.scorer.maxBatchTokens,
@@ -366,6 +373,8 @@ function logLoaded(entry: ModelEntry, m: LoadedModel): void {
     // private copy instead; `weightsMapped`: files the process still maps (none on the CPU).
     heldWeightBytes: m.engine.weights.heldBytes,
     weightsMapped: m.engine.weights.mapped ?? 'unknown',
+    // Last: what a user checks first on a big model.
+    ...(memory !== undefined && { memory }),
   });
   if (entry.synthetic)
     log({

@@ -13,6 +13,7 @@
 import { spawn } from 'node:child_process';
 import os from 'node:os';
 import { StringDecoder } from 'node:string_decoder';
+import { LoadBar } from './load-bar.js';
 
 /** Set in the server's environment: it is the supervised child. */
 export const SUPERVISED_ENV = 'CTXPROBE_SUPERVISED';
@@ -46,7 +47,9 @@ export function superviseServe(script: string, args: string[]): void {
     stdio: ['inherit', 'inherit', 'pipe', 'ipc'],
     env: { ...process.env, [SUPERVISED_ENV]: '1' },
   });
-  const write = (text: string | undefined) => text !== undefined && process.stderr.write(text + '\n');
+  // On a terminal a load's progress is a bar (load-bar.ts); elsewhere every line is JSON.
+  const bar = process.stderr.isTTY ? new LoadBar(process.stderr) : undefined;
+  const write = (text: string | undefined) => text !== undefined && (bar ? bar.show(text) : process.stderr.write(text + '\n'));
   const message = "the server runs as serverPid; this process relays its stderr as JSON lines (native libraries' too)";
   write(line({ level: 'info', event: 'supervisor', pid: process.pid, serverPid: child.pid, message }));
   const decoder = new StringDecoder('utf8');

@@ -10,7 +10,7 @@ import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, withCpuArena, type DeviceOptions, type ResolvedDevice } from './device.js';
-import { checkQuantizedOptions, weightsInfo, weightsPlan, type WeightOptions } from './weights-plan.js';
+import { checkQuantizedOptions, memoryNeed, weightsInfo, weightsPlan, type WeightOptions } from './weights-plan.js';
 import { deviceKv, sessionOptions, sessionWeights, uploadOptions } from './session-options.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
@@ -20,6 +20,7 @@ import type { CheckpointLinks } from '../checkpoint/files.js';
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import { checkFinite } from './finite-check.js';
+import { throttled, type LoadProgressListener } from '../common/load-progress.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
 
 export type * from './pass-types.js';
@@ -51,6 +52,9 @@ export interface EngineInfo {
   floatNodesOnCpu?: string[];
   /** With device weights (WebGPU): the bytes the device holds for every session of the model. */
   deviceWeightBytes?: number;
+  /** What the model needs in memory and what the host had for it, in words (the memory
+   * plan's: `needs 9.0 GiB of 22.7 GiB available`), where the plan counts the host's memory. */
+  memory?: string;
 }
 
 /** How a model is loaded: its device, what is asked of its weights and what its scorer's
@@ -58,6 +62,8 @@ export interface EngineInfo {
 export interface EngineOptions extends DeviceOptions, WeightOptions {
   /** Where a checkpoint folder's symlinks may lead (default: anywhere; `contain`: inside it). */
   checkpointLinks?: CheckpointLinks;
+  /** Told each step of the load and how far it is (common/load-progress.ts). */
+  progress?: LoadProgressListener;
 }
 
 /** The model's shape, as the load log and ListModels give it. */
@@ -127,7 +133,7 @@ export class Engine {
     // or a refusal naming the need where it cannot fit (memory.ts).
     const memory = weightsPlan(config, opened, resolved, options);
     const device = memory.atRest === 'stored' && options.cpuMemArena === undefined ? withCpuArena(resolved) : resolved;
-    await findNonFinite(opened.scan);
+    await findNonFinite(opened.scan, throttled('scan', 'bytes', options.progress));
     // On the CPU one graph and one session score and probe, so the weights are prepacked
     // once: the probe nodes cost a pass that only scores next to nothing (one gathered
     // row). On WebGPU a pass costs what the host spends dispatching its nodes (about 18 µs
@@ -176,8 +182,8 @@ export class Engine {
         keyLayout: graph.keyLayout,
         indexFeeds: graph.indexFeeds,
         ...(!graph.uploads && { weights }),
-      }));
-      if (graph.uploads) ({ mapped, bytes: deviceWeightBytes } = await host.upload(graph.uploads, uploadOptions(device, runOptions), weights));
+      }, options.progress));
+      if (graph.uploads) ({ mapped, bytes: deviceWeightBytes } = await host.upload(graph.uploads, uploadOptions(device, runOptions), weights, options.progress));
     } catch (e) {
       await host.close();
       await failed(e as Error);
@@ -190,6 +196,7 @@ export class Engine {
       dtype: device.dtype,
       dtypeReason: device.dtypeReason,
       weights: weightsInfo(opened, memory, options),
+      ...(memory.need > 0 && { memory: memoryNeed(memory) }),
       graphNodes: graph.nodeCount,
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
@@ -206,6 +213,7 @@ export class Engine {
       heldBytes: graph.heldWeights?.bytes ?? 0,
     };
     const engine = new Engine(dir, config, tokenizer, host, device, info, weights, graph.keepsWeightsAsStored, probeGraph);
+    options.progress?.({ step: 'check' });
     await checkFinite(opened.name, config, (req) => engine.forward(req)).catch(async (e) => {
       await engine.release();
       throw e;

@@ -24,6 +24,7 @@ import type {
   SessionThreadData,
   SessionWeights,
 } from '../workers/session/protocol.js';
+import type { LoadProgressListener } from '../common/load-progress.js';
 
 // onnxruntime 1.30 starts Microsoft's telemetry client when it creates its environment (the
 // first session): it reads /proc/self/cmdline and matches it with std::regex, whose
@@ -42,7 +43,7 @@ const DEVICE_LOCK = new SharedArrayBuffer(4);
 
 export class SessionHost {
   private readonly worker: Worker;
-  private readonly pending = new Map<number, { resolve(v: any): void; reject(e: Error): void }>();
+  private readonly pending = new Map<number, { resolve(v: any): void; reject(e: Error): void; progress?: LoadProgressListener }>();
   private nextId = 0;
   /** Set when the worker has gone: later calls fail at once instead of waiting forever. */
   private gone?: Error;
@@ -59,6 +60,7 @@ export class SessionHost {
     this.worker = startWorker('session', { workerData });
     this.worker.on('message', (msg: SessionReply) => {
       const p = this.pending.get(msg.id);
+      if ('progress' in msg) return p?.progress?.(msg.progress);
       this.pending.delete(msg.id);
       if ('error' in msg) p?.reject(new Error(msg.error));
       else p?.resolve(msg.result);
@@ -76,11 +78,11 @@ export class SessionHost {
     this.worker.unref();
   }
 
-  private call<T>(msg: SessionMessage, transfer: ArrayBuffer[] = []): Promise<T> {
+  private call<T>(msg: SessionMessage, transfer: ArrayBuffer[] = [], progress?: LoadProgressListener): Promise<T> {
     if (this.gone) return Promise.reject(this.gone);
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, ...(progress && { progress }) });
       if (this.pending.size === 1) this.worker.ref();
       this.worker.postMessage({ ...msg, id }, transfer);
     }).finally(() => {
@@ -97,8 +99,9 @@ export class SessionHost {
     model: Uint8Array,
     options: Extract<SessionMessage, { op: 'create' }>['options'],
     reads: { keyLayout: KeyLayoutKind; indexFeeds?: IndexFeedPlan; weights?: SessionWeights },
+    progress?: LoadProgressListener,
   ): Promise<CreatedSession> {
-    return this.call({ op: 'create', name, model, options, ...reads });
+    return this.call({ op: 'create', name, model, options, ...reads }, [], progress);
   }
 
   /** Put the model's weights on the device once (graph/device-weights.ts), after the
@@ -108,8 +111,9 @@ export class SessionHost {
     uploads: Extract<SessionMessage, { op: 'upload' }>['uploads'],
     how: Pick<Extract<SessionMessage, { op: 'upload' }>, 'foldOptions' | 'options' | 'carriers' | 'sync'>,
     weights: SessionWeights,
+    progress?: LoadProgressListener,
   ): Promise<CreatedSession & DeviceWeightsHeld> {
-    return this.call({ op: 'upload', uploads, ...how, weights });
+    return this.call({ op: 'upload', uploads, ...how, weights }, [], progress);
   }
 
   /** The weights the device holds for every session of the model. */

@@ -82,3 +82,9 @@ export function weightsInfo(opened: OpenedCheckpoint, plan: MemoryPlan, options:
     (options.quantizedActivations === 'int8' ? '; quantized products on int8 activations (approximate)' : '')
   );
 }
+
+/** `needs 9.0 GiB of 22.7 GiB available` (or of what the host has, where that is unknown). */
+export function memoryNeed(p: MemoryPlan): string {
+  const gib = (b: number) => `${(b / 2 ** 30).toFixed(1)} GiB`;
+  return `needs ${gib(p.need)} of ${p.available === undefined ? 'an unknown amount' : `${gib(p.available)}`} available`;
+}

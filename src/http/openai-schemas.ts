@@ -190,8 +190,28 @@ export const OPENAI_ROUTE_DOCS: readonly RouteDoc[] = [
     tag: 'Health',
     summary: 'For load balancers: 200 while serving, 503 while loading or draining.',
     answer: {
-      description: 'SERVING (200) or NOT_SERVING (503)',
-      schema: { type: 'object', required: ['status'], properties: { status: { enum: ['SERVING', 'NOT_SERVING'] } } },
+      description: 'SERVING (200), LOADING with where the load is (503), or NOT_SERVING (503)',
+      schema: {
+        type: 'object',
+        required: ['status'],
+        properties: {
+          status: { enum: ['SERVING', 'LOADING', 'NOT_SERVING'] },
+          loading: {
+            type: 'object',
+            description:
+              'the model loading now: its step, the fraction of the step done (null: a step with no measure), seconds in the step and left (estimated)',
+            properties: {
+              model: { type: 'string' },
+              step: { type: 'string' },
+              what: { type: 'string' },
+              fraction: { type: ['number', 'null'] },
+              stepSeconds: { type: 'number' },
+              etaSeconds: { type: ['number', 'null'] },
+              seconds: { type: 'number' },
+            },
+          },
+        },
+      },
     },
     open: true,
   },

@@ -59,7 +59,10 @@ export function registerOpenAiRoutes(app: FastifyInstance, service: Service): vo
   // For load balancers: 200 while serving, 503 while loading or draining; no token needed.
   app.get('/health', { config: { open: true } satisfies RouteConfig }, async (_req, reply) => {
     const status = service.health();
-    return reply.status(status === 'SERVING' ? 200 : 503).send({ status });
+    if (status === 'SERVING') return reply.status(200).send({ status });
+    // Loading: where the load is, so a slow load is told from a hung one.
+    const loading = service.loadingNow();
+    return reply.status(503).send(loading ? { status: 'LOADING', loading } : { status });
   });
 }
 

@@ -19,6 +19,7 @@ import { Scorer } from '../core/scorer.js';
 import { Prober } from '../requests/probe.js';
 import { encoderFor, type RequestEncoder } from '../requests/scoring.js';
 import type { ComputeDType } from '../common/dtypes.js';
+import type { LoadProgressListener } from '../common/load-progress.js';
 
 export interface ModelEntry {
   name: string;
@@ -245,10 +246,12 @@ function generatedFrom(configFile: string): string | undefined {
   }
 }
 
-export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
+/** Load `entry`'s model; `progress` hears each step of the load (common/load-progress.ts). */
+export async function loadModel(entry: ModelEntry, progress?: LoadProgressListener): Promise<LoadedModel> {
   const started = performance.now();
   ensureCheckpoint(entry);
   const engine = await Engine.load(entry.path, {
+    ...(progress && { progress }),
     device: entry.device,
     dtype: entry.dtype,
     threads: entry.threads,
@@ -260,7 +263,11 @@ export async function loadModel(entry: ModelEntry): Promise<LoadedModel> {
     ...(entry.weightsAtRest !== undefined && { weightsAtRest: entry.weightsAtRest }),
     ...(entry.checkpointLinks !== undefined && { checkpointLinks: entry.checkpointLinks }),
     // The scorer's passes, for the engine's memory plan (it refuses what cannot fit).
-    passLimits: { maxBatchTokens: entry.maxBatchTokens, maxAttentionBytes: entry.maxAttentionBytes, prefixCacheBytes: entry.prefixCacheBytes },
+    passLimits: {
+      maxBatchTokens: entry.maxBatchTokens,
+      maxAttentionBytes: entry.maxAttentionBytes,
+      prefixCacheBytes: entry.prefixCacheBytes,
+    },
   });
   const scorer = new Scorer(engine, {
     maxLength: entry.maxLength,

@@ -36,6 +36,8 @@ import {
   type TokenEvent,
 } from '../requests/generate.js';
 import { checkSampling, type SamplingFieldNames, type SamplingParams } from '../requests/sampling.js';
+import type { LoadState } from './load-log.js';
+import { tokenizerInfo } from './tokenizer-info.js';
 
 // The transports name a call's context as the service's.
 export type { CallContext };
@@ -178,6 +180,14 @@ export class Service {
     this.broken ??= reason;
   }
 
+  /** While a model loads: where its load is (serve's LoadLog), for /health. */
+  loadState?: () => LoadState | undefined;
+
+  /** What /health says besides SERVING: LOADING (and where the load is) while models load. */
+  loadingNow(): LoadState | undefined {
+    return this.loading && !this.draining ? this.loadState?.() : undefined;
+  }
+
   /** What health checks report: SERVING once loaded while a model answers, until draining
    * starts or a model breaks. */
   health(): 'SERVING' | 'NOT_SERVING' {
@@ -239,7 +249,7 @@ export class Service {
   }
 
   info({ entry, engine, scorer, prober }: ServedModel): ModelInfo {
-    const { graphNodes: _nodes, sessionSeconds: _seconds, cpuNodes: _cpu, floatNodesOnCpu: _float, ...facts } = engine.info;
+    const { graphNodes: _nodes, sessionSeconds: _seconds, cpuNodes: _cpu, floatNodesOnCpu: _float, memory: _memory, ...facts } = engine.info;
     return { name: entry.name, ...facts, maxLength: scorer.maxLength, maxRawAttentionBytes: prober.maxRawBytes };
   }
 
@@ -262,43 +272,21 @@ export class Service {
     return engine.tokenizer.decode(ids);
   }
 
-  /** What a remote tokenizer needs (lm-evaluation-harness's `tokenizer_info`, as vLLM
-   * serves it): the special tokens as strings — tokenizer_config.json may hold them as
-   * `{"__type": "AddedToken", "content": …}` objects, or not at all — and their ids. */
+  /** What a remote tokenizer needs (tokenizer-info.ts). */
   tokenizerInfo(model: string | undefined): Record<string, unknown> {
     const m = this.model(model, false);
-    const tok = m.engine.tokenizer;
-    const text = (v: unknown) =>
-      typeof v === 'string'
-        ? v
-        : typeof (v as { content?: unknown })?.content === 'string'
-          ? (v as { content: string }).content
-          : undefined;
-    const special = (key: string, id: number | undefined) => text(tok.config[key]) ?? (id !== undefined ? tok.tokenString(id) : null);
-    const { added_tokens_decoder: _decoder, ...config } = tok.config;
-    return {
-      ...config,
-      bos_token: special('bos_token', tok.bosId),
-      eos_token: special('eos_token', tok.eosId),
-      unk_token: text(tok.config.unk_token) ?? null,
-      pad_token: text(tok.config.pad_token) ?? null,
-      chat_template: tok.chatTemplate ?? null,
-      model_max_length: m.scorer.maxLength,
-      bos_token_id: tok.bosId ?? null,
-      eos_token_id: tok.eosId ?? null,
-      vocab_size: m.engine.config.vocabSize,
-    };
+    return tokenizerInfo(m.engine.tokenizer, { maxLength: m.scorer.maxLength, vocabSize: m.engine.config.vocabSize });
   }
 
-  /** Encode a text prompt, with the tokenizer's special tokens unless told otherwise (as
-   * reference servers do); `added` marks the tokens the encoding added (they have no text
-   * in the prompt). */
   /** Text prompts, within the text limit, encoded as encodePrompt does. */
   encodePrompts(model: ServedModel, texts: string[], addSpecialTokens = true): Promise<{ ids: number[]; added: boolean[] }[]> {
     this.checkTextBytes(texts, 'prompt');
     return Promise.all(texts.map((t) => this.encodePrompt(model, t, addSpecialTokens)));
   }
 
+  /** Encode a text prompt, with the tokenizer's special tokens unless told otherwise (as
+   * reference servers do); `added` marks the tokens the encoding added (they have no text
+   * in the prompt). */
   async encodePrompt(model: ServedModel, text: string, addSpecialTokens = true): Promise<{ ids: number[]; added: boolean[] }> {
     const tok = model.engine.tokenizer;
     const [ids, plain] = await Promise.all([

@@ -14,6 +14,7 @@ import { HostLayouts, type KvLayouts } from './session/layouts.js';
 import { DeviceLayouts } from './session/layouts-device.js';
 import { SessionPasses } from './session/passes.js';
 import type { RunResult, SessionMessage, SessionReply, SessionThreadData } from './session/protocol.js';
+import type { LoadProgress } from '../common/load-progress.js';
 
 const data = (workerData ?? {}) as SessionThreadData;
 const store = new KvStore();
@@ -21,12 +22,14 @@ const layouts: KvLayouts = data.deviceKv ? new DeviceLayouts(data.deviceKv, stor
 const gather = new KvGather(store, layouts);
 const passes = new SessionPasses(store, layouts, gather);
 
-async function handle(msg: SessionMessage): Promise<unknown> {
+async function handle(msg: SessionMessage & { id: number }): Promise<unknown> {
+  // A create or upload tells how far it is while it runs (a load's progress).
+  const progress = (p: LoadProgress) => port.postMessage({ id: msg.id, progress: p } satisfies SessionReply);
   switch (msg.op) {
     case 'create':
-      return passes.create(msg);
+      return passes.create(msg, progress);
     case 'upload':
-      return passes.upload(msg);
+      return passes.upload(msg, progress);
     case 'deviceWeights':
       return passes.deviceWeights;
     case 'run':
@@ -88,7 +91,7 @@ class DeviceLock {
 }
 
 const lock = data.deviceLock ? new DeviceLock(data.deviceLock) : undefined;
-const dispatch = (msg: SessionMessage) => (lock ? lock.serial(() => handle(msg)) : handle(msg));
+const dispatch = (msg: SessionMessage & { id: number }) => (lock ? lock.serial(() => handle(msg)) : handle(msg));
 
 const port = parentPort!;
 port.on('message', (msg: SessionMessage & { id: number }) => {

@@ -9,6 +9,7 @@ import { slotsOf, type KvStore, type KvTensor } from './kv-store.js';
 import type { KvGather } from './gather.js';
 import type { KvLayouts } from './layouts.js';
 import { mappedFiles, writeHeldWeights } from '../../checkpoint/weight-files.js';
+import { throttled, type LoadProgressListener } from '../../common/load-progress.js';
 import type { CreatedSession, DeviceWeightsHeld, HostTensor, KeyLayoutKind, RunRequest, RunResult, SessionMessage } from './protocol.js';
 
 interface ModelSession {
@@ -26,7 +27,15 @@ const plain = (t: ort.Tensor): HostTensor => ({
   dims: [...t.dims],
   data: (t.data as HostTensor['data']).slice(),
 });
-const ELEMENT_BYTES: Partial<Record<ort.Tensor.Type, number>> = { float32: 4, float16: 2, int32: 4, uint32: 4, int64: 8, uint8: 1, int8: 1 };
+const ELEMENT_BYTES: Partial<Record<ort.Tensor.Type, number>> = {
+  float32: 4,
+  float16: 2,
+  int32: 4,
+  uint32: 4,
+  int64: 8,
+  uint8: 1,
+  int8: 1,
+};
 const hostBytes = (ts: ort.Tensor[]) => ts.reduce((n, t) => n + (t.location === 'cpu' ? (t.data as ArrayBufferView).byteLength : 0), 0);
 
 // onnxruntime caches a memory pattern per set of input shapes, keyed by an XOR of every
@@ -104,11 +113,12 @@ export class SessionPasses {
   /** Make a session. The weights it would keep reading from onnxruntime's map of the
    * checkpoint are copied first to their private file, which is unlinked once the session
    * has mapped it (graph/held-weights.ts); then which weights files are still mapped. */
-  async create(msg: Extract<SessionMessage, { op: 'create' }>): Promise<CreatedSession> {
+  async create(msg: Extract<SessionMessage, { op: 'create' }>, progress: LoadProgressListener = () => {}): Promise<CreatedSession> {
     const held = msg.weights?.held;
     let session: ort.InferenceSession;
     try {
-      if (held) writeHeldWeights(msg.weights!.dir, held);
+      if (held) writeHeldWeights(msg.weights!.dir, held, throttled('prepare', 'bytes', progress));
+      progress({ step: 'session' });
       session = await ort.InferenceSession.create(msg.model, msg.options);
     } finally {
       if (held) fs.rmSync(held.file, { force: true });
@@ -127,11 +137,15 @@ export class SessionPasses {
    * of the session that made it (measured on lavapipe: one freed after its session was
    * released ends the process), so the carriers live as long as the weights. The held
    * weights are written first and unlinked after. */
-  async upload(msg: Extract<SessionMessage, { op: 'upload' }>): Promise<CreatedSession & DeviceWeightsHeld> {
+  async upload(
+    msg: Extract<SessionMessage, { op: 'upload' }>,
+    progress: LoadProgressListener = () => {},
+  ): Promise<CreatedSession & DeviceWeightsHeld> {
     const held = msg.weights?.held;
     try {
-      if (held) writeHeldWeights(msg.weights!.dir, held);
-      for (const upload of msg.uploads) {
+      if (held) writeHeldWeights(msg.weights!.dir, held, throttled('prepare', 'bytes', progress));
+      for (const [k, upload] of msg.uploads.entries()) {
+        progress({ step: 'upload', done: k, total: msg.uploads.length, unit: 'uploads' });
         const folding = await ort.InferenceSession.create(upload.model, msg.foldOptions);
         let out: Record<string, ort.Tensor>;
         try {

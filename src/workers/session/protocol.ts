@@ -4,6 +4,7 @@
 import type ort from 'onnxruntime-node';
 import type { IndexFeedPlan } from '../../graph/index-feeds.js';
 import type { HeldWeights } from '../../graph/held-weights.js';
+import type { LoadProgress } from '../../common/load-progress.js';
 
 /** A feed or an output: element type, dimensions, values. */
 export interface HostTensor {
@@ -131,4 +132,5 @@ export type SessionMessage =
   | { op: 'release' }
   | { op: 'exitForTest' };
 
-export type SessionReply = { id: number; result: unknown } | { id: number; error: string };
+/** An answer, or (while a create or upload runs) how far it is: a load's progress. */
+export type SessionReply = { id: number; result: unknown } | { id: number; error: string } | { id: number; progress: LoadProgress };
