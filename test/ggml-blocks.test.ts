@@ -11,7 +11,10 @@ const TYPES = Object.keys(BLOCKS) as QuantTypeName[];
 function randomRows(rows: number, cols: number, seed: number): Float32Array {
   const rnd = rng(seed);
   // A spread of magnitudes per row, and a ramp within: a value out of place shows.
-  return Float32Array.from({ length: rows * cols }, (_, i) => (rnd() * 2 - 1) * (1 + (i % cols) / cols) * 0.1 * (1 + (Math.floor(i / cols) % 3)));
+  return Float32Array.from(
+    { length: rows * cols },
+    (_, i) => (rnd() * 2 - 1) * (1 + (i % cols) / cols) * 0.1 * (1 + (Math.floor(i / cols) % 3)),
+  );
 }
 
 describe.each(TYPES)('%s', (type) => {
@@ -20,7 +23,7 @@ describe.each(TYPES)('%s', (type) => {
   const bytes = quantizeRows(type, x, rows, cols);
   const w = dequantizeRows(type, bytes, rows, cols);
 
-  it('dequantizes what was quantized, each value in its place (within the format\'s step)', () => {
+  it("dequantizes what was quantized, each value in its place (within the format's step)", () => {
     expect(bytes.length).toBe(((rows * cols) / BLOCKS[type].values) * BLOCKS[type].bytes);
     // The step: the block's range over the levels the format has (8 bits: 255, 4 bits: 15…).
     const levels: Record<QuantTypeName, number> = { Q8_0: 127, Q4_0: 7, Q4_1: 15, Q4_K: 15, Q5_K: 31, Q6_K: 31 };
@@ -85,5 +88,25 @@ describe.each(TYPES)('%s', (type) => {
     broken[at] = 0x00;
     broken[at + 1] = 0x7c; // f16 infinity
     expect(repackRows(type, broken, rows, cols).nonFinite).toBe(1);
+  });
+});
+
+describe('Q4_K repacked four bytes at a time', () => {
+  it("gives the bytes' own path's parts, bit for bit (a copy one byte off takes that path)", () => {
+    const r = rng(91);
+    const [rows, cols] = [6, 512];
+    const blocks = quantizeRows(
+      'Q4_K',
+      Float32Array.from({ length: rows * cols }, () => r() * 2 - 1),
+      rows,
+      cols,
+    );
+    const shifted = new Uint8Array(blocks.length + 1);
+    shifted.set(blocks, 1);
+    const words = repackRows('Q4_K', blocks, rows, cols).parts;
+    const bytes = repackRows('Q4_K', shifted.subarray(1), rows, cols).parts;
+    expect(Object.keys(words).sort()).toEqual(Object.keys(bytes).sort());
+    for (const part of Object.keys(words) as (keyof typeof words)[])
+      expect(Buffer.from(words[part]!).equals(Buffer.from(bytes[part]!)), part).toBe(true);
   });
 });

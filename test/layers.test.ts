@@ -45,7 +45,7 @@ const LAYERS: [string, RegExp][] = [
   ['request kinds', /^src\/requests\//],
   ['the core', /^src\/core\//],
   ['the engine', /^src\/engine\//],
-  ['what a model is built from', /^(src\/(model|graph|checkpoint|text|workers)\/|kernels\/)/],
+  ['what a model is built from', /^(src\/(model|graph|checkpoint|text|workers|weights)\/|kernels\/)/],
   ['leaves', /^src\/(figures|common)\//],
 ];
 const layerOf = (file: string) => LAYERS.findIndex(([, re]) => re.test(file));

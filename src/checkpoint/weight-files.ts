@@ -40,8 +40,18 @@ export function heldSourceBytes(held: HeldWeights): number {
   return plain + [...derived].reduce((n, key) => n + Number(key.split(':').at(-1)), 0);
 }
 
-/** `progress(done, total)`: checkpoint bytes read and repacked so far, of heldSourceBytes. */
-export function writeHeldWeights(dir: string, held: HeldWeights, progress: (done: number, total: number) => void = () => {}): void {
+/** Make the held weights' private copy (a new file, only the owner may read it): the plain
+ * pieces copied, the derived ones made. `progress(done, total)`: checkpoint bytes read so
+ * far, of heldSourceBytes. With `parts` > 1, `writer(k)` runs part k of them each
+ * (writeHeldPart in a thread of its own: repacking is the load's longest step, and each
+ * tensor's parts are its own bytes). */
+export async function writeHeldWeights(
+  dir: string,
+  held: HeldWeights,
+  progress: (done: number, total: number) => void = () => {},
+  parts = 1,
+  writer: (part: number, advance: (bytes: number) => void) => Promise<void> = async () => {},
+): Promise<void> {
   const total = heldSourceBytes(held);
   let read = 0;
   const advance = (n: number) => progress((read += n), total);
@@ -53,6 +63,33 @@ export function writeHeldWeights(dir: string, held: HeldWeights, progress: (done
       `cannot write ${held.file}, the private copy of the ${held.bytes} bytes of weights a session would otherwise read from the checkpoint's files for its life (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}): set TMPDIR to a writable folder`,
     );
   }
+  try {
+    if (parts === 1) writeHeldPart(dir, held, 0, 1, advance, out);
+    else {
+      // Every part in a writer of its own: this thread hears their progress as it goes.
+      const done = await Promise.allSettled(Array.from({ length: parts }, (_, k) => writer(k, advance)));
+      const failed = done.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+    }
+    fs.ftruncateSync(out, held.bytes);
+  } finally {
+    fs.closeSync(out);
+  }
+}
+
+/** Writer `part` of `parts` of a held copy whose file exists: the first copies the plain
+ * pieces, each makes the derived tensors dealt to it (every `parts`-th of them, largest
+ * first). A file cut short is a CheckpointError naming it now, never a fault at a later pass. */
+export function writeHeldPart(
+  dir: string,
+  held: HeldWeights,
+  part: number,
+  parts: number,
+  advance: (bytes: number) => void,
+  out?: number,
+): void {
+  const own = out === undefined;
+  const fdOut = own ? fs.openSync(held.file, 'r+') : out;
   const chunk = Buffer.allocUnsafe(Math.min(2 ** 20, Math.max(1, ...held.pieces.map((p) => p.length))));
   try {
     for (const location of new Set(held.pieces.map((p) => p.location))) {
@@ -60,10 +97,10 @@ export function writeHeldWeights(dir: string, held: HeldWeights, progress: (done
       const fd = fs.openSync(file, 'r');
       try {
         const pieces = held.pieces.filter((piece) => piece.location === location);
-        for (const p of pieces.filter((piece) => !piece.derived)) {
+        for (const p of part === 0 ? pieces.filter((piece) => !piece.derived) : []) {
           for (let done = 0; done < p.length;) {
             const n = readAt(fd, file, chunk, Math.min(chunk.length, p.length - done), p.offset + done, p);
-            writeNonZero(out, chunk.subarray(0, n), p.at + done);
+            writeNonZero(fdOut, chunk.subarray(0, n), p.at + done);
             done += n;
             advance(n);
           }
@@ -74,14 +111,14 @@ export function writeHeldWeights(dir: string, held: HeldWeights, progress: (done
           const key = `${p.offset}:${p.length}:${p.derived!.rowOrder ? 'ordered' : ''}`;
           groups.set(key, [...(groups.get(key) ?? []), p]);
         }
-        for (const group of groups.values()) writeDerived(fd, file, out, group, advance);
+        const dealt = [...groups.values()].sort((x, y) => y[0]!.length - x[0]!.length).filter((_, k) => k % parts === part);
+        for (const group of dealt) writeDerived(fd, file, fdOut, group, advance);
       } finally {
         fs.closeSync(fd);
       }
     }
-    fs.ftruncateSync(out, held.bytes);
   } finally {
-    fs.closeSync(out);
+    if (own) fs.closeSync(fdOut);
   }
 }
 
@@ -91,7 +128,8 @@ type HeldPiece = HeldWeights['pieces'][number];
  * then gone: onnxruntime checks every external file exists when it makes a session, and the
  * placement check (engine/placements.ts) makes one only to read where nodes run. */
 export async function withHeldPlaceholder<T>(held: HeldWeights | undefined, body: () => Promise<T>): Promise<T> {
-  if (!held) return body();
+  // A copy the weights cache holds is there already.
+  if (!held || held.cache === 'reuse') return body();
   const fd = fs.openSync(held.file, 'wx', 0o600);
   try {
     fs.ftruncateSync(fd, held.bytes);

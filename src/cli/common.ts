@@ -8,6 +8,7 @@ import { Service, type ServedModel } from '../serving/service.js';
 import { Metrics } from '../serving/metrics.js';
 import type { ComputeDType } from '../common/dtypes.js';
 import { CHECKPOINT_LINKS, type CheckpointLinks } from '../checkpoint/files.js';
+import { defaultWeightsCache } from '../weights/held-cache.js';
 
 export const int = (name: string) => (value: string) => {
   const n = Number(value);
@@ -67,6 +68,7 @@ export interface ModelFlags {
   quantize?: 'q8_0' | 'q4_0' | 'q4_k';
   weightsAtRest?: 'stored' | 'compute';
   checkpointLinks?: CheckpointLinks;
+  weightsCache?: string;
 }
 
 /** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
@@ -133,7 +135,7 @@ export function withModelFlags(cmd: Command): Command {
     .addOption(
       new Option(
         '--quantize <type>',
-        'quantize float matrices at load (approximate: the numbers are no longer the checkpoint\'s), then compute them exactly as a GGUF of that type',
+        "quantize float matrices at load (approximate: the numbers are no longer the checkpoint's), then compute them exactly as a GGUF of that type",
       )
         .choices(['q8_0', 'q4_0', 'q4_k'])
         .env('CTXPROBE_QUANTIZE'),
@@ -153,6 +155,12 @@ export function withModelFlags(cmd: Command): Command {
       )
         .choices([...CHECKPOINT_LINKS])
         .env('CTXPROBE_CHECKPOINT_LINKS'),
+    )
+    .addOption(
+      new Option(
+        '--weights-cache <dir|off>',
+        `where a model's repacked (quantized) weights are kept between starts, so a restart maps them instead of repacking (default: ${defaultWeightsCache()}; off: none)`,
+      ).env('CTXPROBE_WEIGHTS_CACHE'),
     );
 }
 
@@ -173,6 +181,7 @@ export function entriesFrom(flags: ModelFlags & { models?: string; name?: string
     ...(flags.quantize !== undefined && { quantize: flags.quantize }),
     ...(flags.weightsAtRest !== undefined && { weightsAtRest: flags.weightsAtRest }),
     ...(flags.checkpointLinks !== undefined && { checkpointLinks: flags.checkpointLinks }),
+    ...(flags.weightsCache !== undefined && { weightsCache: flags.weightsCache }),
   };
   if (flags.model) {
     const dir = path.resolve(flags.model);

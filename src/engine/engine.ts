@@ -11,7 +11,7 @@ import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, withCpuArena, type DeviceOptions, type ResolvedDevice } from './device.js';
 import { checkQuantizedOptions, memoryNeed, weightsInfo, weightsPlan, type WeightOptions } from './weights-plan.js';
-import { deviceKv, sessionOptions, sessionWeights, uploadOptions } from './session-options.js';
+import { sessionOptions, sessionWeights, startSession } from './session-options.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
 import { CheckpointError, DeviceError } from '../common/errors.js';
@@ -20,6 +20,7 @@ import type { CheckpointLinks } from '../checkpoint/files.js';
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import { checkFinite } from './finite-check.js';
+import { cacheUse, heldCachePath } from '../weights/held-cache.js';
 import { throttled, type LoadProgressListener } from '../common/load-progress.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
 
@@ -52,6 +53,8 @@ export interface EngineInfo {
   floatNodesOnCpu?: string[];
   /** With device weights (WebGPU): the bytes the device holds for every session of the model. */
   deviceWeightBytes?: number;
+  /** What the weights cache did: `reused FILE`, `filled FILE`, or why it was not used. */
+  weightsCache?: string;
   /** What the model needs in memory and what the host had for it, in words (the memory
    * plan's: `needs 9.0 GiB of 22.7 GiB available`), where the plan counts the host's memory. */
   memory?: string;
@@ -64,7 +67,22 @@ export interface EngineOptions extends DeviceOptions, WeightOptions {
   checkpointLinks?: CheckpointLinks;
   /** Told each step of the load and how far it is (common/load-progress.ts). */
   progress?: LoadProgressListener;
+  /** The weights cache's folder (weights/held-cache.ts); none: the held copy is made each load. */
+  weightsCache?: string;
 }
+
+/**
+ * On the CPU one graph and one session score and probe, so the weights are prepacked
+ * once: the probe nodes cost a pass that only scores next to nothing (one gathered
+ * row). On WebGPU a pass costs what the host spends dispatching its nodes (about 18 µs
+ * a node on the H100, 2026-11-27: a decode step of the 360M shape, 3,332 nodes, 62 ms,
+ * its device work 52 ms of it), and the probe tap is 54 of a layer's 97: scoring and
+ * generation run a graph without it, and probes a second session, made on the first
+ * probe, which reads the weights the first one reads on the device (device weights,
+ * graph/device-weights.ts) — unless asked for one session (`probeSession: 'shared'`):
+ * every pass dispatching the tap (its scoring outputs are the scoring graph's bits: the
+ * tap only reads). */
+const separateProbeSession = (device: ResolvedDevice) => device.profile.separateProbeSession && device.probeSession !== 'shared';
 
 /** The model's shape, as the load log and ListModels give it. */
 function shapeInfo(config: ModelConfig) {
@@ -133,26 +151,27 @@ export class Engine {
     // or a refusal naming the need where it cannot fit (memory.ts).
     const memory = weightsPlan(config, opened, resolved, options);
     const device = memory.atRest === 'stored' && options.cpuMemArena === undefined ? withCpuArena(resolved) : resolved;
-    await findNonFinite(opened.scan, throttled('scan', 'bytes', options.progress));
-    // On the CPU one graph and one session score and probe, so the weights are prepacked
-    // once: the probe nodes cost a pass that only scores next to nothing (one gathered
-    // row). On WebGPU a pass costs what the host spends dispatching its nodes (about 18 µs
-    // a node on the H100, 2026-11-27: a decode step of the 360M shape, 3,332 nodes, 62 ms,
-    // its device work 52 ms of it), and the probe tap is 54 of a layer's 97: scoring and
-    // generation run a graph without it, and probes a second session, made on the first
-    // probe, which reads the weights the first one reads on the device (device weights,
-    // graph/device-weights.ts) — unless asked for one session (`probeSession: 'shared'`):
-    // every pass dispatching the tap (its scoring outputs are the scoring graph's bits: the
-    // tap only reads).
-    const separateProbe = profile.separateProbeSession && device.probeSession !== 'shared';
-    const graphWeights = () => ({
+    const { quantize, quantizedActivations } = options;
+    const cached = heldCachePath(options.weightsCache, dir, opened.files, {
+      device: device.kind,
       atRest: memory.atRest,
-      heldWeightsFile: heldWeightsPath(),
-      ...(options.quantizedActivations && { quantizedActivations: options.quantizedActivations }),
-      ...(options.quantize && { quantize: options.quantize }),
+      quantize,
+      quantizedActivations,
     });
-    const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind, graphWeights());
+    const separateProbe = separateProbeSession(device);
+    // The model's held copy may be the weights cache's; a probe graph's is its own.
+    const graphWeights = (heldWeightsFile = heldWeightsPath()) => ({
+      atRest: memory.atRest,
+      heldWeightsFile,
+      ...(quantizedActivations && { quantizedActivations }),
+      ...(quantize && { quantize }),
+    });
+    const modelWeights = graphWeights('file' in cached ? cached.file : undefined);
+    const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind, modelWeights);
     const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
+    // A copy from the weights cache was made from these very files, scanned and checked then.
+    const cache = cacheUse(cached, dir, graph.heldWeights, opened.files);
+    if (cache.kind !== 'reuse') await findNonFinite(opened.scan, throttled('scan', 'bytes', options.progress));
     // The chat template is compiled now, once, in its own process: one that does not parse
     // refuses the model here, naming its file, rather than failing every chat request.
     await tokenizer.startChatTemplate();
@@ -166,28 +185,18 @@ export class Engine {
     const placed = profile.checkPlacements
       ? await withHeldPlaceholder(graph.heldWeights, () => placements(graph.model, runOptions)).catch(failed)
       : undefined;
-    const host = new SessionHost({
-      ...(profile.kvOnDevice ? { deviceKv: deviceKv(config, device) } : {}),
-      sharedDeviceLock: profile.sharedDeviceLock,
-    });
     // Recorded before the session reads them: a change during the load shows at the first check.
     const files = new WeightFiles(opened.files);
-    let mapped: string[] | undefined;
-    let deviceWeightBytes: number | undefined;
-    try {
-      // With device weights the graph reads none itself: they go up after the session that
-      // keeps the device's context is made (graph/device-weights.ts).
-      const weights = sessionWeights(graph, files, ckpt.weightsDir);
-      ({ mapped } = await host.create(SESSION, graph.model, runOptions, {
-        keyLayout: graph.keyLayout,
-        indexFeeds: graph.indexFeeds,
-        ...(!graph.uploads && { weights }),
-      }, options.progress));
-      if (graph.uploads) ({ mapped, bytes: deviceWeightBytes } = await host.upload(graph.uploads, uploadOptions(device, runOptions), weights, options.progress));
-    } catch (e) {
-      await host.close();
-      await failed(e as Error);
-    }
+    const { host, mapped, deviceWeightBytes } = await startSession(
+      SESSION,
+      graph,
+      runOptions,
+      device,
+      config,
+      files,
+      ckpt.weightsDir,
+      options.progress,
+    ).catch(failed);
     const sessionSeconds = (performance.now() - started) / 1000;
     const info: EngineInfo = {
       ...shapeInfo(config),
@@ -201,6 +210,7 @@ export class Engine {
       sessionSeconds,
       ...(placed ? { cpuNodes: placed.cpuOps, floatNodesOnCpu: placed.floatOnCpu.map((n) => `${n.op} ${n.name}`) } : {}),
       ...(deviceWeightBytes !== undefined && { deviceWeightBytes }),
+      weightsCache: cache.kind === 'off' ? cache.reason : `${cache.kind === 'reuse' ? 'reused' : 'filled'} ${cache.file}`,
     };
     const probeGraph = separateProbe
       ? { build: () => buildDecoderGraph(config, ckpt, device.dtype, probeTap(), device.kind, graphWeights()) }
@@ -214,10 +224,12 @@ export class Engine {
     };
     const engine = new Engine(dir, config, tokenizer, host, device, info, weights, graph.keepsWeightsAsStored, probeGraph);
     options.progress?.({ step: 'check' });
-    await checkFinite(opened.name, config, (req) => engine.forward(req)).catch(async (e) => {
-      await engine.release();
-      throw e;
-    });
+    if (cache.kind !== 'reuse')
+      await checkFinite(opened.name, config, (req) => engine.forward(req)).catch(async (e) => {
+        await engine.release();
+        throw e;
+      });
+    if (cache.kind === 'fill') cache.commit();
     return engine;
   }
 

@@ -9,6 +9,8 @@ import { carrierGraphs, syncGraph } from '../graph/onnx-graph.js';
 import type { WeightFiles } from '../checkpoint/weight-files.js';
 import type { ResolvedDevice } from './device.js';
 import { buildKvLayoutGraph, layoutBuckets } from './kv-layout.js';
+import { SessionHost } from './session-host.js';
+import type { LoadProgressListener } from '../common/load-progress.js';
 
 /** The weights files a session is made from, and the weights it holds in memory of its own. */
 export function sessionWeights(graph: DecoderGraph, files: WeightFiles, dir: string) {
@@ -61,3 +63,32 @@ export function deviceKv(config: ModelConfig, device: ResolvedDevice) {
   };
 }
 
+/** The model's session thread and its session `name` (and where a provider keeps the weights on
+ * the device, their upload once it is made: graph/device-weights.ts, which the graph reads
+ * instead of files): which weights files stay mapped, and what the device holds. */
+export async function startSession(
+  name: string,
+  graph: DecoderGraph,
+  runOptions: Record<string, unknown>,
+  device: ResolvedDevice,
+  config: ModelConfig,
+  files: WeightFiles,
+  weightsDir: string,
+  progress: LoadProgressListener | undefined,
+): Promise<{ host: SessionHost; mapped?: string[]; deviceWeightBytes?: number }> {
+  const host = new SessionHost({
+    ...(device.profile.kvOnDevice ? { deviceKv: deviceKv(config, device) } : {}),
+    sharedDeviceLock: device.profile.sharedDeviceLock,
+  });
+  try {
+    const weights = sessionWeights(graph, files, weightsDir);
+    const reads = { keyLayout: graph.keyLayout, indexFeeds: graph.indexFeeds, ...(!graph.uploads && { weights }) };
+    const { mapped } = await host.create(name, graph.model, runOptions, reads, progress);
+    if (!graph.uploads) return { host, ...(mapped && { mapped }) };
+    const up = await host.upload(graph.uploads, uploadOptions(device, runOptions), weights, progress);
+    return { host, ...(up.mapped && { mapped: up.mapped }), deviceWeightBytes: up.bytes };
+  } catch (e) {
+    await host.close();
+    throw e;
+  }
+}

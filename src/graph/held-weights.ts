@@ -47,6 +47,9 @@ export interface DerivedWeight {
 export interface HeldWeights {
   file: string;
   bytes: number;
+  /** In the weights cache (weights/held-cache.ts): the copy is there already (`reuse`), or is
+   * made there and kept (`fill`); else it is made and unlinked once the session is made. */
+  cache?: 'reuse' | 'fill';
   pieces: { location: string; offset: number; length: number; at: number; derived?: DerivedWeight & { bytes: number } }[];
 }
 
@@ -82,7 +85,8 @@ export function holdMappedWeights(
   const visit = (list: readonly Node[]) => {
     for (const n of list) {
       n.input.forEach((value, slot) => {
-        if (externals.has(value) && copiedAs !== 'all' && !copiedAs.some(([op, input]) => op === n.opType && input === slot)) held.add(value);
+        if (externals.has(value) && copiedAs !== 'all' && !copiedAs.some(([op, input]) => op === n.opType && input === slot))
+          held.add(value);
       });
       for (const a of n.attribute) if (a.g) visit(a.g.node as Node[]);
     }

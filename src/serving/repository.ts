@@ -20,6 +20,7 @@ import { Prober } from '../requests/probe.js';
 import { encoderFor, type RequestEncoder } from '../requests/scoring.js';
 import type { ComputeDType } from '../common/dtypes.js';
 import type { LoadProgressListener } from '../common/load-progress.js';
+import { defaultWeightsCache } from '../weights/held-cache.js';
 
 export interface ModelEntry {
   name: string;
@@ -53,6 +54,8 @@ export interface ModelEntry {
   weightsAtRest?: 'stored' | 'compute';
   /** Where a checkpoint folder's symlinks may lead: `follow` (default) or `contain` (files.ts). */
   checkpointLinks?: CheckpointLinks;
+  /** The weights cache's folder, or `off` (default: the user's cache folder; weights/held-cache.ts). */
+  weightsCache?: string;
   synthetic?: SyntheticSpec;
   /** The repository file it was read from (not a setting). */
   configFile?: string;
@@ -122,6 +125,7 @@ const ENTRY_SCHEMA = {
     quantize: { enum: ['q8_0', 'q4_0', 'q4_k'] },
     weightsAtRest: { enum: ['stored', 'compute'] },
     checkpointLinks: { enum: CHECKPOINT_LINKS },
+    weightsCache: { type: 'string', minLength: 1 },
     synthetic: SYNTHETIC_SCHEMA,
   },
 };
@@ -200,7 +204,8 @@ function readEntry(dir: string, file: string): ModelEntry {
           : e.message;
     throw new ConfigError(`${file}: ${field || 'the file'} ${why}`);
   }
-  return { ...raw, name: raw.name ?? path.basename(file, '.json'), path: path.resolve(dir, raw.path), configFile: file };
+  const cache = raw.weightsCache !== undefined && raw.weightsCache !== 'off' ? { weightsCache: path.resolve(dir, raw.weightsCache) } : {};
+  return { ...raw, ...cache, name: raw.name ?? path.basename(file, '.json'), path: path.resolve(dir, raw.path), configFile: file };
 }
 
 /** Make the checkpoint of a synthetic entry if it is not there yet. It is written into a
@@ -262,6 +267,7 @@ export async function loadModel(entry: ModelEntry, progress?: LoadProgressListen
     ...(entry.quantize !== undefined && { quantize: entry.quantize }),
     ...(entry.weightsAtRest !== undefined && { weightsAtRest: entry.weightsAtRest }),
     ...(entry.checkpointLinks !== undefined && { checkpointLinks: entry.checkpointLinks }),
+    ...(entry.weightsCache !== 'off' && { weightsCache: entry.weightsCache ?? defaultWeightsCache() }),
     // The scorer's passes, for the engine's memory plan (it refuses what cannot fit).
     passLimits: {
       maxBatchTokens: entry.maxBatchTokens,

@@ -2,6 +2,7 @@
 // (its own, its past as kept KV, where its keys lie), the run, the outputs sent back, and
 // the pass's KV kept when asked.
 import fs from 'node:fs';
+import os from 'node:os';
 import { MessageChannel } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import { packIndexFeeds, type IndexFeedPlan, type Int64Feed } from '../../graph/index-feeds.js';
@@ -10,6 +11,9 @@ import type { KvGather } from './gather.js';
 import type { KvLayouts } from './layouts.js';
 import { mappedFiles, writeHeldWeights } from '../../checkpoint/weight-files.js';
 import { throttled, type LoadProgressListener } from '../../common/load-progress.js';
+import type { HeldWeights } from '../../graph/held-weights.js';
+import { startWorker } from '../start.js';
+import type { RepackWriter, RepackReply } from '../repack.js';
 import type { CreatedSession, DeviceWeightsHeld, HostTensor, KeyLayoutKind, RunRequest, RunResult, SessionMessage } from './protocol.js';
 
 interface ModelSession {
@@ -117,11 +121,11 @@ export class SessionPasses {
     const held = msg.weights?.held;
     let session: ort.InferenceSession;
     try {
-      if (held) writeHeldWeights(msg.weights!.dir, held, throttled('prepare', 'bytes', progress));
+      if (held) await writeHeld(msg.weights!.dir, held, threadsOf(msg.options), progress);
       progress({ step: 'session' });
       session = await ort.InferenceSession.create(msg.model, msg.options);
     } finally {
-      if (held) fs.rmSync(held.file, { force: true });
+      if (held && !held.cache) fs.rmSync(held.file, { force: true });
     }
     const packed = msg.indexFeeds && msg.indexFeeds.feeds.length > 0 ? { indexFeeds: msg.indexFeeds } : {};
     this.sessions.set(msg.name, { session, keyLayout: msg.keyLayout, ...packed });
@@ -143,7 +147,7 @@ export class SessionPasses {
   ): Promise<CreatedSession & DeviceWeightsHeld> {
     const held = msg.weights?.held;
     try {
-      if (held) writeHeldWeights(msg.weights!.dir, held, throttled('prepare', 'bytes', progress));
+      if (held) await writeHeld(msg.weights!.dir, held, threadsOf(msg.foldOptions), progress);
       for (const [k, upload] of msg.uploads.entries()) {
         progress({ step: 'upload', done: k, total: msg.uploads.length, unit: 'uploads' });
         const folding = await ort.InferenceSession.create(upload.model, msg.foldOptions);
@@ -159,7 +163,7 @@ export class SessionPasses {
       }
       await this.settle(msg);
     } finally {
-      if (held) fs.rmSync(held.file, { force: true });
+      if (held && !held.cache) fs.rmSync(held.file, { force: true });
     }
     const mapped = msg.weights && mappedFiles(msg.weights.files);
     return { ...(mapped && { mapped }), ...this.deviceWeights };
@@ -325,3 +329,26 @@ export class SessionPasses {
     return { past: await this.gather.layOutRows(r.past, r.pastRows), recent: empty(B), rows: identity };
   }
 }
+
+/** The held weights' private copy made (or, from the weights cache, already there), by as
+ * many writers as the session has threads where it has derived tensors to make. */
+async function writeHeld(dir: string, held: HeldWeights, threads: number, progress: LoadProgressListener): Promise<void> {
+  if (held.cache === 'reuse') return progress({ step: 'prepare', done: held.bytes, total: held.bytes, unit: 'bytes' });
+  const parts = held.pieces.some((p) => p.derived) ? Math.max(1, threads) : 1;
+  await writeHeldWeights(
+    dir,
+    held,
+    throttled('prepare', 'bytes', progress),
+    parts,
+    (part, advance) =>
+      new Promise<void>((resolve, reject) => {
+        const worker = startWorker('repack', { workerData: { dir, held, part, parts } satisfies RepackWriter });
+        worker.on('message', (m: RepackReply) => ('done' in m ? resolve() : advance(m.bytes)));
+        worker.on('error', (e) => reject(e));
+        worker.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`a repack writer stopped (exit code ${code})`))));
+      }),
+  );
+}
+
+/** The threads a session runs on (its intra-op pool; 0: one per core). */
+const threadsOf = (options: ort.InferenceSession.SessionOptions) => options.intraOpNumThreads || os.availableParallelism();
