@@ -45,6 +45,15 @@ export interface SchedulerMetrics {
   cacheEvictions: Count;
   /** The cache's bytes, entries and budget, read when scraped. */
   watchCache(model: string, cache: PrefixCache): void;
+  /** Requests waiting and running, and the KV held, read when scraped. */
+  watchScheduler?(model: string, scheduler: SchedulerState): void;
+}
+
+/** What the model server protocol's gauges read of a scheduler. */
+export interface SchedulerState {
+  readonly requestsWaiting: number;
+  readonly requestsRunning: number;
+  kvUse(): { bytes: number; budgetBytes: number; bytesPerToken: number };
 }
 
 export interface BatcherOptions {
@@ -94,7 +103,7 @@ export interface Submitted {
   cancel(): void;
 }
 
-export class Batcher {
+export class Batcher implements SchedulerState {
   readonly maxRoundTokens: number;
   readonly maxQueueDelayMs: number;
   readonly maxQueuedTokens: number;
@@ -122,10 +131,27 @@ export class Batcher {
     this.maxQueuedTokens = options.maxQueuedTokens ?? 1 << 20;
     this.linkTokens = scorer.maxBatchTokens;
     if (scorer.cache) metrics?.watchCache(model, scorer.cache);
+    metrics?.watchScheduler?.(model, this);
   }
 
   get queuedItems(): number {
     return this.queue.reduce((n, j) => n + j.queuedUnits, 0);
+  }
+
+  /** Requests admitted and not yet answered that have no item in the running round: new
+   * ones, and those a round served in part that wait for their next share. */
+  get requestsWaiting(): number {
+    const running = new Set(this.runningJobs);
+    return this.queue.reduce((n, j) => n + (running.has(j) ? 0 : 1), 0);
+  }
+
+  /** Requests with items in the running round, not yet answered. */
+  get requestsRunning(): number {
+    return this.runningJobs.reduce((n, j) => n + (!j.cancelled && j.done < j.units.length ? 1 : 0), 0);
+  }
+
+  kvUse(): { bytes: number; budgetBytes: number; bytesPerToken: number } {
+    return this.scorer.kvUse();
   }
 
   submit(units: Unit[], options: { continuing?: boolean } = {}): Submitted {
