@@ -3,11 +3,15 @@
 // cache_config_info block size and count — each read from /metrics of a real server while
 // real load runs through it, over HTTP (OpenAI completions with string prompts, as the
 // harness sends them with tokenized_requests=False) and gRPC alike.
+import fs from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadPackage } from '../src/grpc/proto.js';
 import { loadModel, type LoadedModel } from '../src/serving/repository.js';
 import { CtxprobeServer } from '../src/server.js';
 import { KV_BLOCK_TOKENS } from '../src/serving/metrics.js';
-import { FAMILY_FIXTURES, makeFixture } from './fixtures.js';
+import { FAMILY_FIXTURES, makeFixture, tempDir } from './fixtures.js';
+import { makeCertificates } from './certs.js';
 import { postJson, scoringClient, scrape, unary } from './helpers.js';
 
 const MODEL = 'm';
@@ -166,5 +170,51 @@ describe('KV-cache use under a small prefix cache budget', () => {
     expect(evictions).toBeGreaterThan(0);
     expect(seen.length).toBeGreaterThan(0);
     for (const kv of seen) expect(kv >= 0 && kv <= 1, `kv ${kv}`).toBe(true);
+  });
+});
+
+describe('--http-plaintext: behind a gateway that routes to an InferencePool', () => {
+  // The InferencePool API reaches its endpoints over plaintext HTTP/1.1 (or h2c); the
+  // Gateway carries TLS to the clients. gRPC keeps its TLS, and tokens still apply.
+  const TOKEN = 'gateway-test-token-0123456789';
+  let server: CtxprobeServer;
+  let certs: ReturnType<typeof makeCertificates>;
+  beforeAll(async () => {
+    certs = makeCertificates(tempDir('certs'));
+    const model = await loadModel({ name: MODEL, path: makeFixture(FAMILY_FIXTURES.llama!).dir, threads: 1 });
+    server = await CtxprobeServer.start({
+      port: 0,
+      metricsPort: 0,
+      httpPort: 0,
+      tls: { cert: certs.serverCert, key: certs.serverKey },
+      httpPlaintext: true,
+      authTokens: [TOKEN],
+    });
+    server.addModel(model);
+    server.setServing();
+  });
+  afterAll(async () => server?.close());
+
+  it('answers plaintext HTTP with a token, refuses it without one; gRPC still needs TLS', async () => {
+    const body = JSON.stringify({ model: MODEL, prompt: 'User: hi\nBot: hello', max_tokens: 0, logprobs: 1, echo: true });
+    const url = `http://127.0.0.1:${server.httpPort}/v1/completions`;
+    const headers = { 'Content-Type': 'application/json' };
+    expect((await fetch(url, { method: 'POST', headers, body })).status).toBe(401);
+    const ok = await fetch(url, { method: 'POST', headers: { ...headers, authorization: `Bearer ${TOKEN}` }, body });
+    expect(ok.status).toBe(200);
+    const { v1 } = loadPackage();
+    const call = (creds: grpc.ChannelCredentials) =>
+      new Promise<unknown>((resolve, reject) => {
+        const client: any = new v1.Scoring(`localhost:${server.port}`, creds);
+        const md = new grpc.Metadata();
+        md.set('authorization', `Bearer ${TOKEN}`);
+        client.ListModels({}, md, { deadline: Date.now() + 3000 }, (err: Error | null, res: unknown) => {
+          client.close();
+          if (err) reject(err);
+          else resolve(res);
+        });
+      });
+    await expect(call(grpc.credentials.createInsecure())).rejects.toThrow();
+    await expect(call(grpc.credentials.createSsl(fs.readFileSync(certs.ca)))).resolves.toBeTruthy();
   });
 });
