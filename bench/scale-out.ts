@@ -114,7 +114,9 @@ async function tokensComputed(r: Replica): Promise<number> {
 
 // ---- the policies -----------------------------------------------------------------------
 
-type Policy = (prompt: string, replicas: Replica[]) => Replica;
+/** Where a request goes; the picker also counts the requests it sent past the pod with the
+ * longest prefix match, by the scorer that outweighed it (queue or KV-cache). */
+type Policy = ((prompt: string, replicas: Replica[]) => Replica) & { overruled?: { queue: number; kv: number } };
 
 function roundRobin(): Policy {
   let next = 0;
@@ -145,7 +147,8 @@ function picker(): Policy {
     }
     return out;
   };
-  return (prompt, replicas) => {
+  const overruled = { queue: 0, kv: 0 };
+  const policy: Policy = (prompt, replicas) => {
     const blocks = hashes(prompt, replicas[0]!.blockSize);
     // Walk the blocks while some pod holds them; each pod's count is its matched prefix.
     const matched = new Map<Replica, number>();
@@ -156,17 +159,19 @@ function picker(): Policy {
     }
     const queues = replicas.map((r) => r.waiting);
     const [minQ, maxQ] = [Math.min(...queues), Math.max(...queues)];
-    let best: Replica[] = [];
-    let bestScore = -Infinity;
-    for (const r of replicas) {
-      const prefix = blocks.length > 0 ? (matched.get(r) ?? 0) / blocks.length : 0;
-      const queue = maxQ === minQ ? 1 : (maxQ - r.waiting) / (maxQ - minQ);
-      const kv = 1 - r.kv;
-      const score = 3 * prefix + 2 * queue + 2 * kv;
-      if (score > bestScore + 1e-12) [best, bestScore] = [[r], score];
-      else if (Math.abs(score - bestScore) <= 1e-12) best.push(r);
-    }
-    const chosen = best[Math.floor(random() * best.length)]!;
+    const scores = replicas.map((r) => ({
+      r,
+      prefix: blocks.length > 0 ? (matched.get(r) ?? 0) / blocks.length : 0,
+      queue: maxQ === minQ ? 1 : (maxQ - r.waiting) / (maxQ - minQ),
+      kv: 1 - r.kv,
+    }));
+    const total = (s: (typeof scores)[number]) => 3 * s.prefix + 2 * s.queue + 2 * s.kv;
+    const bestScore = Math.max(...scores.map(total));
+    const best = scores.filter((s) => total(s) >= bestScore - 1e-12);
+    const pick = best[Math.floor(random() * best.length)]!;
+    const chosen = pick.r;
+    const longest = scores.reduce((a, b) => (b.prefix > a.prefix ? b : a));
+    if (pick.prefix < longest.prefix) overruled[2 * (pick.queue - longest.queue) >= 2 * (pick.kv - longest.kv) ? 'queue' : 'kv']++;
     // The index learns from the picker's own decision, before the answer.
     const own = lru.get(chosen) ?? lru.set(chosen, new Map()).get(chosen)!;
     for (const h of blocks) {
@@ -176,6 +181,8 @@ function picker(): Policy {
     while (own.size > chosen.numBlocks) own.delete(own.keys().next().value!);
     return chosen;
   };
+  policy.overruled = overruled;
+  return policy;
 }
 
 // ---- the run ----------------------------------------------------------------------------
@@ -246,14 +253,17 @@ for (const n of [1, 2, 3])
     ['round-robin', roundRobin],
     ['picker', picker],
   ] as const) {
-    results.push(await run(n, name, make(), prompts));
+    const policy = make();
+    results.push({ ...(await run(n, name, policy, prompts)), overruled: policy.overruled });
     const r = results.at(-1)!;
     console.error(`  ran N=${n} ${name}: ${r.computed} tokens computed, ${r.seconds.toFixed(1)} s`);
   }
 const one = results.filter((r) => r.n === 1).reduce((s, r) => s + r.computed, 0) / results.filter((r) => r.n === 1).length;
-console.log('\n| N | policy | tokens computed | ÷ one replica | requests per replica | p50 (s) | p99 (s) | wall (s) |');
-console.log('|---|---|---|---|---|---|---|---|');
+console.log(
+  '\n| N | policy | tokens computed | ÷ one replica | requests per replica | past the longest prefix (queue / KV) | p50 (s) | p99 (s) | wall (s) |',
+);
+console.log('|---|---|---|---|---|---|---|---|---|');
 for (const r of results)
   console.log(
-    `| ${r.n} | ${r.policyName} | ${r.computed} | ${(r.computed / one).toFixed(2)}x | ${r.perReplica.join(' / ')} | ${r.p50.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.seconds.toFixed(1)} |`,
+    `| ${r.n} | ${r.policyName} | ${r.computed} | ${(r.computed / one).toFixed(2)}x | ${r.perReplica.join(' / ')} | ${r.overruled ? `${r.overruled.queue} / ${r.overruled.kv}` : '–'} | ${r.p50.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.seconds.toFixed(1)} |`,
   );
