@@ -182,14 +182,14 @@ export class Metrics {
   // index), read from each model's scheduler when scraped.
   readonly requestsWaiting: client.Gauge<'model'> = new client.Gauge({
     name: 'ctxprobe_requests_waiting',
-    help: 'Requests admitted to the model queue with no item in the running round (new, or waiting for their next share)',
+    help: "Requests the scheduler cannot take into its next round (the round's tokens are spent before their turn): nonzero only while the queue holds more than a round's worth",
     labelNames: ['model'],
     registers: this.registers,
     collect: readEach(this.schedulers, (s) => s.requestsWaiting),
   });
   readonly requestsRunning: client.Gauge<'model'> = new client.Gauge({
     name: 'ctxprobe_requests_running',
-    help: 'Requests with items in the running round',
+    help: 'Requests with items in the running round or in the next one (in whole or in part)',
     labelNames: ['model'],
     registers: this.registers,
     collect: readEach(this.schedulers, (s) => s.requestsRunning),
