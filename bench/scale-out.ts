@@ -7,11 +7,17 @@
 // (context, continuation) string, echo, logprobs 1, max_tokens 0, longest first,
 // BENCH_CONCURRENT at a time (its num_concurrent). Prints, for N = 1, 2, 3 and each
 // policy, the tokens the replicas computed over what one replica computes for the same
-// requests, and request latency p50 / p99. Asserts nothing.
+// requests, the requests each replica got, the requests the picker sent past the pod with
+// the longest prefix match (and which scorer outweighed it), at how many of its decisions
+// the replicas' waiting gauges differed (when the queue scorer has a say), and request
+// latency p50 / p99. Asserts nothing.
 //
 //   npm run build && npx tsx bench/scale-out.ts
 //   BENCH_SAMPLES=40 BENCH_CONCURRENT=8 BENCH_MODEL_DIR=/path/to/checkpoint  (defaults: 40, 8, the default tiny model)
 //   BENCH_PREFIX_CACHE_BYTES=N: each replica's --prefix-cache-bytes (default: the server's, 1 GiB)
+//   BENCH_TRACE=1: print each of the picker's decisions to stderr (the request's sample, each
+//   pod's prefix / queue / KV score and its waiting and running gauges as last read, the pod
+//   chosen), and how often the replicas' waiting gauges differed when it decided
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -27,6 +33,7 @@ const SAMPLES = Number(process.env.BENCH_SAMPLES ?? 40);
 const CONCURRENT = Number(process.env.BENCH_CONCURRENT ?? 8);
 const modelDir = process.env.BENCH_MODEL_DIR ?? '';
 const cacheBytes = process.env.BENCH_PREFIX_CACHE_BYTES;
+const TRACE = Boolean(process.env.BENCH_TRACE);
 /** The served model's name: the default repository's tiny model, or BENCH_MODEL_DIR as `bench`. */
 const MODEL = modelDir ? 'bench' : 'tiny-llama';
 
@@ -34,7 +41,7 @@ const MODEL = modelDir ? 'bench' : 'tiny-llama';
 
 /** The three samples shipped in data/ are the demonstrations; the scored samples are made
  * here in the same layout (seeded), so that there are enough of them. */
-function workload(): string[] {
+function workload(): { prompt: string; sample: number }[] {
   const demos = fs
     .readFileSync(path.join(ROOT, 'data/charpeval-sample.jsonl'), 'utf8')
     .split('\n')
@@ -51,7 +58,7 @@ function workload(): string[] {
       const w = words[Math.floor(r() * words.length)]!;
       return i === 0 ? w[0]!.toUpperCase() + w.slice(1) : w;
     }).join(' ') + '.';
-  const prompts: string[] = [];
+  const prompts: { prompt: string; sample: number }[] = [];
   for (let s = 0; s < SAMPLES; s++) {
     const r = rng(9000 + s);
     const sample: CharpSample = {
@@ -64,10 +71,13 @@ function workload(): string[] {
       responses: Object.fromEntries(RESPONSE_TYPES.map((t, k) => [t, sentence(r, 8 + ((s + k) % 5) * 3)])) as CharpSample['responses'],
     };
     const context = buildPrompt(sample, demos);
-    for (const t of RESPONSE_TYPES) prompts.push(context + ' ' + sample.responses[t]);
+    for (const t of RESPONSE_TYPES) prompts.push({ prompt: context + ' ' + sample.responses[t], sample: s });
   }
   // The harness sends its requests longest first (its Collator), ties in text order.
-  return prompts.sort((a, b) => b.length - a.length || (a < b ? -1 : a > b ? 1 : 0));
+  return prompts.sort((x, y) => {
+    const [a, b] = [x.prompt, y.prompt];
+    return b.length - a.length || (a < b ? -1 : a > b ? 1 : 0);
+  });
 }
 
 // ---- the replicas -----------------------------------------------------------------------
@@ -78,6 +88,7 @@ interface Replica {
   /** The protocol's gauges as last read (the picker reads them every 50 ms, as its
    * refresh-metrics-interval does by default). */
   waiting: number;
+  running: number;
   kv: number;
   blockSize: number;
   numBlocks: number;
@@ -92,7 +103,7 @@ async function startReplicas(n: number): Promise<Replica[]> {
         ...(modelDir ? ['--name', MODEL] : []),
         ...(cacheBytes ? ['--prefix-cache-bytes', cacheBytes] : []),
       ]);
-      const replica: Replica = { served, name: `replica-${i}`, waiting: 0, kv: 0, blockSize: 0, numBlocks: 0 };
+      const replica: Replica = { served, name: `replica-${i}`, waiting: 0, running: 0, kv: 0, blockSize: 0, numBlocks: 0 };
       await refresh(replica);
       return replica;
     }),
@@ -102,6 +113,7 @@ async function startReplicas(n: number): Promise<Replica[]> {
 async function refresh(r: Replica): Promise<void> {
   const m = await scrape(r.served.metricsPort);
   r.waiting = m.get(series('ctxprobe_requests_waiting')) ?? 0;
+  r.running = m.get(series('ctxprobe_requests_running')) ?? 0;
   r.kv = m.get(series('ctxprobe_kv_cache_usage_ratio')) ?? 0;
   const info = [...m.keys()].find((k) => k.startsWith('ctxprobe_cache_config_info{'));
   r.blockSize = Number(/block_size="(\d+)"/.exec(info ?? '')?.[1] ?? 16);
@@ -112,11 +124,19 @@ async function tokensComputed(r: Replica): Promise<number> {
   return (await scrape(r.served.metricsPort)).get(series('ctxprobe_tokens_computed_total')) ?? 0;
 }
 
+async function tokensRequested(r: Replica): Promise<number> {
+  return (await scrape(r.served.metricsPort)).get(series('ctxprobe_tokens_requested_total')) ?? 0;
+}
+
 // ---- the policies -----------------------------------------------------------------------
 
 /** Where a request goes; the picker also counts the requests it sent past the pod with the
  * longest prefix match, by the scorer that outweighed it (queue or KV-cache). */
-type Policy = ((prompt: string, replicas: Replica[]) => Replica) & { overruled?: { queue: number; kv: number } };
+type Policy = ((prompt: string, replicas: Replica[], sample?: number) => Replica) & {
+  overruled?: { queue: number; kv: number };
+  /** Decisions taken, and those taken while the replicas' waiting gauges differed. */
+  decisions?: { all: number; queuesDiffer: number };
+};
 
 function roundRobin(): Policy {
   let next = 0;
@@ -148,7 +168,8 @@ function picker(): Policy {
     return out;
   };
   const overruled = { queue: 0, kv: 0 };
-  const policy: Policy = (prompt, replicas) => {
+  const decisions = { all: 0, queuesDiffer: 0 };
+  const policy: Policy = (prompt, replicas, sample) => {
     const blocks = hashes(prompt, replicas[0]!.blockSize);
     // Walk the blocks while some pod holds them; each pod's count is its matched prefix.
     const matched = new Map<Replica, number>();
@@ -172,6 +193,16 @@ function picker(): Policy {
     const chosen = pick.r;
     const longest = scores.reduce((a, b) => (b.prefix > a.prefix ? b : a));
     if (pick.prefix < longest.prefix) overruled[2 * (pick.queue - longest.queue) >= 2 * (pick.kv - longest.kv) ? 'queue' : 'kv']++;
+    decisions.all++;
+    if (maxQ > minQ) decisions.queuesDiffer++;
+    if (TRACE) {
+      const f = (x: number) => x.toFixed(2);
+      const pods = scores.map(
+        (s) =>
+          `${s.r === chosen ? '*' : ' '}${s.r.name.slice(-1)} p${f(s.prefix)} q${f(s.queue)} kv${f(s.kv)} =${f(total(s))} (w${s.r.waiting} r${s.r.running})`,
+      );
+      console.error(`  sample ${String(sample).padStart(2)}: ${pods.join(' | ')}`);
+    }
     // The index learns from the picker's own decision, before the answer.
     const own = lru.get(chosen) ?? lru.set(chosen, new Map()).get(chosen)!;
     for (const h of blocks) {
@@ -182,6 +213,7 @@ function picker(): Policy {
     return chosen;
   };
   policy.overruled = overruled;
+  policy.decisions = decisions;
   return policy;
 }
 
@@ -189,9 +221,10 @@ function picker(): Policy {
 
 const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
 
-async function run(n: number, policyName: string, policy: Policy, prompts: string[]) {
+async function run(n: number, policyName: string, policy: Policy, prompts: { prompt: string; sample: number }[]) {
   const replicas = await startReplicas(n);
   const before = await Promise.all(replicas.map(tokensComputed));
+  const requestedBefore = await Promise.all(replicas.map(tokensRequested));
   let polling = true;
   const poller = (async () => {
     while (polling) {
@@ -205,8 +238,8 @@ async function run(n: number, policyName: string, policy: Policy, prompts: strin
   const started = performance.now();
   const worker = async () => {
     while (next < prompts.length) {
-      const prompt = prompts[next++]!;
-      const replica = policy(prompt, replicas);
+      const { prompt, sample } = prompts[next++]!;
+      const replica = policy(prompt, replicas, sample);
       sent.set(replica, (sent.get(replica) ?? 0) + 1);
       const t = performance.now();
       const res = await fetch(`http://127.0.0.1:${replica.served.httpPort}/v1/completions`, {
@@ -224,12 +257,14 @@ async function run(n: number, policyName: string, policy: Policy, prompts: strin
   polling = false;
   await poller;
   const after = await Promise.all(replicas.map(tokensComputed));
+  const requested = (await Promise.all(replicas.map(tokensRequested))).reduce((t, a, i) => t + a - requestedBefore[i]!, 0);
   await Promise.all(replicas.map((r) => r.served.stop()));
   latencies.sort((a, b) => a - b);
   return {
     n,
     policyName,
     computed: after.reduce((s, a, i) => s + a - before[i]!, 0),
+    requested,
     perReplica: replicas.map((r) => sent.get(r) ?? 0),
     seconds,
     p50: quantile(latencies, 0.5),
@@ -238,6 +273,7 @@ async function run(n: number, policyName: string, policy: Policy, prompts: strin
 }
 
 const prompts = workload();
+const chars = prompts.map((p) => p.prompt.length);
 const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
 console.log(
   `ctxprobe scale-out benchmark — commit ${commit}, ${os.cpus().length} CPU(s) (${os.cpus()[0]?.model ?? '?'}), ` +
@@ -245,7 +281,7 @@ console.log(
 );
 console.log(
   `workload: CHARPEval 3-shot, ${SAMPLES} samples × 6 continuations = ${prompts.length} string prompts ` +
-    `(${Math.round(prompts.reduce((s, p) => s + p.length, 0) / prompts.length)} characters on average), longest first, ${CONCURRENT} concurrent`,
+    `(${Math.round(chars.reduce((s, c) => s + c, 0) / chars.length)} characters on average), longest first, ${CONCURRENT} concurrent`,
 );
 const results = [];
 for (const n of [1, 2, 3])
@@ -254,16 +290,23 @@ for (const n of [1, 2, 3])
     ['picker', picker],
   ] as const) {
     const policy = make();
-    results.push({ ...(await run(n, name, policy, prompts)), overruled: policy.overruled });
+    if (TRACE) console.error(`N=${n} ${name}:`);
+    results.push({ ...(await run(n, name, policy, prompts)), overruled: policy.overruled, decisions: policy.decisions });
     const r = results.at(-1)!;
-    console.error(`  ran N=${n} ${name}: ${r.computed} tokens computed, ${r.seconds.toFixed(1)} s`);
+    console.error(
+      `  ran N=${n} ${name}: ${r.computed} tokens computed, ${r.seconds.toFixed(1)} s` +
+        (r.decisions ? `; waiting gauges differed at ${r.decisions.queuesDiffer} of ${r.decisions.all} decisions` : ''),
+    );
   }
+console.log(
+  `\n${Math.round(results[0]!.requested / prompts.length)} tokens a prompt on average (ctxprobe_tokens_requested_total over the requests)`,
+);
 const one = results.filter((r) => r.n === 1).reduce((s, r) => s + r.computed, 0) / results.filter((r) => r.n === 1).length;
 console.log(
-  '\n| N | policy | tokens computed | ÷ one replica | requests per replica | past the longest prefix (queue / KV) | p50 (s) | p99 (s) | wall (s) |',
+  '\n| N | policy | tokens computed | ÷ one replica | requests per replica | past the longest prefix (queue / KV) | waiting differed | p50 (s) | p99 (s) | wall (s) |',
 );
-console.log('|---|---|---|---|---|---|---|---|---|');
+console.log('|---|---|---|---|---|---|---|---|---|---|');
 for (const r of results)
   console.log(
-    `| ${r.n} | ${r.policyName} | ${r.computed} | ${(r.computed / one).toFixed(2)}x | ${r.perReplica.join(' / ')} | ${r.overruled ? `${r.overruled.queue} / ${r.overruled.kv}` : '–'} | ${r.p50.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.seconds.toFixed(1)} |`,
+    `| ${r.n} | ${r.policyName} | ${r.computed} | ${(r.computed / one).toFixed(2)}x | ${r.perReplica.join(' / ')} | ${r.overruled ? `${r.overruled.queue} / ${r.overruled.kv}` : '–'} | ${r.decisions ? `${r.decisions.queuesDiffer} / ${r.decisions.all}` : '–'} | ${r.p50.toFixed(3)} | ${r.p99.toFixed(3)} | ${r.seconds.toFixed(1)} |`,
   );
