@@ -50,6 +50,10 @@ export interface ServerOptions extends ServiceOptions {
   maxMessageBytes?: number;
   /** Serve gRPC and HTTP over TLS (mutual TLS on both when a client CA is given). */
   tls?: TlsFiles;
+  /** Serve the HTTP port without TLS though `tls` is given: behind a gateway that carries
+   * TLS to the clients and speaks plaintext HTTP to its endpoints, as one routing to an
+   * InferencePool does. gRPC keeps TLS; bearer tokens still apply. */
+  httpPlaintext?: boolean;
   /** When non-empty, every call but health checks needs `authorization: Bearer <token>`. */
   authTokens?: string[];
   /** Called once when a model's session thread dies (health is NOT_SERVING by then): the
@@ -133,7 +137,11 @@ export class CtxprobeServer {
     );
     dropUnkeepableDeadlines(grpcServer);
     if ((options.httpPort ?? -1) >= 0) {
-      const app = buildHttpApp(server.service, { checkToken, tls: tlsMaterial, maxBodyBytes: options.maxMessageBytes });
+      const app = buildHttpApp(server.service, {
+        checkToken,
+        tls: options.httpPlaintext ? undefined : tlsMaterial,
+        maxBodyBytes: options.maxMessageBytes,
+      });
       await bound(
         '--http-port',
         `${host}:${options.httpPort}`,

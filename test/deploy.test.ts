@@ -68,7 +68,7 @@ describe('Grafana dashboard against a running server', () => {
 
   it('alerts and autoscaling name exported metrics too', () => {
     const alertExprs = (parseYaml(read('prometheus/alerts.yml')).groups[0].rules as any[]).map((r) => r.expr as string);
-    const adapter = parseYaml(read('k8s/prometheus-adapter-rules.yaml')).rules.custom[0].seriesQuery as string;
+    const adapter = parseYaml(read('k8s/base/prometheus-adapter-rules.yaml')).rules.custom[0].seriesQuery as string;
     for (const name of [...alertExprs, adapter].flatMap(metricNames)) expect(exported).toContain(name);
   });
 });
@@ -136,16 +136,16 @@ describe.skipIf(!promtool)('errors and alerts over both transports (promtool tes
   });
 
   it('ship the same alerts to the Prometheus Operator as a PrometheusRule', () => {
-    const rule = parseYaml(read('k8s/prometheusrule.yaml'));
+    const rule = parseYaml(read('k8s/base/prometheusrule.yaml'));
     expect(rule.kind).toBe('PrometheusRule');
     expect(rule.spec).toEqual(parseYaml(read('prometheus/alerts.yml')));
-    expect(parseYaml(read('k8s/kustomization.yaml')).resources).toContain('prometheusrule.yaml');
+    expect(parseYaml(read('k8s/base/kustomization.yaml')).resources).toContain('prometheusrule.yaml');
   });
 });
 
 describe('Kubernetes manifests', () => {
-  const kustomization = parseYaml(read('k8s/kustomization.yaml'));
-  const docs = (kustomization.resources as string[]).flatMap((f) => parseAllDocuments(read(`k8s/${f}`)).map((d) => d.toJS()));
+  const kustomization = parseYaml(read('k8s/base/kustomization.yaml'));
+  const docs = (kustomization.resources as string[]).flatMap((f) => parseAllDocuments(read(`k8s/base/${f}`)).map((d) => d.toJS()));
   const byKind = (kind: string) => docs.filter((d) => d.kind === kind);
 
   it('parse, and the kustomization lists files that exist', () => {
@@ -195,6 +195,222 @@ describe('Kubernetes manifests', () => {
     expect(matches(pdb.spec.selector.matchLabels)).toBe(true);
     const models = byKind('ConfigMap')[0].data;
     for (const json of Object.values(models) as string[]) expect(JSON.parse(json).path).toMatch(/^\/checkpoints\//);
+  });
+});
+
+/** `kubectl kustomize DIR` (kustomize's own rendering) where kubectl is installed. */
+const kubectl = ['/usr/bin/kubectl', '/usr/local/bin/kubectl'].find((p) => fs.existsSync(p));
+if (!kubectl) console.warn('kustomize rendering checked by hand only: no kubectl');
+
+/** A kustomization rendered as far as these manifests use kustomize: resources (files and
+ * directories with their own kustomization), namespace, label pairs, images, and
+ * strategic-merge patches (maps merged, lists of named items merged by name, other lists
+ * replaced). */
+function kustomize(dir: string): any[] {
+  const k = parseYaml(fs.readFileSync(path.join(dir, 'kustomization.yaml'), 'utf8'));
+  const docs: any[] = (k.resources as string[]).flatMap((r) => {
+    const at = path.join(dir, r);
+    return fs.statSync(at).isDirectory() ? kustomize(at) : parseAllDocuments(fs.readFileSync(at, 'utf8')).map((d) => d.toJS());
+  });
+  for (const patch of k.patches ?? []) {
+    const p = parseYaml(fs.readFileSync(path.join(dir, patch.path), 'utf8'));
+    const target = docs.find((d) => d.kind === p.kind && d.metadata.name === p.metadata.name);
+    if (!target) throw new Error(`patch ${patch.path}: no ${p.kind} ${p.metadata.name}`);
+    mergeInto(target, p);
+  }
+  const clusterScoped = new Set(['Namespace', 'ClusterRole', 'ClusterRoleBinding']);
+  for (const d of docs) {
+    if (k.namespace && !clusterScoped.has(d.kind)) d.metadata.namespace = k.namespace;
+    if (k.namespace && d.kind === 'RoleBinding')
+      for (const sub of d.subjects) if (sub.kind === 'ServiceAccount') sub.namespace = k.namespace;
+    for (const l of k.labels ?? []) d.metadata.labels = { ...d.metadata.labels, ...l.pairs };
+    for (const c of d.spec?.template?.spec?.containers ?? []) {
+      const image = (k.images ?? []).find((i: any) => c.image.split(':')[0] === i.name);
+      if (image) c.image = `${image.newName ?? image.name}${image.newTag ? `:${image.newTag}` : ''}`;
+    }
+  }
+  return docs;
+}
+
+function mergeInto(target: any, patch: any): void {
+  for (const [key, value] of Object.entries(patch)) {
+    const have = target[key];
+    if (Array.isArray(value) && Array.isArray(have) && value.every((v: any) => v?.name !== undefined)) {
+      // New items go first, as kustomize puts them.
+      const added: any[] = [];
+      for (const item of value as any[]) {
+        const same = have.find((h: any) => h.name === item.name);
+        if (same) mergeInto(same, item);
+        else added.push(item);
+      }
+      have.unshift(...added);
+    } else if (value && typeof value === 'object' && !Array.isArray(value) && have && typeof have === 'object') mergeInto(have, value);
+    else target[key] = value;
+  }
+}
+
+describe('Kubernetes: the base and the inference-gateway overlay', () => {
+  const k8s = path.join(deploy, 'k8s');
+  const overlay = path.join(k8s, 'inference-gateway');
+
+  it('deploy/k8s is the base; the overlay names it as a sibling (kustomize refuses an ancestor as a cycle)', () => {
+    expect(parseYaml(read('k8s/kustomization.yaml')).resources).toEqual(['base']);
+    const bases = (parseYaml(read('k8s/inference-gateway/kustomization.yaml')).resources as string[]).filter((r) =>
+      fs.statSync(path.join(overlay, r)).isDirectory(),
+    );
+    expect(bases).toEqual(['../base']);
+    expect(overlay.startsWith(path.resolve(overlay, '../base') + path.sep)).toBe(false);
+  });
+
+  it.skipIf(!kubectl)('kustomize renders both, and as resolved here', () => {
+    const render = (dir: string) =>
+      parseAllDocuments(execFileSync(kubectl!, ['kustomize', dir], { encoding: 'utf8' })).map((d) => d.toJS());
+    const key = (d: any) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`;
+    const sorted = (docs: any[]) => [...docs].sort((a, b) => key(a).localeCompare(key(b)));
+    for (const dir of [k8s, overlay]) {
+      const theirs = sorted(render(dir));
+      const ours = sorted(kustomize(dir));
+      expect(theirs.map(key)).toEqual(ours.map(key));
+      theirs.forEach((d, i) => expect(d, key(d)).toEqual(ours[i]));
+    }
+  });
+
+  describe('the overlay', () => {
+    const docs = kustomize(overlay);
+    const one = (kind: string, name?: string) => {
+      const found = docs.filter((d) => d.kind === kind && (name === undefined || d.metadata.name === name));
+      expect(found, `${kind} ${name ?? ''}`).toHaveLength(1);
+      return found[0];
+    };
+    const ctxprobe = one('Deployment', 'ctxprobe');
+    const picker = one('Deployment', 'ctxprobe-picker');
+    const pool = one('InferencePool');
+    const podLabels = (d: any) => d.spec.template.metadata.labels as Record<string, string>;
+    const selects = (selector: Record<string, string>, labels: Record<string, string>) =>
+      Object.entries(selector).every(([k, v]) => labels[k] === v);
+    const container = (d: any, name?: string) => d.spec.template.spec.containers.find((c: any) => name === undefined || c.name === name);
+    const flag = (args: string[], name: string) => args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
+    const pickerConfigMap = one('ConfigMap', 'ctxprobe-picker');
+    const configPath = flag(container(picker, 'epp').args, 'config-file')!;
+    const config = parseYaml(pickerConfigMap.data[path.basename(configPath)]);
+
+    it('selects the ctxprobe pods, and only them, on their HTTP port', () => {
+      expect(pool.apiVersion).toBe('inference.networking.k8s.io/v1');
+      expect(selects(pool.spec.selector.matchLabels, podLabels(ctxprobe))).toBe(true);
+      expect(selects(pool.spec.selector.matchLabels, podLabels(picker))).toBe(false);
+      expect(pool.spec.targetPorts.length).toBeGreaterThanOrEqual(1);
+      expect(pool.spec.targetPorts.length).toBeLessThanOrEqual(8);
+      const ports = container(ctxprobe, 'ctxprobe').ports;
+      for (const t of pool.spec.targetPorts) expect(ports.find((p: any) => p.containerPort === t.number)?.name).toBe('http');
+    });
+
+    it("serves that port in plaintext behind the Gateway; gRPC keeps TLS; the engine-type label picks ctxprobe's metric names", () => {
+      const c = container(ctxprobe, 'ctxprobe');
+      expect(c.env.find((e: any) => e.name === 'CTXPROBE_HTTP_PLAINTEXT')?.value).toBe('true');
+      expect(c.args).toContain('--tls-cert');
+      const extractor = config.plugins.find((p: any) => p.type === 'core-metrics-extractor');
+      const engine = extractor.parameters.engineConfigs.find((e: any) => e.name === 'ctxprobe');
+      expect(podLabels(ctxprobe)[extractor.parameters.engineLabelKey]).toBe(engine.name);
+      expect(extractor.parameters.engineLabelKey).toBe('llm-d.ai/engine-type');
+    });
+
+    it("points at the picker's Service and port, which reach the picker's ext_proc port", () => {
+      const ref = pool.spec.endpointPickerRef;
+      expect(ref.kind ?? 'Service').toBe('Service');
+      const service = one('Service', ref.name);
+      expect(selects(service.spec.selector, podLabels(picker))).toBe(true);
+      const port = service.spec.ports.find((p: any) => p.port === ref.port.number);
+      expect(port).toBeDefined();
+      const target = container(picker, 'epp').ports.find((p: any) => p.name === port.targetPort || p.containerPort === port.targetPort);
+      // The picker's ext_proc port: --grpc-port, 9002 unless given.
+      expect(target.containerPort).toBe(Number(flag(container(picker, 'epp').args, 'grpc-port') ?? 9002));
+    });
+
+    it('routes the OpenAI routes of a Gateway to the pool', () => {
+      const route = one('HTTPRoute');
+      expect(route.spec.parentRefs[0]).toMatchObject({ group: 'gateway.networking.k8s.io', kind: 'Gateway' });
+      const rule = route.spec.rules[0];
+      expect(rule.backendRefs).toEqual([{ group: 'inference.networking.k8s.io', kind: 'InferencePool', name: pool.metadata.name }]);
+      expect(rule.matches.map((m: any) => m.path.value)).toEqual(['/v1/completions', '/v1/chat/completions']);
+    });
+
+    it('runs the picker with its configuration mounted, for this pool, reading metrics on the metrics port', () => {
+      const epp = container(picker, 'epp');
+      const mount = epp.volumeMounts.find((m: any) => configPath.startsWith(m.mountPath + '/'));
+      const volume = picker.spec.template.spec.volumes.find((v: any) => v.name === mount.name);
+      expect(volume.configMap.name).toBe(pickerConfigMap.metadata.name);
+      expect(flag(epp.args, 'pool-name')).toBe(pool.metadata.name);
+      expect(flag(epp.args, 'pool-group')).toBe('inference.networking.k8s.io');
+      const metricsPort = container(ctxprobe, 'ctxprobe').ports.find((p: any) => p.name === 'metrics').containerPort;
+      expect(Number(flag(epp.args, 'model-server-metrics-port'))).toBe(metricsPort);
+      expect(picker.spec.replicas).toBe(1);
+    });
+
+    it('scores prefix 3, queue 2, KV-cache 2, with plugins the configuration declares', () => {
+      expect(config.kind).toBe('EndpointPickerConfig');
+      const declared = new Set(config.plugins.map((p: any) => p.name ?? p.type));
+      const weights = Object.fromEntries(
+        config.schedulingProfiles[0].plugins.map((p: any) => [
+          config.plugins.find((q: any) => (q.name ?? q.type) === p.pluginRef).type,
+          p.weight,
+        ]),
+      );
+      expect(weights).toEqual({ 'prefix-cache-scorer': 3, 'queue-scorer': 2, 'kv-cache-utilization-scorer': 2 });
+      for (const source of config.dataLayer.sources) {
+        expect(declared).toContain(source.pluginRef);
+        for (const e of source.extractors) expect(declared).toContain(e.pluginRef);
+      }
+    });
+
+    it('lets the picker reach the metrics port; its service account may read pods and the pool', () => {
+      const policy = one('NetworkPolicy', 'ctxprobe-picker-scrape');
+      expect(selects(policy.spec.podSelector.matchLabels, podLabels(ctxprobe))).toBe(true);
+      expect(selects(policy.spec.ingress[0].from[0].podSelector.matchLabels, podLabels(picker))).toBe(true);
+      expect(policy.spec.ingress[0].ports.map((p: any) => p.port)).toEqual(['metrics']);
+      const account = picker.spec.template.spec.serviceAccountName;
+      expect(one('ServiceAccount', account)).toBeDefined();
+      const binding = one('RoleBinding');
+      expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: account, namespace: 'ctxprobe' }]);
+      const role = one('Role', binding.roleRef.name);
+      const may = (group: string, resource: string) =>
+        role.rules.some(
+          (r: any) =>
+            r.apiGroups.includes(group) && r.resources.includes(resource) && ['get', 'watch', 'list'].every((v) => r.verbs.includes(v)),
+        );
+      expect(may('', 'pods')).toBe(true);
+      expect(may('inference.networking.k8s.io', 'inferencepools')).toBe(true);
+    });
+
+    describe("names metrics that a running server exports, on the base's model", () => {
+      const modelName = JSON.parse(Object.values(one('ConfigMap', 'ctxprobe-models').data)[0] as string).name as string;
+      let server: CtxprobeServer;
+      let series: string[];
+      beforeAll(async () => {
+        const model = await loadModel({ name: modelName, path: makeFixture(FAMILY_FIXTURES.llama!).dir, threads: 1 });
+        server = await CtxprobeServer.start({ port: 0, metricsPort: 0 });
+        server.addModel(model);
+        server.setServing();
+        series = [...(await scrape(server.metricsPort!)).keys()];
+      });
+      afterAll(async () => server?.close());
+
+      it('each spec of the ctxprobe engine matches a series of /metrics', () => {
+        const extractor = config.plugins.find((p: any) => p.type === 'core-metrics-extractor');
+        const engine = extractor.parameters.engineConfigs.find((e: any) => e.name === 'ctxprobe');
+        const specs = ['queuedRequestsSpec', 'runningRequestsSpec', 'kvUsageSpec', 'cacheInfoSpec'].map((k) => engine[k] as string);
+        for (const spec of specs) {
+          const [, name, labels] = /^([a-z_:]+)\{(.*)\}$/.exec(spec)!;
+          expect(labels).toBe(`model="${modelName}"`);
+          expect(
+            series.some((s) => s.startsWith(`${name}{`) && s.includes(labels!)),
+            `${spec} in /metrics`,
+          ).toBe(true);
+        }
+        const info = series.find((s) => s.startsWith('ctxprobe_cache_config_info{'))!;
+        expect(info).toMatch(/block_size="\d+"/);
+        expect(info).toMatch(/num_gpu_blocks="\d+"/);
+      });
+    });
   });
 });
 

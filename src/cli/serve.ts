@@ -31,6 +31,7 @@ interface ServeFlags extends ModelFlags {
   tlsCert?: string;
   tlsKey?: string;
   tlsClientCa?: string;
+  httpPlaintext?: boolean;
   authTokenFile?: string;
   metricsPort: number;
   maxQueueDelayMs: number;
@@ -95,6 +96,12 @@ function withListenFlags(cmd: Command): Command {
       new Option('--tls-client-ca <file>', 'PEM CA bundle: both ports require client certificates it signed (mutual TLS)').env(
         'CTXPROBE_TLS_CLIENT_CA',
       ),
+    )
+    .addOption(
+      new Option(
+        '--http-plaintext',
+        'serve the HTTP port without TLS though --tls-cert is given (behind a gateway that carries TLS, e.g. to an InferencePool); tokens still apply',
+      ).env('CTXPROBE_HTTP_PLAINTEXT'),
     )
     .addOption(
       new Option('--auth-token-file <file>', 'bearer tokens, one per line: every call but health checks needs one').env(
@@ -200,6 +207,7 @@ async function serve(flags: ServeFlags): Promise<void> {
   });
   const server = await CtxprobeServer.start({
     tls,
+    httpPlaintext: flags.httpPlaintext,
     authTokens,
     metricsTls: flags.metricsTls,
     metricsAuth: flags.metricsAuth,
@@ -239,7 +247,8 @@ async function serve(flags: ServeFlags): Promise<void> {
 /** The `listening` line: each port, its security, health (NOT_SERVING until the models are loaded). */
 function logListening(server: CtxprobeServer, flags: ServeFlags, tls: TlsFiles | undefined, authTokens: string[]): void {
   const httpHost = flags.host.includes(':') ? `[${flags.host}]` : flags.host;
-  const httpBase = server.httpPort === undefined ? undefined : `${tls ? 'https' : 'http'}://${httpHost}:${server.httpPort}`;
+  const httpTls = tls !== undefined && !flags.httpPlaintext;
+  const httpBase = server.httpPort === undefined ? undefined : `${httpTls ? 'https' : 'http'}://${httpHost}:${server.httpPort}`;
   log({
     level: 'info',
     event: 'listening',
@@ -251,6 +260,7 @@ function logListening(server: CtxprobeServer, flags: ServeFlags, tls: TlsFiles |
     healthPort: server.healthPort,
     metricsHost: flags.metricsHost,
     tls: tls ? (tls.clientCa ? 'mutual' : 'server') : 'off',
+    ...(tls && flags.httpPlaintext ? { httpTls: 'off' } : {}),
     auth: authTokens.length > 0 ? 'bearer' : 'off',
     health: 'NOT_SERVING',
   });

@@ -45,6 +45,15 @@ export interface SchedulerMetrics {
   cacheEvictions: Count;
   /** The cache's bytes, entries and budget, read when scraped. */
   watchCache(model: string, cache: PrefixCache): void;
+  /** Requests waiting and running, and the KV held, read when scraped. */
+  watchScheduler?(model: string, scheduler: SchedulerState): void;
+}
+
+/** What the model server protocol's gauges read of a scheduler. */
+export interface SchedulerState {
+  readonly requestsWaiting: number;
+  readonly requestsRunning: number;
+  kvUse(): { bytes: number; budgetBytes: number; bytesPerToken: number };
 }
 
 export interface BatcherOptions {
@@ -94,7 +103,7 @@ export interface Submitted {
   cancel(): void;
 }
 
-export class Batcher {
+export class Batcher implements SchedulerState {
   readonly maxRoundTokens: number;
   readonly maxQueueDelayMs: number;
   readonly maxQueuedTokens: number;
@@ -122,10 +131,40 @@ export class Batcher {
     this.maxQueuedTokens = options.maxQueuedTokens ?? 1 << 20;
     this.linkTokens = scorer.maxBatchTokens;
     if (scorer.cache) metrics?.watchCache(model, scorer.cache);
+    metrics?.watchScheduler?.(model, this);
   }
 
   get queuedItems(): number {
     return this.queue.reduce((n, j) => n + j.queuedUnits, 0);
+  }
+
+  /** Requests the scheduler cannot take into its next round: admitted (queued, not yet
+   * answered), neither in the running round nor among those the next round would take —
+   * the round's tokens (`maxRoundTokens`) are spent before their turn. Nonzero only while
+   * the queue holds more than a round's worth: the scheduler is full (vLLM's
+   * num_requests_waiting, requests its running batch has no room for). */
+  get requestsWaiting(): number {
+    const running = this.requestsInRounds();
+    return this.queue.reduce((n, j) => n + (running.has(j) ? 0 : 1), 0);
+  }
+
+  /** Requests in the running round (not yet answered) and those the next round would take,
+   * in whole or in part. */
+  get requestsRunning(): number {
+    return this.requestsInRounds().size;
+  }
+
+  /** The requests of the running round and of the next (as `nextRound` would take them if
+   * it started now), computed when scraped. */
+  private requestsInRounds(): Set<Job> {
+    const jobs = new Set<Job>();
+    for (const j of this.runningJobs) if (!j.cancelled && j.done < j.units.length) jobs.add(j);
+    for (const { job } of this.nextRound()) jobs.add(job);
+    return jobs;
+  }
+
+  kvUse(): { bytes: number; budgetBytes: number; bytesPerToken: number } {
+    return this.scorer.kvUse();
   }
 
   submit(units: Unit[], options: { continuing?: boolean } = {}): Submitted {
@@ -264,28 +303,44 @@ export class Batcher {
     this.immediate = undefined;
   }
 
-  /** The items of the next round: the queued requests in turn, each at most its share of
-   * the round's tokens (and at least one item while the round has room), then those with
-   * items left to the back of the queue. */
-  private takeRound(): Item[] {
+  /** What the next round takes, without taking it: the queued requests with items ready,
+   * in turn, each its first `count` items — at most its share of the round's tokens
+   * (`maxRoundTokens` over the requests with items ready), and at least one item while the
+   * round has room — until the round's tokens are spent. `tokens`: the tokens it takes of
+   * the request. The one rule the rounds follow (takeRound) and the gauges report. */
+  private nextRound(): { job: Job; count: number; tokens: number }[] {
     const waiting = this.queue.filter((j) => j.ready.length > 0);
     const share = Math.max(1, Math.ceil(this.maxRoundTokens / Math.max(1, waiting.length)));
-    const items: Item[] = [];
+    const taken: { job: Job; count: number; tokens: number }[] = [];
+    let items = 0;
     let tokens = 0;
-    const served: Job[] = [];
     for (const job of waiting) {
-      if (items.length > 0 && tokens >= this.maxRoundTokens) break;
+      if (items > 0 && tokens >= this.maxRoundTokens) break;
       let own = 0;
-      while (job.ready.length > 0) {
-        const next = job.ready[0]!;
+      let count = 0;
+      for (const next of job.ready) {
         const fits =
-          (own === 0 && (items.length === 0 || tokens + next.tokens <= this.maxRoundTokens)) ||
+          (own === 0 && (items === 0 || tokens + next.tokens <= this.maxRoundTokens)) ||
           (own + next.tokens <= share && tokens + next.tokens <= this.maxRoundTokens);
         if (!fits) break;
-        job.ready.shift();
-        items.push(next);
+        count++;
+        items++;
         own += next.tokens;
         tokens += next.tokens;
+      }
+      if (count > 0) taken.push({ job, count, tokens: own });
+    }
+    return taken;
+  }
+
+  /** The items of the next round (nextRound), taken from their requests; then the requests
+   * served go to the back of the queue. */
+  private takeRound(): Item[] {
+    const items: Item[] = [];
+    const served: Job[] = [];
+    for (const { job, count, tokens } of this.nextRound()) {
+      for (const next of job.ready.splice(0, count)) {
+        items.push(next);
         job.tokens -= next.tokens;
         this.queuedTokens -= next.tokens;
         if (!next.chain || next.unit.prefix.length === 0) {
@@ -293,7 +348,7 @@ export class Batcher {
           this.metrics?.unitsQueued.dec({ model: this.model });
         }
       }
-      if (own > 0) served.push(job);
+      if (tokens > 0) served.push(job);
     }
     // Served requests go behind the others; one with nothing ready (a chain's link still
     // running) stays queued until it has.

@@ -82,6 +82,20 @@ export class Scorer {
     }
   }
 
+  /** KV this model holds now and what it may hold: the prefix cache's bytes (kept between
+   * rounds, and pinned or added by the round running) plus the running passes' own, over
+   * the cache's budget plus one pass's (its past bound, where the device has one, and its
+   * new positions). The model server protocol's KV-cache use is their ratio. */
+  kvUse(): { bytes: number; budgetBytes: number; bytesPerToken: number } {
+    const bytesPerToken = this.engine.kvBytesPerToken;
+    const pass = (Number.isFinite(this.maxPastBytes) ? this.maxPastBytes : 0) + this.maxBatchTokens * bytesPerToken;
+    return {
+      bytes: (this.cache?.bytes ?? 0) + this.engine.runningPassKvBytes,
+      budgetBytes: (this.cache?.budget ?? 0) + pass,
+      bytesPerToken,
+    };
+  }
+
   private get planOptions(): PlanOptions {
     return {
       maxBatchTokens: this.maxBatchTokens,

@@ -274,6 +274,13 @@ export class Engine {
 
   private readonly passListeners: ((pass: PassRecord) => void)[] = [];
 
+  /** KV bytes of the passes running now: each one's rows × (past + new positions). What
+   * the model holds beyond its prefix cache while it computes (the KV-cache gauge). */
+  get runningPassKvBytes(): number {
+    return this.passKvBytes;
+  }
+  private passKvBytes = 0;
+
   /** `listener` hears of every forward pass this engine runs (what metrics count). */
   onPass(listener: (pass: PassRecord) => void): void {
     this.passListeners.push(listener);
@@ -395,18 +402,25 @@ export class Engine {
     const inputBytes = bytesOf(Object.values(feeds));
     const session = await this.sessionFor(shape.probing);
     const started = performance.now();
-    const ran = await this.host.run({
-      session,
-      feeds,
-      fetches,
-      past: req.past?.handle,
-      pastRows: req.rows.map((r) => r.pastRow),
-      pastLengths: shape.pastLengths,
-      pastSlots: shape.P,
-      numLayers: this.config.numLayers,
-      keepPresent: req.keepPresent,
-      emptyPast: { type: kvDType(this.device.dtype), dims: [shape.B, this.config.numKvHeads, 0, this.config.headDim] },
-    });
+    const kvBytes = shape.B * (shape.P + shape.T) * this.kvBytesPerToken;
+    this.passKvBytes += kvBytes;
+    let ran: RunResult;
+    try {
+      ran = await this.host.run({
+        session,
+        feeds,
+        fetches,
+        past: req.past?.handle,
+        pastRows: req.rows.map((r) => r.pastRow),
+        pastLengths: shape.pastLengths,
+        pastSlots: shape.P,
+        numLayers: this.config.numLayers,
+        keepPresent: req.keepPresent,
+        emptyPast: { type: kvDType(this.device.dtype), dims: [shape.B, this.config.numKvHeads, 0, this.config.headDim] },
+      });
+    } finally {
+      this.passKvBytes -= kvBytes;
+    }
     if (this.passListeners.length > 0) this.recordPass(req, shape, ran, inputBytes, (performance.now() - started) / 1000);
     return passResult(req, shape, ran.outputs, ran.present);
   }

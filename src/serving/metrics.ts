@@ -10,6 +10,19 @@ export interface WatchedCache {
   stats(): { bytes: number; entries: number };
 }
 
+/** What the model server protocol's gauges read of a model's scheduler (core/batcher.ts). */
+export interface WatchedScheduler {
+  readonly requestsWaiting: number;
+  readonly requestsRunning: number;
+  kvUse(): { bytes: number; budgetBytes: number; bytesPerToken: number };
+}
+
+/** Tokens per block in `ctxprobe_cache_config_info`: the block an endpoint picker hashes
+ * prompts by (as blockSizeTokens × 4 characters) and sizes its per-pod index in. ctxprobe's
+ * prefix cache is token-granular, so any size is exact for it; 16 (vLLM's default) keeps
+ * the index at budget / 16 entries while a 64-character block still falls inside a turn. */
+export const KV_BLOCK_TOKENS = 16;
+
 export class Metrics {
   // Registered in the order they are listed here (the order /metrics lists them in), after
   // prom-client's defaults.
@@ -17,6 +30,8 @@ export class Metrics {
   private readonly registers = [this.registry];
   /** Each model's prefix cache, for the cache gauges. */
   private readonly caches = new Map<string, WatchedCache>();
+  /** Each model's scheduler, for the model server protocol's gauges. */
+  private readonly schedulers = new Map<string, WatchedScheduler>();
 
   // Calls (gRPC and HTTP alike).
   readonly requests: client.Counter<'method' | 'code'> = new client.Counter({
@@ -78,21 +93,21 @@ export class Metrics {
     help: 'KV bytes held by the prefix cache',
     labelNames: ['model'],
     registers: this.registers,
-    collect: readEachCache(this.caches, (cache) => cache.stats().bytes),
+    collect: readEach(this.caches, (cache) => cache.stats().bytes),
   });
   readonly cacheBudgetBytes: client.Gauge<'model'> = new client.Gauge({
     name: 'ctxprobe_prefix_cache_budget_bytes',
     help: 'KV bytes the prefix cache may keep between rounds',
     labelNames: ['model'],
     registers: this.registers,
-    collect: readEachCache(this.caches, (cache) => cache.budget),
+    collect: readEach(this.caches, (cache) => cache.budget),
   });
   readonly cacheEntries: client.Gauge<'model'> = new client.Gauge({
     name: 'ctxprobe_prefix_cache_entries',
     help: 'Nodes of the prefix cache trie',
     labelNames: ['model'],
     registers: this.registers,
-    collect: readEachCache(this.caches, (cache) => cache.stats().entries),
+    collect: readEach(this.caches, (cache) => cache.stats().entries),
   });
   readonly cacheEvictions: client.Counter<'model'> = new client.Counter({
     name: 'ctxprobe_prefix_cache_evictions_total',
@@ -162,6 +177,40 @@ export class Metrics {
     labelNames: ['model'],
     registers: this.registers,
   });
+  // The model server protocol of the Gateway API Inference Extension: what an endpoint
+  // picker scores pods by (queue, running, KV-cache use; the block size of its prefix
+  // index), read from each model's scheduler when scraped.
+  readonly requestsWaiting: client.Gauge<'model'> = new client.Gauge({
+    name: 'ctxprobe_requests_waiting',
+    help: "Requests the scheduler cannot take into its next round (the round's tokens are spent before their turn): nonzero only while the queue holds more than a round's worth",
+    labelNames: ['model'],
+    registers: this.registers,
+    collect: readEach(this.schedulers, (s) => s.requestsWaiting),
+  });
+  readonly requestsRunning: client.Gauge<'model'> = new client.Gauge({
+    name: 'ctxprobe_requests_running',
+    help: 'Requests with items in the running round or in the next one (in whole or in part)',
+    labelNames: ['model'],
+    registers: this.registers,
+    collect: readEach(this.schedulers, (s) => s.requestsRunning),
+  });
+  readonly kvCacheUsage: client.Gauge<'model'> = new client.Gauge({
+    name: 'ctxprobe_kv_cache_usage_ratio',
+    help: "KV held (the prefix cache's and the running passes') over its budget (the prefix cache budget plus one pass's past and new positions), 0 to 1",
+    labelNames: ['model'],
+    registers: this.registers,
+    collect: readEach(this.schedulers, (s) => {
+      const { bytes, budgetBytes } = s.kvUse();
+      return budgetBytes > 0 ? Math.min(1, bytes / budgetBytes) : 0;
+    }),
+  });
+  readonly cacheConfigInfo: client.Gauge<'model' | 'block_size' | 'num_gpu_blocks'> = new client.Gauge({
+    name: 'ctxprobe_cache_config_info',
+    help: 'Always 1: block_size is the block in tokens an endpoint picker hashes prompts by, num_gpu_blocks the KV budget in such blocks',
+    labelNames: ['model', 'block_size', 'num_gpu_blocks'],
+    registers: this.registers,
+    collect: cacheConfigOfEach(this.schedulers),
+  });
   readonly callsInFlight: client.Gauge = new client.Gauge({
     name: 'ctxprobe_calls_in_flight',
     help: 'Calls (gRPC and HTTP) being answered; a drain waits for them',
@@ -177,6 +226,11 @@ export class Metrics {
   /** Report `model`'s prefix cache in the gauges, as it is when scraped. */
   watchCache(model: string, cache: WatchedCache): void {
     this.caches.set(model, cache);
+  }
+
+  /** Report `model`'s requests waiting and running and its KV use, as they are when scraped. */
+  watchScheduler(model: string, scheduler: WatchedScheduler): void {
+    this.schedulers.set(model, scheduler);
   }
 
   /** Serve /metrics over HTTP (or HTTPS with `tls`; a bearer token with `checkToken`);
@@ -230,9 +284,22 @@ function registryWithDefaults(): client.Registry {
   return registry;
 }
 
-/** A cache gauge's collect: what `read` says of each watched model's cache. */
-function readEachCache(caches: ReadonlyMap<string, WatchedCache>, read: (cache: WatchedCache) => number) {
+/** A gauge's collect: what `read` says of each watched model's cache or scheduler. */
+function readEach<T>(watched: ReadonlyMap<string, T>, read: (it: T) => number) {
   return function (this: client.Gauge<'model'>) {
-    for (const [model, cache] of caches) this.set({ model }, read(cache));
+    for (const [model, it] of watched) this.set({ model }, read(it));
+  };
+}
+
+/** The info gauge's collect: one series of value 1 per model, its block size and budget in
+ * blocks as labels (what vLLM's cache_config_info carries). */
+function cacheConfigOfEach(schedulers: ReadonlyMap<string, WatchedScheduler>) {
+  return function (this: client.Gauge<'model' | 'block_size' | 'num_gpu_blocks'>) {
+    this.reset();
+    for (const [model, s] of schedulers) {
+      const { budgetBytes, bytesPerToken } = s.kvUse();
+      const blocks = Math.floor(budgetBytes / (KV_BLOCK_TOKENS * bytesPerToken));
+      this.set({ model, block_size: String(KV_BLOCK_TOKENS), num_gpu_blocks: String(blocks) }, 1);
+    }
   };
 }
