@@ -30,7 +30,7 @@ const LEFT_OUT: [RegExp, string][] = [
     'benchmarks: minutes of a GPU at the 360M shape, far longer on lavapipe; test/webgpu.test.ts checks the same contracts on lavapipe',
   ],
   [
-    /^(npm run bench|npx tsx bench\/(?!memory-table\.ts))/,
+    /^(npm run bench|(npm run build && )?npx tsx bench\/(?!memory-table\.ts))/,
     'benchmarks: minutes each on two cores, printing figures and asserting nothing (bench/RESULTS.md holds what they printed); the tests assert the same behaviour',
   ],
   [/^npx vitest run /, 'test files: the suite this file belongs to runs them'],
