@@ -21,8 +21,8 @@ function quantizedGguf(): string {
 
 /** Serve `model` with the cache in `cache` (every size cached), score, stop: what the cache
  * did and the answer. */
-async function serveOnce(model: string, cache: string): Promise<{ cache: string; logprobs: number[] }> {
-  const s = await serveCli(model, ['--weights-cache', cache, '--metrics-port', '-1'], { CTXPROBE_WEIGHTS_CACHE_MIN_BYTES: '0' });
+async function serveOnce(model: string, cache: string, minBytes = '0'): Promise<{ cache: string; logprobs: number[] }> {
+  const s = await serveCli(model, ['--weights-cache', cache, '--metrics-port', '-1'], { CTXPROBE_WEIGHTS_CACHE_MIN_BYTES: minBytes });
   running.push(s);
   try {
     const { status, body } = await postJson(`http://127.0.0.1:${s.httpPort}`, '/v1/score', {
@@ -84,5 +84,28 @@ describe('the weights cache', () => {
     expect(shared.cache).toMatch(/may be written by other users: not used/);
     expect(entries(open)).toEqual([]);
     expect((await serveOnce(model, 'off')).cache).toBe('off (--weights-cache off)');
+  });
+
+  // CI caught two test files' servers loading one fixture at once: the second failed the
+  // start with EEXIST on the shared copy's name. Each load writes a file of its own now.
+  it('servers starting at once on one model and one cache each load and answer the same, cached or not', async () => {
+    const model = quantizedGguf();
+    const cache = path.join(tempDir('weights-cache'), 'weights');
+    const cached = await Promise.all([1, 2, 3].map(() => serveOnce(model, cache)));
+    for (const s of cached) {
+      expect(s.cache).toMatch(/^filled .*\.held$/);
+      expect(s.logprobs).toEqual(cached[0]!.logprobs);
+    }
+    expect(entries(cache).map((f) => path.extname(f))).toEqual(['.held', '.json']);
+    // The last rename won, and its record says so: the next start reuses it.
+    expect((await serveOnce(model, cache)).cache).toBe(cached[0]!.cache.replace('filled', 'reused'));
+    const small = model.replace(/\.gguf$/, '-small.gguf');
+    fs.copyFileSync(model, small);
+    const uncached = await Promise.all([1, 2, 3].map(() => serveOnce(small, cache, String(2 ** 30))));
+    for (const s of uncached) {
+      expect(s.cache).toMatch(/^not cached: \d+ bytes/);
+      expect(s.logprobs).toEqual(cached[0]!.logprobs);
+    }
+    expect(entries(cache).map((f) => path.extname(f))).toEqual(['.held', '.json']);
   });
 });

@@ -20,7 +20,7 @@ import type { CheckpointLinks } from '../checkpoint/files.js';
 import type { TextTokenizer } from '../text/tokenizer.js';
 import { passFeeds, passFetches, passResult, type PassShape } from './pass.js';
 import { checkFinite } from './finite-check.js';
-import { cacheUse, heldCachePath } from '../weights/held-cache.js';
+import { buildWithHeldCache, heldCachePath } from '../weights/held-cache.js';
 import { throttled, type LoadProgressListener } from '../common/load-progress.js';
 import type { ForwardRequest, ForwardResult, PassRecord, PastKV } from './pass-types.js';
 
@@ -166,16 +166,19 @@ export class Engine {
       ...(quantizedActivations && { quantizedActivations }),
       ...(quantize && { quantize }),
     });
-    const modelWeights = graphWeights('file' in cached ? cached.file : undefined);
-    const graph = buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind, modelWeights);
-    const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
     // A copy from the weights cache was made from these very files, scanned and checked then.
-    const cache = cacheUse(cached, dir, graph.heldWeights, opened.files);
+    const { graph, cache } = buildWithHeldCache(cached, dir, opened.files, (heldFile) =>
+      buildDecoderGraph(config, ckpt, device.dtype, separateProbe ? undefined : probeTap(), device.kind, graphWeights(heldFile)),
+    );
+    const runOptions = sessionOptions(graph.weightsDir, device, config.numLayers);
     if (cache.kind !== 'reuse') await findNonFinite(opened.scan, throttled('scan', 'bytes', options.progress));
     // The chat template is compiled now, once, in its own process: one that does not parse
     // refuses the model here, naming its file, rather than failing every chat request.
     await tokenizer.startChatTemplate();
+    // A copy being made for the cache is this load's own file until commit: gone on a failure.
+    const dropPartial = () => cache.kind === 'fill' && cache.drop();
     const failed = async (e: Error): Promise<never> => {
+      dropPartial();
       await tokenizer.close();
       sessionFailure(device, e);
     };
@@ -226,6 +229,7 @@ export class Engine {
     options.progress?.({ step: 'check' });
     if (cache.kind !== 'reuse')
       await checkFinite(opened.name, config, (req) => engine.forward(req)).catch(async (e) => {
+        dropPartial();
         await engine.release();
         throw e;
       });
