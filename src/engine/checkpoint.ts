@@ -98,7 +98,12 @@ function openFolder(dir: string, links: CheckpointLinks): OpenedCheckpoint {
 }
 
 /** A GPTQ / AWQ checkpoint: its quantized linears computed in float32 (as a GGUF's are). */
-function openQuantizedFolder(dir: string, config: ModelConfig, ckpt: HfQuantizedCheckpoint, tokenizer: () => TextTokenizer): OpenedCheckpoint {
+function openQuantizedFolder(
+  dir: string,
+  config: ModelConfig,
+  ckpt: HfQuantizedCheckpoint,
+  tokenizer: () => TextTokenizer,
+): OpenedCheckpoint {
   checkTensorsAgainstConfig(config, ckpt.tensors, dir);
   return {
     config,
@@ -119,12 +124,16 @@ function openGguf(file: string): OpenedCheckpoint {
   const config = ggufModelConfig(model, file);
   const ckpt = new GgufCheckpoint(g, model);
   checkTensorsAgainstConfig(config, ckpt.tensors, file);
+  const read = new Set([...model.names.values()].map((ref) => ref.tensor));
   return {
     config,
     weights: ckpt,
     scan: ckpt.scanList(),
     storedDtype: config.torchDtype ?? single(ckpt.dtypes),
-    stored: [...g.tensors.values()].map((t) => ({ dtype: FLOAT_OF[t.type] ?? 'quantized', shape: [...t.dims].reverse(), bytes: heldBytes(t) })),
+    // The tensors the graph reads (rotary factors are read into its tables at load).
+    stored: [...g.tensors.values()]
+      .filter((t) => read.has(t.name))
+      .map((t) => ({ dtype: FLOAT_OF[t.type] ?? 'quantized', shape: [...t.dims].reverse(), bytes: heldBytes(t) })),
     storage: `${[...new Set([...g.tensors.values()].map((t) => GGML_TYPES[t.type]?.name ?? ggmlTypeName(t.type)))].join('/')} GGUF`,
     files: [path.join(g.dir, g.location)],
     name: path.basename(file),
@@ -138,7 +147,11 @@ function heldBytes(t: GgufTensorInfo): number {
   const type = quantTypeOf(t.type);
   if (!type) return t.bytes;
   const cols = t.dims[0]!;
-  return repackedBytes(type, t.dims.slice(1).reduce((a, b) => a * b, 1), cols);
+  return repackedBytes(
+    type,
+    t.dims.slice(1).reduce((a, b) => a * b, 1),
+    cols,
+  );
 }
 
 const single = <T>(set: Set<T>): T | undefined => (set.size === 1 ? [...set][0] : undefined);

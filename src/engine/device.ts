@@ -90,7 +90,9 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
   if (!profile.gpuSettings && options.bufferCache !== undefined)
     throw new DeviceError(`gpuBufferCache (--gpu-buffer-cache) is a setting of device webgpu, not ${kind}`);
   if (!profile.separateProbeSession && options.probeSession !== undefined)
-    throw new DeviceError(`probeSession (--probe-session) is a setting of device webgpu, not ${kind} (whose one session always serves probes too)`);
+    throw new DeviceError(
+      `probeSession (--probe-session) is a setting of device webgpu, not ${kind} (whose one session always serves probes too)`,
+    );
   const threads = options.threads ?? 0;
   if (!Number.isInteger(threads) || threads < 0) throw new DeviceError(`threads must be a whole number ≥ 0 (got ${threads})`);
   const sessionOptions: ort.InferenceSession.SessionOptions = {
@@ -120,7 +122,11 @@ export function resolveDevice(options: DeviceOptions = {}): ResolvedDevice {
 
 /** onnxruntime's execution provider entry for a device: its name, a CUDA device's index,
  * WebGPU's buffer cache and validation mode when asked. */
-function executionProvider(profile: ProviderProfile, deviceId: number, options: DeviceOptions): ort.InferenceSession.ExecutionProviderConfig {
+function executionProvider(
+  profile: ProviderProfile,
+  deviceId: number,
+  options: DeviceOptions,
+): ort.InferenceSession.ExecutionProviderConfig {
   const name = profile.session.name;
   if (profile.numbered) return { name, deviceId } as ort.InferenceSession.ExecutionProviderConfig;
   if (!profile.gpuSettings) return name;

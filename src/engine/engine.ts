@@ -10,7 +10,7 @@ import { buildDecoderGraph, type DecoderGraph } from '../model/decoder.js';
 import { kvDType, type ComputeDType } from '../common/dtypes.js';
 import { probeTap } from '../../kernels/probe-tap.js';
 import { resolveDevice, withCpuArena, type DeviceOptions, type ResolvedDevice } from './device.js';
-import { checkQuantizedOptions, memoryNeed, weightsInfo, weightsPlan, type WeightOptions } from './weights-plan.js';
+import { checkQuantizedOptions, memoryNeed, weightPlanLine, weightsInfo, weightsPlan, type WeightOptions } from './weights-plan.js';
 import { sessionOptions, sessionWeights, startSession } from './session-options.js';
 import { placements } from './placements.js';
 import { describeAdapter } from './adapter.js';
@@ -53,6 +53,8 @@ export interface EngineInfo {
   floatNodesOnCpu?: string[];
   /** With device weights (WebGPU): the bytes the device holds for every session of the model. */
   deviceWeightBytes?: number;
+  /** The weight plan in one line (weights-plan.ts): bytes at rest by form and where. */
+  weightPlan?: string;
   /** What the weights cache did: `reused FILE`, `filled FILE`, or why it was not used. */
   weightsCache?: string;
   /** What the model needs in memory and what the host had for it, in words (the memory
@@ -208,6 +210,7 @@ export class Engine {
       dtype: device.dtype,
       dtypeReason: device.dtypeReason,
       weights: weightsInfo(opened, memory, options),
+      weightPlan: weightPlanLine(graph, memory),
       ...(memory.need > 0 && { memory: memoryNeed(memory) }),
       graphNodes: graph.nodeCount,
       sessionSeconds,

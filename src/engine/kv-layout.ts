@@ -46,7 +46,12 @@ export function buildKvLayoutGraph(shape: KvLayoutShape, sources: number): Uint8
   const stride = g.input('stride', 'int32', ['rows', 1, 'length']);
   const outShape = g.input('shape', 'int64', [4]);
   const zero = g.namedConstantOfType('/layout/constants/zero_row', type, [1, D], new Float32Array(D));
-  const heads = g.namedConstant('/layout/constants/heads', 'int32', [1, H, 1], Array.from({ length: H }, (_, h) => h));
+  const heads = g.namedConstant(
+    '/layout/constants/heads',
+    'int32',
+    [1, H, 1],
+    Array.from({ length: H }, (_, h) => h),
+  );
   const index = g.scope('layout/index', () =>
     g.node('Reshape', [g.node('Add', [g.node('Mul', [heads, stride], { name: 'head_offsets' }), base], { name: 'rows' }), g.ints([-1])], {
       name: 'flat',
@@ -54,7 +59,10 @@ export function buildKvLayoutGraph(shape: KvLayoutShape, sources: number): Uint8
   );
   for (let i = 0; i < shape.tensors; i++) {
     g.scope(`layout/tensor.${i}`, () => {
-      const srcs = Array.from({ length: sources }, (_, j) => ({ value: g.input(`src.${i}.${j}`, type, [`rows_${j}`, H, `slots_${j}`, D]), name: `rows_${j}` }));
+      const srcs = Array.from({ length: sources }, (_, j) => ({
+        value: g.input(`src.${i}.${j}`, type, [`rows_${j}`, H, `slots_${j}`, D]),
+        name: `rows_${j}`,
+      }));
       const gathered = g.gatherRows(srcs, [zero], index, D);
       g.output(`out.${i}`, g.node('Reshape', [gathered, outShape], { name: 'grid' }), type, ['rows', H, 'length', D]);
     });

@@ -72,7 +72,11 @@ const WEIGHTS_LOAD_STARTS = 'SaveInitializedTensors] Saving initialized tensors'
  * node went. Options must be plain data (what JSON carries). `waits` also saves the graph
  * as onnxruntime optimized it, with its copies, to count them: small models only (the
  * weights are written with it). */
-export async function placements(model: Uint8Array, options: ort.InferenceSession.SessionOptions, { waits = false } = {}): Promise<Placements> {
+export async function placements(
+  model: Uint8Array,
+  options: ort.InferenceSession.SessionOptions,
+  { waits = false } = {},
+): Promise<Placements> {
   const started = performance.now();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxprobe-placements-'));
   try {
@@ -83,10 +87,14 @@ export async function placements(model: Uint8Array, options: ort.InferenceSessio
     const ortPath = import.meta.resolve('onnxruntime-node');
     const optimizedPath = path.join(dir, 'optimized.onnx');
     const stderr = await new Promise<string>((resolve, reject) => {
-      const child = spawn(process.execPath, ['--input-type=module', '-e', CHILD, ortPath, modelPath, optionsPath, ...(waits ? [optimizedPath] : [])], {
-        stdio: ['ignore', 'ignore', 'pipe'],
-        env: { ...process.env, ORT_DISABLE_TELEMETRY: '1' },
-      });
+      const child = spawn(
+        process.execPath,
+        ['--input-type=module', '-e', CHILD, ortPath, modelPath, optionsPath, ...(waits ? [optimizedPath] : [])],
+        {
+          stdio: ['ignore', 'ignore', 'pipe'],
+          env: { ...process.env, ORT_DISABLE_TELEMETRY: '1' },
+        },
+      );
       const chunks: Buffer[] = [];
       // The placements are logged before onnxruntime loads the weights and uploads them to
       // the device ("Saving initialized tensors"): the child stops there, so a load does not
@@ -134,7 +142,11 @@ export async function placements(model: Uint8Array, options: ort.InferenceSessio
 export function parsePlacements(log: string, graph?: Graph): Map<string, PlacedNode[]> {
   const out = new Map<string, PlacedNode[]>();
   const all = /All nodes placed on \[(\w+)\]/.exec(log);
-  if (all) return out.set(all[1]!, (graph?.node ?? []).map((n) => ({ op: n.opType!, name: n.name! })));
+  if (all)
+    return out.set(
+      all[1]!,
+      (graph?.node ?? []).map((n) => ({ op: n.opType!, name: n.name! })),
+    );
   let current: PlacedNode[] | undefined;
   for (const line of log.split('\n')) {
     const header = /Node\(s\) placed on \[(\w+)\]/.exec(line);
@@ -164,7 +176,9 @@ function floatNodes(graph: Graph, outer?: Map<string, string>, into = new Set<st
 /** What the optimized graph waits for and uploads (`Placements.waits`, `uploads`). */
 function optimized(graph: Graph, optimizedGraph: Graph, byProvider: Map<string, PlacedNode[]>): Pick<Placements, 'waits' | 'uploads'> {
   // The nodes a device provider took (a node in neither list was optimized away).
-  const onDevice = new Set([...byProvider].flatMap(([provider, nodes]) => (provider === 'CPUExecutionProvider' ? [] : nodes.map((n) => n.name))));
+  const onDevice = new Set(
+    [...byProvider].flatMap(([provider, nodes]) => (provider === 'CPUExecutionProvider' ? [] : nodes.map((n) => n.name))),
+  );
   const inputs = new Set((graph.input ?? []).map((i) => i.name!));
   const uploads: PlacedNode[] = [];
   for (const node of graph.node ?? []) {
@@ -174,7 +188,8 @@ function optimized(graph: Graph, optimizedGraph: Graph, byProvider: Map<string, 
       if (inputs.has(name) && !host.includes(slot) && !uploads.some((u) => u.name === name)) uploads.push({ op: 'input', name });
     });
   }
-  for (const node of optimizedGraph.node ?? []) if (node.opType === 'MemcpyFromHost') uploads.push({ op: node.opType, name: node.input![0]! });
+  for (const node of optimizedGraph.node ?? [])
+    if (node.opType === 'MemcpyFromHost') uploads.push({ op: node.opType, name: node.input![0]! });
   return { waits: deviceWaits(optimizedGraph), uploads };
 }
 

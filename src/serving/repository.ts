@@ -12,7 +12,7 @@ import { PACKAGE_ROOT } from '../common/paths.js';
 import { Ajv } from 'ajv';
 import { CHECKPOINT_LINKS, readJsonObject, type CheckpointLinks } from '../checkpoint/files.js';
 import { writeSyntheticCheckpoint, type SyntheticSpec } from '../model/synthetic.js';
-import { Engine } from '../engine/engine.js';
+import { Engine, type EngineOptions } from '../engine/engine.js';
 import { MODEL_PATH_HELP, checkpointKind } from '../engine/checkpoint.js';
 import { ConfigError } from '../common/errors.js';
 import { Scorer } from '../core/scorer.js';
@@ -251,12 +251,10 @@ function generatedFrom(configFile: string): string | undefined {
   }
 }
 
-/** Load `entry`'s model; `progress` hears each step of the load (common/load-progress.ts). */
-export async function loadModel(entry: ModelEntry, progress?: LoadProgressListener): Promise<LoadedModel> {
-  const started = performance.now();
-  ensureCheckpoint(entry);
-  const engine = await Engine.load(entry.path, {
-    ...(progress && { progress }),
+/** What the engine is asked for `entry`: its device and weights settings, and what its
+ * scorer's passes will be (for the memory plan: the scorer's own settings). */
+export function engineOptionsOf(entry: ModelEntry): EngineOptions {
+  return {
     device: entry.device,
     dtype: entry.dtype,
     threads: entry.threads,
@@ -268,13 +266,19 @@ export async function loadModel(entry: ModelEntry, progress?: LoadProgressListen
     ...(entry.weightsAtRest !== undefined && { weightsAtRest: entry.weightsAtRest }),
     ...(entry.checkpointLinks !== undefined && { checkpointLinks: entry.checkpointLinks }),
     ...(entry.weightsCache !== 'off' && { weightsCache: entry.weightsCache ?? defaultWeightsCache() }),
-    // The scorer's passes, for the engine's memory plan (it refuses what cannot fit).
     passLimits: {
       maxBatchTokens: entry.maxBatchTokens,
       maxAttentionBytes: entry.maxAttentionBytes,
       prefixCacheBytes: entry.prefixCacheBytes,
     },
-  });
+  };
+}
+
+/** Load `entry`'s model; `progress` hears each step of the load (common/load-progress.ts). */
+export async function loadModel(entry: ModelEntry, progress?: LoadProgressListener): Promise<LoadedModel> {
+  const started = performance.now();
+  ensureCheckpoint(entry);
+  const engine = await Engine.load(entry.path, { ...engineOptionsOf(entry), ...(progress && { progress }) });
   const scorer = new Scorer(engine, {
     maxLength: entry.maxLength,
     maxBatchTokens: entry.maxBatchTokens,

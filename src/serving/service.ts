@@ -249,7 +249,7 @@ export class Service {
   }
 
   info({ entry, engine, scorer, prober }: ServedModel): ModelInfo {
-    const { graphNodes: _nodes, sessionSeconds: _seconds, cpuNodes: _cpu, floatNodesOnCpu: _float, memory: _memory, ...facts } = engine.info;
+    const { graphNodes: _nodes, sessionSeconds: _seconds, cpuNodes: _cpu, floatNodesOnCpu: _float, memory: _memory, weightPlan: _plan, weightsCache: _cache, ...facts } = engine.info;
     return { name: entry.name, ...facts, maxLength: scorer.maxLength, maxRawAttentionBytes: prober.maxRawBytes };
   }
 
