@@ -106,8 +106,8 @@ export function readJsonObject(file: string, Err: ErrorClass = CheckpointError, 
  * most files to another folder), or only inside the folder (`contain`; a Hugging Face cache
  * snapshot's `blobs/` counts as inside). Either way only regular files are read, and no
  * byte of a file's content reaches a message. */
-export type CheckpointLinks = 'follow' | 'contain';
-export const CHECKPOINT_LINKS: readonly CheckpointLinks[] = ['follow', 'contain'];
+export const CHECKPOINT_LINKS = ['follow', 'contain'] as const;
+export type CheckpointLinks = (typeof CHECKPOINT_LINKS)[number];
 
 /** Where a JSON text breaks, in words: V8's message with any quoted snippet of the text left
  * out, and the position (found by bisection where V8 does not give it). */

@@ -6,9 +6,16 @@ import { Command, Option, InvalidArgumentError } from 'commander';
 import { DEFAULT_REPOSITORY, loadModel, readRepository, type ModelEntry } from '../serving/repository.js';
 import { Service, type ServedModel } from '../serving/service.js';
 import { Metrics } from '../serving/metrics.js';
-import type { ComputeDType } from '../common/dtypes.js';
-import { CHECKPOINT_LINKS, type CheckpointLinks } from '../checkpoint/files.js';
-import { defaultWeightsCache } from '../weights/held-cache.js';
+import {
+  MODEL_SETTINGS,
+  envOf,
+  flagOf,
+  givenSettings,
+  helpOf,
+  settingKeys,
+  type ModelSettings,
+  type Setting,
+} from '../serving/model-settings.js';
 
 export const int = (name: string) => (value: string) => {
   const n = Number(value);
@@ -53,22 +60,9 @@ export function mallocAdvice(): string | undefined {
 export const log = (line: Record<string, unknown>) =>
   process.stderr.write(JSON.stringify({ time: new Date().toISOString(), ...line }) + '\n');
 
-export interface ModelFlags {
+/** The model flags: `--model`, and every setting of serving/model-settings.ts that has one. */
+export interface ModelFlags extends ModelSettings {
   model?: string;
-  cpuMemArena?: 'on' | 'off';
-  gpuBufferCache?: 'bucket' | 'simple';
-  probeSession?: 'separate' | 'shared';
-  device?: string;
-  dtype?: ComputeDType;
-  threads?: number;
-  maxLength?: number;
-  maxBatchTokens?: number;
-  prefixCacheBytes?: number;
-  quantizedActivations?: 'float32' | 'int8';
-  quantize?: 'q8_0' | 'q4_0' | 'q4_k';
-  weightsAtRest?: 'stored' | 'compute';
-  checkpointLinks?: CheckpointLinks;
-  weightsCache?: string;
 }
 
 /** Inline chunks: `label=text` each (`label=@FILE` reads the text from FILE). */
@@ -80,109 +74,52 @@ export function chunkArguments(values: string[]): { label: string; text: string 
   });
 }
 
+/** `--model` and a flag for each model setting that has one (serving/model-settings.ts),
+ * each also read from its environment variable. */
 export function withModelFlags(cmd: Command): Command {
-  return cmd
-    .addOption(
-      new Option('--model <path>', 'a Hugging Face checkpoint folder or a GGUF file (.gguf) (default: the small default model)').env(
-        'CTXPROBE_MODEL',
-      ),
-    )
-    .addOption(new Option('--device <device>', 'cpu, webgpu, cuda or cuda:N').env('CTXPROBE_DEVICE'))
-    .addOption(new Option('--dtype <dtype>', 'compute dtype').choices(['float32', 'float16', 'bfloat16']).env('CTXPROBE_DTYPE'))
-    .addOption(new Option('--threads <n>', 'CPU threads (0: one per core)').argParser(int('threads')).env('CTXPROBE_THREADS'))
-    .addOption(
-      new Option('--cpu-mem-arena <on|off>', "onnxruntime's CPU memory arena (default off: memory goes back after large requests)")
-        .choices(['on', 'off'])
-        .env('CTXPROBE_CPU_MEM_ARENA'),
-    )
-    .addOption(
-      new Option(
-        '--gpu-buffer-cache <mode>',
-        "WebGPU's buffer cache: bucket (default), or simple (faster when shapes repeat; keeps every buffer size it has used)",
-      )
-        .choices(['bucket', 'simple'])
-        .env('CTXPROBE_GPU_BUFFER_CACHE'),
-    )
-    .addOption(
-      new Option(
-        '--probe-session <mode>',
-        'WebGPU: probes in a session of their own (separate, default) or one session for every pass (shared: every pass dispatches the probe nodes); either way one copy of the weights on the device',
-      )
-        .choices(['separate', 'shared'])
-        .env('CTXPROBE_PROBE_SESSION'),
-    )
-    .addOption(
-      new Option('--max-length <n>', "context length (default: the model's)").argParser(int('max-length')).env('CTXPROBE_MAX_LENGTH'),
-    )
-    .addOption(
-      new Option('--max-batch-tokens <n>', 'padded tokens per forward pass')
-        .argParser(int('max-batch-tokens'))
-        .env('CTXPROBE_MAX_BATCH_TOKENS'),
-    )
-    .addOption(
-      new Option('--prefix-cache-bytes <n>', 'KV bytes of the prefix cache kept across requests (default 1 GiB; 0: none)')
-        .argParser(int('prefix-cache-bytes'))
-        .env('CTXPROBE_PREFIX_CACHE_BYTES'),
-    )
-    .addOption(
-      new Option(
-        '--quantized-activations <type>',
-        "quantized weights' products: float32 activations (default: exact, the file's model) or int8 (faster, approximate, as llama.cpp)",
-      )
-        .choices(['float32', 'int8'])
-        .env('CTXPROBE_QUANTIZED_ACTIVATIONS'),
-    )
-    .addOption(
-      new Option(
-        '--quantize <type>',
-        "quantize float matrices at load (approximate: the numbers are no longer the checkpoint's), then compute them exactly as a GGUF of that type",
-      )
-        .choices(['q8_0', 'q4_0', 'q4_k'])
-        .env('CTXPROBE_QUANTIZE'),
-    )
-    .addOption(
-      new Option(
-        '--weights-at-rest <how>',
-        'BF16 / F16 weights computed in float32, CPU and WebGPU: stored (two bytes a weight, each matrix widened for its product, exactly) or compute (widened at load) (default: widened where that fits in memory)',
-      )
-        .choices(['stored', 'compute'])
-        .env('CTXPROBE_WEIGHTS_AT_REST'),
-    )
-    .addOption(
-      new Option(
-        '--checkpoint-links <how>',
-        "where a checkpoint folder's symlinks may lead: follow (default: anywhere, as transformers) or contain (only inside the folder, or a Hugging Face cache's blobs/)",
-      )
-        .choices([...CHECKPOINT_LINKS])
-        .env('CTXPROBE_CHECKPOINT_LINKS'),
-    )
-    .addOption(
-      new Option(
-        '--weights-cache <dir|off>',
-        `where a model's repacked (quantized) weights are kept between starts, so a restart maps them instead of repacking (default: ${defaultWeightsCache()}; off: none)`,
-      ).env('CTXPROBE_WEIGHTS_CACHE'),
-    );
+  cmd.addOption(
+    new Option('--model <path>', 'a Hugging Face checkpoint folder or a GGUF file (.gguf) (default: the small default model)').env(
+      'CTXPROBE_MODEL',
+    ),
+  );
+  for (const key of settingKeys) {
+    const setting: Setting = MODEL_SETTINGS[key];
+    if (!setting.arg) continue;
+    const option = new Option(`${flagOf(key)} ${setting.arg}`, helpOf(setting)).env(envOf(key));
+    const { type } = setting;
+    switch (type.kind) {
+      case 'text':
+        break;
+      case 'whole':
+        option.argParser(whole(flagOf(key).slice(2), type.min));
+        break;
+      case 'oneOf':
+        option.choices(type.values);
+        break;
+      case 'switch':
+        option.argParser(onOff(flagOf(key)));
+        break;
+    }
+    cmd.addOption(option);
+  }
+  return cmd;
 }
+
+const whole = (name: string, min: number) => (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${name} must be a whole number ≥ ${min}`);
+  return n;
+};
+
+const onOff = (flag: string) => (value: string) => {
+  if (value !== 'on' && value !== 'off') throw new InvalidArgumentError(`${flag} is on or off`);
+  return value === 'on';
+};
 
 /** The models to serve, with the flags' settings over theirs: one checkpoint from --model,
  * else every config of the repository (or the entries given, read from it). */
 export function entriesFrom(flags: ModelFlags & { models?: string; name?: string }, repository?: ModelEntry[]): ModelEntry[] {
-  const overrides = {
-    ...(flags.device !== undefined && { device: flags.device }),
-    ...(flags.dtype !== undefined && { dtype: flags.dtype }),
-    ...(flags.threads !== undefined && { threads: flags.threads }),
-    ...(flags.cpuMemArena !== undefined && { cpuMemArena: flags.cpuMemArena === 'on' }),
-    ...(flags.gpuBufferCache !== undefined && { gpuBufferCache: flags.gpuBufferCache }),
-    ...(flags.probeSession !== undefined && { probeSession: flags.probeSession }),
-    ...(flags.maxLength !== undefined && { maxLength: flags.maxLength }),
-    ...(flags.maxBatchTokens !== undefined && { maxBatchTokens: flags.maxBatchTokens }),
-    ...(flags.prefixCacheBytes !== undefined && { prefixCacheBytes: flags.prefixCacheBytes }),
-    ...(flags.quantizedActivations !== undefined && { quantizedActivations: flags.quantizedActivations }),
-    ...(flags.quantize !== undefined && { quantize: flags.quantize }),
-    ...(flags.weightsAtRest !== undefined && { weightsAtRest: flags.weightsAtRest }),
-    ...(flags.checkpointLinks !== undefined && { checkpointLinks: flags.checkpointLinks }),
-    ...(flags.weightsCache !== undefined && { weightsCache: flags.weightsCache }),
-  };
+  const overrides = givenSettings(flags);
   if (flags.model) {
     const dir = path.resolve(flags.model);
     return [{ name: flags.name ?? path.basename(dir).replace(/\.gguf$/i, ''), path: dir, ...overrides }];

@@ -17,6 +17,28 @@ export const ONNX_DTYPE = {
 } as const;
 export type DTypeName = keyof typeof ONNX_DTYPE;
 
+/** Bytes of one element, by ONNX element type code (the 4-bit types count a byte). */
+export const ONNX_ELEMENT_BYTES: Readonly<Record<number, number>> = {
+  1: 4,
+  2: 1,
+  3: 1,
+  4: 2,
+  5: 2,
+  6: 4,
+  7: 8,
+  9: 1,
+  10: 2,
+  11: 8,
+  12: 4,
+  13: 8,
+  16: 2,
+  21: 1,
+  22: 1,
+};
+
+/** A code's name among the graphs' types (ONNX_DTYPE's), else `onnx:<code>`. */
+export const dtypeNameOf = (code: number): string => Object.entries(ONNX_DTYPE).find(([, c]) => c === code)?.[0] ?? `onnx:${code}`;
+
 /** The names ONNX itself uses (`/model/constants/INT64/…`), by code. */
 export const ONNX_DTYPE_LABEL: Record<DTypeName, string> = {
   float32: 'FLOAT',
@@ -30,7 +52,8 @@ export const ONNX_DTYPE_LABEL: Record<DTypeName, string> = {
 };
 
 /** What matrix products run in; norms, softmax and log-softmax always run in float32. */
-export type ComputeDType = 'float32' | 'float16' | 'bfloat16';
+export const COMPUTE_DTYPES = ['float32', 'float16', 'bfloat16'] as const;
+export type ComputeDType = (typeof COMPUTE_DTYPES)[number];
 
 /** The dtype of past/present KV at the graph boundary: onnxruntime-node has no
  * bfloat16 tensors, so bf16 graphs exchange their cache as float32. */

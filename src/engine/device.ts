@@ -40,9 +40,12 @@ export interface DeviceOptions {
   probeSession?: ProbeSession;
 }
 
-export type ProbeSession = 'separate' | 'shared';
+export const PROBE_SESSIONS = ['separate', 'shared'] as const;
+export type ProbeSession = (typeof PROBE_SESSIONS)[number];
 
 export type GpuBufferCache = 'bucket' | 'simple' | 'lazyRelease' | 'disabled';
+/** The buffer caches a setting may choose (the others are onnxruntime's, untried here). */
+export const SETTABLE_GPU_BUFFER_CACHES = ['bucket', 'simple'] as const satisfies readonly GpuBufferCache[];
 
 export interface ResolvedDevice {
   kind: ProviderKind;

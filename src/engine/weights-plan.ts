@@ -21,6 +21,7 @@ import type { WeightsAtRest } from '../model/ops.js';
 import type { QuantizeAtLoad, QuantizedActivations } from '../model/quantized.js';
 import { onlySoftwareVulkan } from './adapter.js';
 import { DeviceError, InvalidArgumentError } from '../common/errors.js';
+import { ONNX_ELEMENT_BYTES, dtypeNameOf } from '../common/dtypes.js';
 
 /** What a load asks of the weights (EngineOptions has them): the scorer's passes, for the
  * plan; how narrow weights lie; quantized products' activations; quantize-at-load. */
@@ -129,16 +130,6 @@ export interface WeightPlan {
   bytes: number;
 }
 
-const DTYPE_BYTES: Record<number, [string, number]> = {
-  [onnx.TensorProto.DataType.FLOAT]: ['float32', 4],
-  [onnx.TensorProto.DataType.FLOAT16]: ['float16', 2],
-  [onnx.TensorProto.DataType.BFLOAT16]: ['bfloat16', 2],
-  [onnx.TensorProto.DataType.UINT8]: ['uint8', 1],
-  [onnx.TensorProto.DataType.UINT32]: ['uint32', 4],
-  [onnx.TensorProto.DataType.INT32]: ['int32', 4],
-  [onnx.TensorProto.DataType.INT64]: ['int64', 8],
-};
-
 /** How each weight of `graph` lies, with the memory plan it was built by. */
 export function weightPlanOf(graph: DecoderGraph, memory: MemoryPlan): TensorPlan[] {
   const held = new Map((graph.heldWeights?.pieces ?? []).map((p) => [p.at, p] as const));
@@ -149,7 +140,7 @@ export function weightPlanOf(graph: DecoderGraph, memory: MemoryPlan): TensorPla
     for (const init of g.initializer ?? []) {
       if (init.dataLocation !== onnx.TensorProto.DataLocation.EXTERNAL) continue;
       const entry = (key: string) => (init.externalData ?? []).find((e) => e.key === key)?.value ?? '';
-      const [dtype, width] = DTYPE_BYTES[init.dataType!] ?? ['?', 1];
+      const [dtype, width] = [dtypeNameOf(init.dataType!), ONNX_ELEMENT_BYTES[init.dataType!] ?? 1];
       const dims = (init.dims ?? []).map(Number);
       const n = dims.reduce((a, b) => a * b, 1);
       const piece =

@@ -22,6 +22,7 @@
 // session, so the values are the same bits. Groups hold at most GROUP_BYTES each (or one
 // value larger), so a load holds the weights on the device plus about a group on the host.
 import type onnxProto from 'onnx-proto';
+import { ONNX_ELEMENT_BYTES } from '../common/dtypes.js';
 
 type OnnxNode = InstanceType<typeof onnxProto.onnx.NodeProto>;
 type Initializer = InstanceType<typeof onnxProto.onnx.TensorProto>;
@@ -55,8 +56,6 @@ export interface SplitGraph {
  * values are on the host while it goes up (bench/device-weights.ts, lavapipe, 830 MiB
  * float32: the load peaked at 1.80x the weights with 256 MiB groups, 1.74x with 32 MiB). */
 export const GROUP_BYTES = 32 * 2 ** 20;
-
-const ELEMENT_BYTES: Record<number, number> = { 1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2, 21: 1, 22: 1 };
 
 interface Known {
   elemType: number;
@@ -122,7 +121,7 @@ function outputOf(n: OnnxNode, inputs: Known[]): { elemType: number; dims?: numb
 }
 
 const bytesOf = (v: { elemType: number; dims?: number[] }) =>
-  v.dims ? v.dims.reduce((n, d) => n * d, 1) * (ELEMENT_BYTES[v.elemType] ?? 4) : undefined;
+  v.dims ? v.dims.reduce((n, d) => n * d, 1) * (ONNX_ELEMENT_BYTES[v.elemType] ?? 4) : undefined;
 
 const externalBytes = (t: Initializer) => Number(t.externalData.find((e) => e.key === 'length')?.value ?? 0);
 
@@ -163,7 +162,9 @@ export function splitDeviceWeights(
     if (weight) weightNodes.add(n);
     const made = outputOf(n, inputs);
     const canon = `${n.opType}${attrText(n)}(${inputs.map((k) => k.canon).join(',')})`;
-    n.output.forEach((o, i) => known.set(o, { ...(i === 0 ? made : { elemType: made.elemType }), weight, canon: i === 0 ? canon : `${canon}#${i}`, producer: n }));
+    n.output.forEach((o, i) =>
+      known.set(o, { ...(i === 0 ? made : { elemType: made.elemType }), weight, canon: i === 0 ? canon : `${canon}#${i}`, producer: n }),
+    );
   }
   // Boundary values: weight values a node of the pass reads, or a graph output.
   const passReads = new Set<string>();

@@ -29,7 +29,8 @@ export interface WeightSource {
  *   after they are gathered: the checkpoint's bytes at rest, a cast of every matrix a pass.
  *   The Cast reads its weight through a Reshape whose shape is a feed (`weights_keep_shape`,
  *   [0, 0]: every dim as it is), so onnxruntime cannot fold it at load. */
-export type WeightsAtRest = 'compute' | 'stored';
+export const WEIGHTS_AT_REST = ['stored', 'compute'] as const;
+export type WeightsAtRest = (typeof WEIGHTS_AT_REST)[number];
 
 /** The feed that keeps stored weights from being folded at load: [0, 0] every pass. */
 export const KEEP_SHAPE = 'weights_keep_shape';

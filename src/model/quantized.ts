@@ -16,11 +16,13 @@ import { hfForm } from '../checkpoint/hf-quantized.js';
 /** What quantized products take: float32 activations (exact), or, on request, activations
  * quantized to int8 per block inside the product (MatMulNBits' accuracy_level 4: faster, as
  * llama.cpp computes; its error is bench/real-models.ts's). */
-export type QuantizedActivations = 'float32' | 'int8';
+export const QUANTIZED_ACTIVATIONS = ['float32', 'int8'] as const;
+export type QuantizedActivations = (typeof QUANTIZED_ACTIVATIONS)[number];
 
 /** `--quantize`: float weights quantized at load to a ggml format (approximate: the
  * format's rounding), then computed exactly as a file of that format would be. */
-export type QuantizeAtLoad = 'q8_0' | 'q4_0' | 'q4_k';
+export const QUANTIZE_AT_LOAD = ['q8_0', 'q4_0', 'q4_k'] as const;
+export type QuantizeAtLoad = (typeof QUANTIZE_AT_LOAD)[number];
 
 /** The format a [rows, cols] float weight takes under `--quantize to`: `to`'s where the rows are
  * whole blocks of it, else Q8_0 where they are whole blocks of 32 (as llama.cpp falls back),

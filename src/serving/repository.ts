@@ -10,7 +10,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { PACKAGE_ROOT } from '../common/paths.js';
 import { Ajv } from 'ajv';
-import { CHECKPOINT_LINKS, readJsonObject, type CheckpointLinks } from '../checkpoint/files.js';
+import { readJsonObject } from '../checkpoint/files.js';
+import { settingSchemas, type ModelSettings } from './model-settings.js';
 import { writeSyntheticCheckpoint, type SyntheticSpec } from '../model/synthetic.js';
 import { Engine, type EngineOptions } from '../engine/engine.js';
 import { MODEL_PATH_HELP, checkpointKind } from '../engine/checkpoint.js';
@@ -18,44 +19,14 @@ import { ConfigError } from '../common/errors.js';
 import { Scorer } from '../core/scorer.js';
 import { Prober } from '../requests/probe.js';
 import { encoderFor, type RequestEncoder } from '../requests/scoring.js';
-import type { ComputeDType } from '../common/dtypes.js';
 import type { LoadProgressListener } from '../common/load-progress.js';
 import { defaultWeightsCache } from '../weights/held-cache.js';
 
-export interface ModelEntry {
+/** A served model: its name, its checkpoint, and its settings (model-settings.ts). */
+export interface ModelEntry extends ModelSettings {
   name: string;
   path: string;
   description?: string;
-  device?: string;
-  dtype?: ComputeDType;
-  threads?: number;
-  maxLength?: number;
-  maxBatchTokens?: number;
-  /** Largest raw-attention answer (default 64 MiB). */
-  maxRawAttentionBytes?: number;
-  /** Continuations per Score item (default 256). */
-  maxContinuations?: number;
-  /** Bytes of one layer's attention a scoring pass may build (default 192 MiB, 128 MiB on WebGPU). */
-  maxAttentionBytes?: number;
-  /** onnxruntime's CPU memory arena (default off: memory goes back after large requests). */
-  cpuMemArena?: boolean;
-  /** WebGPU's buffer cache (DeviceOptions.bufferCache): `bucket` (default) or `simple`. */
-  gpuBufferCache?: 'bucket' | 'simple';
-  /** WebGPU: probes in a session of their own (`separate`, default) or one session for all (`shared`). */
-  probeSession?: 'separate' | 'shared';
-  /** KV bytes the prefix cache keeps across requests (default 1 GiB; 0: within a round only). */
-  prefixCacheBytes?: number;
-  /** Quantized weights' products on float32 activations (default, exact) or int8 (faster, approximate). */
-  quantizedActivations?: 'float32' | 'int8';
-  /** Float matrices quantized at load (approximate; a GGUF file's own blocks are exact). */
-  quantize?: 'q8_0' | 'q4_0' | 'q4_k';
-  /** How BF16 / F16 weights computed in float32 lie at rest: kept as stored (widened per
-   * product) or widened at load; default: the memory plan's choice. CPU and WebGPU. */
-  weightsAtRest?: 'stored' | 'compute';
-  /** Where a checkpoint folder's symlinks may lead: `follow` (default) or `contain` (files.ts). */
-  checkpointLinks?: CheckpointLinks;
-  /** The weights cache's folder, or `off` (default: the user's cache folder; weights/held-cache.ts). */
-  weightsCache?: string;
   synthetic?: SyntheticSpec;
   /** The repository file it was read from (not a setting). */
   configFile?: string;
@@ -109,23 +80,7 @@ const ENTRY_SCHEMA = {
     name: { type: 'string', minLength: 1 },
     path: { type: 'string', minLength: 1 },
     description: { type: 'string' },
-    device: { type: 'string' },
-    dtype: { enum: ['float32', 'float16', 'bfloat16'] },
-    threads: { type: 'integer', minimum: 0 },
-    maxLength: positive,
-    maxBatchTokens: positive,
-    maxRawAttentionBytes: positive,
-    maxContinuations: positive,
-    maxAttentionBytes: positive,
-    cpuMemArena: { type: 'boolean' },
-    gpuBufferCache: { enum: ['bucket', 'simple'] },
-    probeSession: { enum: ['separate', 'shared'] },
-    prefixCacheBytes: { type: 'integer', minimum: 0 },
-    quantizedActivations: { enum: ['float32', 'int8'] },
-    quantize: { enum: ['q8_0', 'q4_0', 'q4_k'] },
-    weightsAtRest: { enum: ['stored', 'compute'] },
-    checkpointLinks: { enum: CHECKPOINT_LINKS },
-    weightsCache: { type: 'string', minLength: 1 },
+    ...settingSchemas(),
     synthetic: SYNTHETIC_SCHEMA,
   },
 };
