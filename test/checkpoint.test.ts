@@ -7,6 +7,7 @@ import { Engine } from '../src/engine/engine.js';
 import { Scorer } from '../src/core/scorer.js';
 import { SafetensorsCheckpoint } from '../src/checkpoint/safetensors.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/common/dtypes.js';
+import { widenHalves } from '../src/common/floats.js';
 import { readModelConfig } from '../src/model/config.js';
 import { buildDecoderGraph } from '../src/model/decoder.js';
 import { chooseDtype, resolveDevice } from '../src/engine/device.js';
@@ -42,6 +43,22 @@ describe('number formats', () => {
     expect(f32ToBf16(1 + 2 ** -8)).toBe(0x3f80); // tie → even
     expect(f32ToBf16(1 + 3 * 2 ** -8)).toBe(0x3f82);
     expect(f16ToF32(f32ToF16(1 + 2 ** -11))).toBe(1); // tie → even
+  });
+
+  it('widens every 16-bit pattern at once to the bits of a value at a time (what --quantize reads)', () => {
+    const every = Uint16Array.from({ length: 65536 }, (_, h) => h);
+    for (const [dtype, one] of [
+      ['bfloat16', bf16ToF32],
+      ['float16', f16ToF32],
+    ] as const) {
+      const wide = widenHalves(every, dtype);
+      const bits = new Uint32Array(wide.buffer);
+      const mismatched = [...every].filter((h) => {
+        const v = one(h);
+        return Number.isNaN(v) ? !Number.isNaN(wide[h]!) : bits[h] !== new Uint32Array(Float32Array.of(v).buffer)[0];
+      });
+      expect(mismatched, dtype).toEqual([]);
+    }
   });
 });
 

@@ -10,14 +10,12 @@ import { CheckpointError } from '../common/errors.js';
 import { quantTypeOf, repackRows } from './ggml-blocks.js';
 import { repackHf } from './hf-quantized.js';
 import { quantizeRows } from './ggml-quantize.js';
-import { bf16ToF32, f16ToF32 } from '../common/floats.js';
+import { widenHalves } from '../common/floats.js';
 
 /** Float rows of `dtype` as float32 values. */
 function floatsOf(bytes: Uint8Array, dtype: 'float32' | 'float16' | 'bfloat16'): Float32Array {
   if (dtype === 'float32') return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
-  const halves = new Uint16Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
-  const widen = dtype === 'float16' ? f16ToF32 : bf16ToF32;
-  return Float32Array.from(halves, (h) => widen(h));
+  return widenHalves(new Uint16Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)), dtype);
 }
 
 /** A fresh name for a model's private copy of its held weights, in the temporary folder
