@@ -19,7 +19,7 @@
 // more than 4 bits are one 8-bit part instead (`wide`: u itself, its zero point per block),
 // which MatMulNBits multiplies as int8 in one product (measured, this machine, M = 512, K =
 // 4096, N = 14336: 298 ms against 656 for the two 4-bit parts).
-import { f16ToF32 } from '../common/floats.js';
+import { f16Values } from '../common/floats.js';
 
 /** The quantized ggml types ctxprobe computes with. */
 export type QuantTypeName = 'Q8_0' | 'Q4_0' | 'Q4_1' | 'Q4_K' | 'Q5_K' | 'Q6_K';
@@ -106,7 +106,7 @@ export function repackedBytes(type: QuantTypeName, rows: number, cols: number): 
 }
 
 // Every f16 value by its bits: a load reads one or two per block.
-const F16 = Float32Array.from({ length: 65536 }, (_, h) => f16ToF32(h));
+const F16 = f16Values();
 const f16 = (b: Uint8Array, at: number) => F16[b[at]! | (b[at + 1]! << 8)]!;
 
 /** Q4_K / Q5_K: sub-block j's 6-bit scale (ggml's get_scale_min_k4). */

@@ -4,18 +4,14 @@
 // Round to nearest with a scale from each block's range: not llama.cpp's search for the
 // best scales (its files are closer to the float weights), which changes which values a
 // file holds, not how they are read: `--quantize` is approximate, and says so.
-import { f32ToF16, widenHalves } from '../common/floats.js';
+import { f16Values, f32ToF16 } from '../common/floats.js';
 import { BLOCKS, type QuantTypeName } from './ggml-blocks.js';
 
 /** Math.min(hi, Math.max(lo, x)), NaN kept, as comparisons V8 keeps inline. */
 const clamp = (x: number, lo: number, hi: number) => (x < lo ? lo : x > hi ? hi : x);
 const half = (x: number) => f32ToF16(x);
-/** Every float16's value: a block's scale read back at table speed (f16ToF32's powers cost
- * as much as the block's values). */
-const F16 = widenHalves(
-  Uint16Array.from({ length: 65536 }, (_, h) => h),
-  'float16',
-);
+/** A block's scale read back from the table of every float16. */
+const F16 = f16Values();
 const f16ToF32 = (h: number) => F16[h]!;
 const put16 = (out: Uint8Array, at: number, h: number) => {
   out[at] = h & 255;

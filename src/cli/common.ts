@@ -17,11 +17,14 @@ import {
   type Setting,
 } from '../serving/model-settings.js';
 
-export const int = (name: string) => (value: string) => {
+/** A whole number of at least `min` (a flag's value; `name` names it when it is not). */
+export const whole = (name: string, min: number) => (value: string) => {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`${name} must be a whole number ≥ 0`);
+  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${name} must be a whole number ≥ ${min}`);
   return n;
 };
+
+export const int = (name: string) => whole(name, 0);
 
 export const portOrOff = (value: string) => {
   const n = Number(value);
@@ -104,12 +107,6 @@ export function withModelFlags(cmd: Command): Command {
   }
   return cmd;
 }
-
-const whole = (name: string, min: number) => (value: string) => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${name} must be a whole number ≥ ${min}`);
-  return n;
-};
 
 const onOff = (flag: string) => (value: string) => {
   if (value !== 'on' && value !== 'off') throw new InvalidArgumentError(`${flag} is on or off`);

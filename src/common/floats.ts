@@ -55,10 +55,20 @@ export function f32ToF16(value: number): number {
 
 let f16Table: Float32Array | undefined;
 
+/** Every float16 bit pattern's value (256 KiB, made on first use): f16ToF32 at table speed
+ * (its powers cost as much as a quantized block's values). */
+export function f16Values(): Float32Array {
+  if (!f16Table) {
+    f16Table = new Float32Array(65536);
+    for (let h = 0; h < 65536; h++) f16Table[h] = f16ToF32(h);
+  }
+  return f16Table;
+}
+
 /** 16-bit floats (bfloat16 or IEEE float16 bits) as float32 values, the same as
- * bf16ToF32 / f16ToF32 a value at a time: bfloat16 by a shift of its bits, float16 by a
- * table of all 65536 (256 KiB, made on first use). A value at a time through a callback ran at
- * 6 M values/s, most of `--quantize`'s load. */
+ * bf16ToF32 / f16ToF32 a value at a time: bfloat16 by a shift of its bits, float16 from
+ * f16Values. A value at a time through a callback ran at 6 M values/s, most of `--quantize`'s
+ * load. */
 export function widenHalves(halves: Uint16Array, dtype: 'bfloat16' | 'float16'): Float32Array {
   const out = new Float32Array(halves.length);
   if (dtype === 'bfloat16') {
@@ -66,10 +76,7 @@ export function widenHalves(halves: Uint16Array, dtype: 'bfloat16' | 'float16'):
     for (let i = 0; i < halves.length; i++) bits[i] = halves[i]! << 16;
     return out;
   }
-  if (!f16Table) {
-    f16Table = new Float32Array(65536);
-    for (let h = 0; h < 65536; h++) f16Table[h] = f16ToF32(h);
-  }
-  for (let i = 0; i < halves.length; i++) out[i] = f16Table[halves[i]!]!;
+  const table = f16Values();
+  for (let i = 0; i < halves.length; i++) out[i] = table[halves[i]!]!;
   return out;
 }
